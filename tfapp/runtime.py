@@ -1,0 +1,239 @@
+"""Runtime: distribution strategy, precision policy, seeds and batch arithmetic.
+
+``setup(cfg.runtime, ...)`` is called once per process, before any model or dataset
+is built, and returns a ``Runtime`` whose ``strategy.scope()`` everything is built
+in. The choice is logged in one line that says what was picked and why.
+
+Batch arithmetic: ``data.batch_size`` is the batch *per replica*; each step the
+strategy consumes ``global_batch_size = batch_size * num_replicas`` examples, split
+evenly over the replicas. Losses are averaged over the global batch, so gradients
+summed across replicas equal the single-device gradient of the global batch. With
+a larger global batch the linear scaling rule multiplies the learning rate by the
+replica count (``optimizer.scale_lr_by_replicas``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from tfapp.config import ConfigError, RuntimeConfig
+
+log = logging.getLogger("tfapp")
+
+# Environment variables that say a TPU is attached: Colab (COLAB_TPU_ADDR), a named
+# TPU node (TPU_NAME), and TPU VMs incl. Kaggle (TPU_ACCELERATOR_TYPE / TPU_WORKER_ID
+# are set by the TPU VM image).
+TPU_ENV_VARS = ("TPU_NAME", "COLAB_TPU_ADDR", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID")
+
+
+@dataclass
+class Runtime:
+    """What ``setup`` chose. Build models and datasets inside ``strategy.scope()``."""
+
+    strategy: object
+    kind: str  # tpu | mirrored | multi_worker | one_device | cpu
+    reason: str
+    num_replicas: int
+    precision: str
+    device_kind: str  # TPU | GPU | CPU
+    is_chief: bool = True
+    task_type: str | None = None
+    task_id: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    def global_batch_size(self, per_replica: int) -> int:
+        return per_replica * self.num_replicas
+
+    def scaled_learning_rate(self, lr: float, scale: bool) -> float:
+        return lr * self.num_replicas if scale else lr
+
+    def default_jit_compile(self, configured: bool | None) -> bool:
+        """XLA pays on GPU/TPU; on this kind of CPU it measured 2x slower (DESIGN.md).
+        XLA's CPU backend also binds to one device, so it is off under Mirrored on CPUs."""
+        if configured is not None:
+            return configured
+        return self.device_kind in ("GPU", "TPU")
+
+    def describe(self, per_replica_batch: int | None = None) -> str:
+        parts = [f"strategy={self.kind}", f"replicas={self.num_replicas}",
+                 f"device={self.device_kind}", f"precision={self.precision}"]
+        if per_replica_batch is not None:
+            parts.append(f"batch={per_replica_batch}/replica "
+                         f"global={self.global_batch_size(per_replica_batch)}")
+        if self.task_type:
+            parts.append(f"task={self.task_type}:{self.task_id}")
+        return " ".join(parts) + f" ({self.reason})"
+
+
+def tpu_hinted(env: Mapping[str, str], dev_dir: str = "/dev") -> str | None:
+    """Why a TPU may be attached (an env var or /dev/accel*), or None."""
+    for var in TPU_ENV_VARS:
+        if env.get(var):
+            return f"{var} is set"
+    try:
+        if any(name.startswith("accel") for name in os.listdir(dev_dir)):
+            return f"{dev_dir}/accel* present (TPU VM)"
+    except OSError:
+        pass
+    return None
+
+
+def choose_strategy(requested: str, *, env: Mapping[str, str], tpu_found: bool,
+                    num_gpus: int, tpu_hint: str | None = None) -> tuple[str, str]:
+    """Pure selection logic: (strategy kind, reason) for ``runtime.strategy=requested``.
+
+    ``tpu_found`` says whether a TPUClusterResolver resolved a TPU; it is only probed
+    when something hints at one, so CPU/GPU machines never wait on the resolver.
+    """
+    if requested != "auto":
+        if requested == "multi_worker" and not env.get("TF_CONFIG"):
+            raise ConfigError("runtime.strategy=multi_worker needs TF_CONFIG (JSON with "
+                              "'cluster' and 'task'); see README 'Several hosts'")
+        return requested, "requested by runtime.strategy"
+    if tpu_found:
+        return "tpu", f"auto: TPU cluster resolver found a TPU ({tpu_hint or 'resolver'})"
+    if env.get("TF_CONFIG"):
+        try:
+            cluster = json.loads(env["TF_CONFIG"]).get("cluster", {})
+        except json.JSONDecodeError:
+            raise ConfigError("TF_CONFIG is not valid JSON") from None
+        workers = sum(len(v) for k, v in cluster.items() if k in ("chief", "worker"))
+        if workers > 1:
+            return "multi_worker", f"auto: TF_CONFIG lists {workers} workers"
+    if num_gpus > 1:
+        return "mirrored", f"auto: {num_gpus} GPUs"
+    if num_gpus == 1:
+        return "one_device", "auto: one GPU"
+    return "cpu", "auto: no TPU or GPU found"
+
+
+def choose_precision(requested: str, device_kind: str, gpu_compute_capability: tuple | None
+                     ) -> str:
+    if requested != "auto":
+        return requested
+    if device_kind == "TPU":
+        return "mixed_bfloat16"
+    if device_kind == "GPU":
+        # Ampere (8.0) and newer run bfloat16 natively and need no loss scaling.
+        if gpu_compute_capability and gpu_compute_capability[0] >= 8:
+            return "mixed_bfloat16"
+        return "mixed_float16"
+    return "float32"
+
+
+def _split_cpu(tf, n: int) -> None:
+    cpus = tf.config.list_physical_devices("CPU")
+    current = tf.config.get_logical_device_configuration(cpus[0])
+    if current and len(current) == n:
+        return
+    try:
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(n)])
+    except RuntimeError as err:  # TensorFlow already initialised its devices
+        raise ConfigError(f"runtime.cpu_devices={n}: TensorFlow devices are already "
+                          f"initialised in this process ({err}); set it before anything "
+                          "runs TensorFlow") from None
+
+
+def _connect_tpu(tf, tpu: str):
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or None)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (ValueError, tf.errors.OpError, RuntimeError) as err:
+        raise ConfigError(f"runtime.strategy=tpu: no TPU reachable (tpu='{tpu}'): "
+                          f"{str(err).splitlines()[0]}") from None
+    return resolver
+
+
+def setup(cfg: RuntimeConfig, env: Mapping[str, str] | None = None) -> Runtime:
+    """Seed, pick the strategy and precision policy, and log the choice."""
+    import tensorflow as tf
+
+    env = os.environ if env is None else env
+    if cfg.cpu_devices > 1:
+        _split_cpu(tf, cfg.cpu_devices)
+    tf.keras.utils.set_random_seed(cfg.seed)
+    if cfg.deterministic:
+        tf.config.experimental.enable_op_determinism()
+
+    gpus = tf.config.list_physical_devices("GPU")
+    hint = tpu_hinted(env) if cfg.strategy in ("auto", "tpu") else None
+    resolver = None
+    if cfg.strategy == "tpu" or (cfg.strategy == "auto" and hint):
+        try:
+            resolver = _connect_tpu(tf, cfg.tpu)
+        except ConfigError:
+            if cfg.strategy == "tpu":
+                raise
+            log.warning("A TPU was hinted (%s) but none could be reached; continuing", hint)
+    kind, reason = choose_strategy(cfg.strategy, env=env, tpu_found=resolver is not None,
+                                   num_gpus=len(gpus), tpu_hint=hint)
+
+    task_type = task_id = None
+    if kind == "tpu":
+        strategy = tf.distribute.TPUStrategy(resolver)
+        device_kind = "TPU"
+    elif kind == "mirrored":
+        devices = None
+        if not gpus:  # Mirrored over logical CPUs: name them, or it picks CPU:0 only
+            devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+        strategy = tf.distribute.MirroredStrategy(devices=devices)
+        device_kind = "GPU" if gpus else "CPU"
+    elif kind == "multi_worker":
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        resolver_mw = strategy.cluster_resolver
+        task_type, task_id = resolver_mw.task_type, resolver_mw.task_id
+        device_kind = "GPU" if gpus else "CPU"
+    elif kind == "one_device":
+        device = "/gpu:0" if gpus else "/cpu:0"
+        strategy = tf.distribute.OneDeviceStrategy(device)
+        device_kind = "GPU" if gpus else "CPU"
+    else:
+        strategy = tf.distribute.get_strategy()
+        device_kind = "CPU"
+
+    capability = None
+    if gpus:
+        details = tf.config.experimental.get_device_details(gpus[0])
+        capability = details.get("compute_capability")
+    precision = choose_precision(cfg.precision, device_kind, capability)
+    tf.keras.mixed_precision.set_global_policy(precision)
+
+    rt = Runtime(strategy=strategy, kind=kind, reason=reason,
+                 num_replicas=strategy.num_replicas_in_sync, precision=precision,
+                 device_kind=device_kind, is_chief=is_chief(task_type, task_id),
+                 task_type=task_type, task_id=task_id)
+    log.info("runtime: %s", rt.describe())
+    return rt
+
+
+def is_chief(task_type: str | None, task_id: int | None) -> bool:
+    """The chief writes checkpoints, logs and exports; other workers write to temp dirs.
+
+    Without a cluster every process is the chief. In a cluster with a 'chief' task only
+    that task is; with workers only, worker 0 is (the MultiWorkerMirrored convention).
+    """
+    if task_type is None:
+        return True
+    if task_type == "chief":
+        return True
+    if task_type == "worker":
+        cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+        return "chief" not in cluster and task_id == 0
+    return False
+
+
+def worker_dir(path: str | os.PathLike, rt: Runtime) -> Path:
+    """Where this worker writes ``path``: the path itself on the chief, a per-worker
+    scratch directory elsewhere (every worker must still write, for collective saves)."""
+    path = Path(path)
+    if rt.is_chief:
+        return path
+    return path.parent / ".workers" / f"{rt.task_type}_{rt.task_id}" / path.name
