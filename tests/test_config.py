@@ -1,0 +1,133 @@
+"""Config layering, validation messages, params.yaml, and the CLI's handling of mistakes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import yaml
+from conftest import REPO, run_python
+
+from tfapp.config import (
+    ConfigError,
+    ExperimentConfig,
+    config_reference,
+    field_docs,
+    load_config,
+    save_params,
+)
+
+
+def test_defaults_are_the_default_run():
+    cfg = load_config()
+    assert cfg.task == "classifier" and cfg.model.kind == "bert"
+    assert cfg.data.train_files == "demo"
+    assert cfg.name == "classifier"
+
+
+def test_layering_defaults_yaml_overrides(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("trainer:\n  epochs: 5\ndata:\n  batch_size: 16\n  seq_length: 64\n")
+    cfg = load_config(path, ["trainer.epochs=7", "optimizer.learning_rate=1e-4"])
+    assert cfg.trainer.epochs == 7            # override beats YAML
+    assert cfg.data.batch_size == 16          # YAML beats default
+    assert cfg.data.seq_length == 64
+    assert cfg.optimizer.learning_rate == pytest.approx(1e-4)
+    assert cfg.model.dropout == 0.1           # default kept
+    assert cfg.name == "exp"                  # run named after the file
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_load_and_say_how_to_run(path):
+    load_config(path)
+    header = path.read_text().splitlines()[0]
+    assert header.startswith("#") and "python -m tfapp." in path.read_text().split("\n\n")[0]
+
+
+@pytest.mark.parametrize("overrides,fragment", [
+    (["trainer.epoch=3"], "unknown config key 'trainer.epoch'"),
+    (["trainer.epoch=3"], "did you mean 'trainer.epochs'"),
+    (["data.batch_size=-1"], "data.batch_size: -1 is too small; must be >= 1"),
+    (["data.batch_size=abc"], "data.batch_size: wrong type"),
+    (["runtime.strategy=gpu"], "choose one of: auto, tpu, mirrored, multi_worker, one_device, cpu"),
+    (["optimizer.learning_rate=0"], "optimizer.learning_rate: 0.0 must be > 0"),
+    (["trainer.profile_steps=9,3"], "trainer.profile_steps"),
+    (["nonsense"], "not of the form key=value"),
+    (["task=generator"], "needs model.kind=seq2seq"),
+    (["data.service.adress=x"], "did you mean 'data.service.address'"),
+])
+def test_bad_overrides_name_the_key(overrides, fragment):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, overrides)
+    message = str(info.value)
+    assert fragment in message
+    assert "\n" not in message
+
+
+def test_bad_yaml_files(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "missing.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("trainer:\n  epochs: [1\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(broken)
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("trainer:\n  epcohs: 2\n")
+    with pytest.raises(ConfigError, match=r"typo.yaml.*did you mean 'trainer.epochs'"):
+        load_config(typo)
+
+
+def test_every_field_is_documented():
+    def walk(cls):
+        docs = field_docs(cls)
+        for f in dataclasses.fields(cls):
+            assert docs.get(f.name), f"{cls.__name__}.{f.name} has no docstring entry"
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING \
+                else f.default
+            if dataclasses.is_dataclass(default):
+                walk(type(default))
+    walk(ExperimentConfig)
+    keys = [row[0] for row in config_reference()]
+    assert "data.service.address" in keys and "trainer.epochs" in keys
+
+
+def test_params_yaml_round_trips(tmp_path):
+    cfg = load_config(None, ["trainer.epochs=2", "tracking.wandb.tags=[a,b]"])
+    path = save_params(cfg, tmp_path / "run")
+    assert path.name == "params.yaml"
+    assert yaml.safe_load(path.read_text())["trainer"]["epochs"] == 2
+    assert load_config(path) == cfg  # rerunning from params.yaml keeps the run name
+    assert not list((tmp_path / "run").glob(".params*"))  # no temp file left behind
+
+
+def test_cli_bad_override_is_one_line_exit_2():
+    proc = run_python(["-m", "tfapp.train", "trainer.epoch=3"], timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines == [lines[-1]] and lines[0].startswith("tfapp: error: unknown config key")
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_help_lists_config_groups():
+    proc = run_python(["-m", "tfapp.train", "--help"], timeout=120)
+    assert proc.returncode == 0
+    for group in ("runtime:", "data:", "model:", "optimizer:", "trainer:", "tracking:"):
+        assert f"  {group}" in proc.stdout
+    assert "data.batch_size" in proc.stdout
+
+
+def test_console_script_dispatch():
+    proc = run_python(["-m", "tfapp.cli", "bogus"], timeout=120)
+    assert proc.returncode == 2 and "unknown command 'bogus'" in proc.stderr
+    proc = run_python(["-m", "tfapp.cli", "train", "--print-config", "trainer.epochs=4"],
+                      timeout=120)
+    assert proc.returncode == 0 and yaml.safe_load(proc.stdout)["trainer"]["epochs"] == 4
+
+
+def test_importing_tfapp_first_selects_tf_keras():
+    code = ("import tfapp, tensorflow as tf, tf_keras; "
+            "assert tf.keras.layers.Dense is tf_keras.layers.Dense, tf.keras; print('ok')")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    env["PYTHONPATH"] = str(REPO)
+    proc = run_python(["-c", code], env=env, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-1500:]

@@ -1,0 +1,114 @@
+"""Strategy resolution: the pure selection logic, and real strategies in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import REPO, free_ports, run_python, subprocess_env
+
+from tfapp.config import ConfigError
+from tfapp.runtime import choose_precision, choose_strategy, is_chief, tpu_hinted
+
+TWO_WORKERS = json.dumps({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+                          "task": {"type": "worker", "index": 0}})
+
+
+@pytest.mark.parametrize("env,tpu,gpus,expected", [
+    ({}, True, 0, "tpu"),                       # a resolver found a TPU: always TPU first
+    ({}, True, 8, "tpu"),
+    ({"TF_CONFIG": TWO_WORKERS}, False, 0, "multi_worker"),
+    ({}, False, 4, "mirrored"),
+    ({}, False, 1, "one_device"),
+    ({}, False, 0, "cpu"),
+])
+def test_auto_picks_by_hardware(env, tpu, gpus, expected):
+    kind, reason = choose_strategy("auto", env=env, tpu_found=tpu, num_gpus=gpus)
+    assert kind == expected
+    assert reason.startswith("auto:")
+
+
+def test_explicit_strategy_is_kept_and_multi_worker_needs_tf_config():
+    assert choose_strategy("mirrored", env={}, tpu_found=False, num_gpus=0)[0] == "mirrored"
+    with pytest.raises(ConfigError, match="TF_CONFIG"):
+        choose_strategy("multi_worker", env={}, tpu_found=False, num_gpus=0)
+
+
+def test_tpu_hints_from_environment_and_devices(tmp_path):
+    assert tpu_hinted({}, dev_dir=str(tmp_path)) is None
+    assert "COLAB_TPU_ADDR" in tpu_hinted({"COLAB_TPU_ADDR": "10.0.0.2:8470"},
+                                          dev_dir=str(tmp_path))
+    assert "TPU_NAME" in tpu_hinted({"TPU_NAME": "my-tpu"}, dev_dir=str(tmp_path))
+    (tmp_path / "accel0").touch()  # what a TPU VM (Kaggle, GCE) exposes
+    assert "accel" in tpu_hinted({}, dev_dir=str(tmp_path))
+
+
+def test_precision_by_device():
+    assert choose_precision("auto", "TPU", None) == "mixed_bfloat16"
+    assert choose_precision("auto", "GPU", (7, 5)) == "mixed_float16"
+    assert choose_precision("auto", "GPU", (9, 0)) == "mixed_bfloat16"
+    assert choose_precision("auto", "CPU", None) == "float32"
+    assert choose_precision("mixed_bfloat16", "CPU", None) == "mixed_bfloat16"
+
+
+def test_chief_rules(monkeypatch):
+    assert is_chief(None, None)
+    assert is_chief("chief", 0)
+    monkeypatch.setenv("TF_CONFIG", TWO_WORKERS)
+    assert is_chief("worker", 0) and not is_chief("worker", 1)
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"chief": ["a:1"], "worker": ["b:1"]}, "task": {"type": "worker",
+                                                                   "index": 0}}))
+    assert not is_chief("worker", 0)
+
+
+@pytest.mark.parametrize("devices", [2, 4])
+def test_mirrored_over_logical_cpus(devices):
+    proc = run_python(["tests/workers/runtime_probe.py", "runtime.strategy=mirrored",
+                       f"runtime.cpu_devices={devices}", "data.batch_size=16"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["strategy"] == "MirroredStrategy"
+    assert out["replicas"] == devices
+    assert out["global_batch"] == 16 * devices
+    assert out["precision"] == "float32"
+
+
+def test_auto_on_this_machine_is_the_default_cpu_strategy():
+    proc = run_python(["tests/workers/runtime_probe.py"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (out["kind"], out["replicas"]) == ("cpu", 1)
+    assert "no TPU or GPU" in out["reason"]
+
+
+@pytest.mark.slow
+def test_two_real_workers_finish_with_equal_weights(tmp_path):
+    ports = free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    procs = []
+    for i in range(2):
+        env = subprocess_env(TF_CONFIG=json.dumps({"cluster": cluster,
+                                                   "task": {"type": "worker", "index": i}}))
+        procs.append(subprocess.Popen(
+            [sys.executable, "tests/workers/multi_worker_fit.py", str(tmp_path / f"w{i}.npz")],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("multi-worker run did not finish in 240 s")
+        assert p.returncode == 0, err[-3000:]
+    w0, w1 = np.load(tmp_path / "w0.npz"), np.load(tmp_path / "w1.npz")
+    assert int(w0["replicas"]) == 2
+    assert bool(w0["chief"]) and not bool(w1["chief"])
+    weights = [k for k in w0.files if k.startswith("arr_")]
+    for k in weights:
+        np.testing.assert_array_equal(w0[k], w1[k])
+    losses = w0["losses"]
+    assert losses[-1] < losses[0], losses  # it trained

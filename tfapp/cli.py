@@ -1,0 +1,114 @@
+"""Shared command-line plumbing: config arguments, help text, logging, user errors.
+
+Every entry point (``python -m tfapp.train`` ...) builds its parser with
+``config_parser`` and runs its body through ``run_main``, so a user mistake is one
+``tfapp: error: ...`` line on stderr with exit code 2, never a traceback.
+The ``tfapp`` console script dispatches ``tfapp <command> ...`` to those modules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+import textwrap
+from collections.abc import Callable, Sequence
+
+import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from tfapp.config import ConfigError, ExperimentConfig, config_reference, group_docs, load_config
+
+EXIT_USER_ERROR = 2
+
+# `tfapp <command>` -> module whose main(argv) runs it.
+COMMANDS = {
+    "train": "tfapp.train",
+    "predict": "tfapp.predict",
+    "evaluate": "tfapp.evaluate",
+    "generate": "tfapp.generate",
+    "hub": "tfapp.hub.__main__",
+    "data_service": "tfapp.data_service",
+}
+
+
+def setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    # absl (used by TensorFlow) otherwise duplicates every line with its own prefix.
+    try:
+        import absl.logging
+
+        absl.logging.set_verbosity(absl.logging.ERROR)
+    except ImportError:
+        pass
+
+
+def config_help() -> str:
+    """The config reference for --help: every group with its keys, types and defaults."""
+    groups = group_docs()
+    lines = ["config keys (set in the YAML file or as key=value overrides):"]
+    current = None
+    for key, type_name, default, doc in config_reference(ExperimentConfig):
+        group = key.split(".")[0] if "." in key else ""
+        if group != current:
+            current = group
+            lines.append("")
+            lines.append(f"  {group}: {groups[group]}" if group else "  (top level)")
+        summary = doc.split(". ")[0].rstrip(".")
+        lines.append(f"    {key} = {default}  [{type_name}]")
+        lines.extend(textwrap.wrap(summary, width=88, initial_indent="        ",
+                                   subsequent_indent="        "))
+    return "\n".join(lines)
+
+
+def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, epilog=config_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", metavar="FILE",
+                        help="experiment YAML (see configs/); default: the built-in defaults, "
+                             "i.e. the BERT classifier on the shipped demo data")
+    parser.add_argument("overrides", nargs="*", metavar="key=value",
+                        help="dotted config overrides, e.g. trainer.epochs=3 data.batch_size=64")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the resolved config as YAML and exit")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return parser
+
+
+def resolve_config(args: argparse.Namespace) -> ExperimentConfig:
+    return load_config(args.config, args.overrides)
+
+
+def run_main(body: Callable[[], int | None]) -> int:
+    """Run an entry point's body; user errors become one line and exit code 2."""
+    try:
+        return body() or 0
+    except ConfigError as err:
+        print(f"tfapp: error: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("tfapp: interrupted", file=sys.stderr)
+        return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``tfapp <command> [args]``: the console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: tfapp <command> [args...]\n\ncommands:\n  "
+              + "\n  ".join(COMMANDS)
+              + "\n\n`tfapp <command> --help` describes each; "
+                "`python -m tfapp.<command>` is the same.")
+        return 0 if argv else EXIT_USER_ERROR
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"tfapp: error: unknown command '{command}'; choose one of: "
+              f"{', '.join(COMMANDS)}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    module = importlib.import_module(COMMANDS[command])
+    return module.main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

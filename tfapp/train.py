@@ -1,0 +1,40 @@
+"""Train a model: ``python -m tfapp.train [--config FILE] [key=value ...]``.
+
+With no arguments it fine-tunes the BERT classifier on the demo data shipped with
+tfapp, using a tiny BERT that tfapp builds once and loads through TF-Hub.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from tfapp import cli
+from tfapp.config import to_yaml
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = cli.config_parser(
+        "python -m tfapp.train",
+        "Train the experiment a config describes; writes params.yaml, TensorBoard logs, "
+        "checkpoints and the exported model into output_dir/name.")
+    args = parser.parse_args(argv)
+    cli.setup_logging(args.verbose)
+
+    def body() -> int:
+        cfg = cli.resolve_config(args)
+        if args.print_config:
+            print(to_yaml(cfg), end="")
+            return 0
+        from tfapp.training.driver import train  # TensorFlow loads only past config checks
+
+        result = train(cfg)
+        print(result.summary())
+        return 0
+
+    return cli.run_main(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
