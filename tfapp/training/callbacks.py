@@ -1,0 +1,110 @@
+"""The standard callbacks every run gets, and the training-curves plot."""
+
+from __future__ import annotations
+
+import csv
+import logging
+from pathlib import Path
+
+import tfapp  # noqa: F401
+import tensorflow as tf
+
+from tfapp.config import ExperimentConfig
+
+log = logging.getLogger("tfapp")
+
+
+def monitor_mode(monitor: str, configured: str) -> str:
+    if configured != "auto":
+        return configured
+    return "min" if "loss" in monitor or "perplexity" in monitor else "max"
+
+
+def parse_profile_steps(spec: str) -> tuple[int, int] | int:
+    """"10,12" -> (10, 12); "10" -> 10 (the TensorBoard callback's profile_batch)."""
+    if not spec:
+        return 0
+    parts = [int(p) for p in spec.split(",")]
+    return (parts[0], parts[1]) if len(parts) == 2 else parts[0]
+
+
+class NonFiniteLossStop(tf.keras.callbacks.Callback):
+    """Stop at the first non-finite loss with a message saying what to try.
+
+    Like TerminateOnNaN, but it records the failure so the driver can report it and
+    never export weights from the broken step.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.bad_batch: int | None = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not tf.math.is_finite(float(loss)):
+            self.bad_batch = batch
+            self.model.stop_training = True
+
+
+def standard_callbacks(cfg: ExperimentConfig, run_dir: Path, *, has_validation: bool,
+                       write: bool) -> tuple[list[tf.keras.callbacks.Callback], dict]:
+    """Callbacks for ``cfg`` and a dict naming the paths they write.
+
+    ``write`` is False on non-chief workers: they still run BackupAndRestore (every worker
+    must take part in the collective save) but into their own scratch directory.
+    """
+    t = cfg.trainer
+    paths = {"logs": run_dir / "logs", "checkpoints": run_dir / "checkpoints",
+             "backup": run_dir / "backup", "history": run_dir / "history.csv"}
+    cbs: list[tf.keras.callbacks.Callback] = [
+        NonFiniteLossStop(),
+        tf.keras.callbacks.BackupAndRestore(str(paths["backup"])),
+    ]
+    monitor = t.monitor if has_validation else t.monitor.removeprefix("val_")
+    mode = monitor_mode(monitor, t.monitor_mode)
+    if write:
+        cbs.append(tf.keras.callbacks.CSVLogger(str(paths["history"]), append=True))
+        if cfg.tracking.tensorboard:
+            cbs.append(tf.keras.callbacks.TensorBoard(
+                log_dir=str(paths["logs"]), histogram_freq=0, write_graph=True,
+                update_freq="epoch", profile_batch=parse_profile_steps(t.profile_steps)))
+        paths["best"] = paths["checkpoints"] / "best"
+        cbs.append(tf.keras.callbacks.ModelCheckpoint(
+            str(paths["best"]), monitor=monitor, mode=mode, save_best_only=True,
+            save_weights_only=True, verbose=0))
+    if t.early_stopping_patience > 0:
+        cbs.append(tf.keras.callbacks.EarlyStopping(
+            monitor=monitor, mode=mode, patience=t.early_stopping_patience,
+            restore_best_weights=True, verbose=1))
+    return cbs, paths
+
+
+def plot_curves(history_csv: Path, out_png: Path) -> Path | None:
+    """Loss and each metric per epoch, train vs validation, into one PNG."""
+    if not history_csv.is_file():
+        return None
+    with history_csv.open() as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [k for k in rows[0] if k not in ("epoch", "lr", "learning_rate")
+             and not k.startswith("val_")]
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.4), squeeze=False)
+    epochs = [int(r["epoch"]) + 1 for r in rows]
+    for ax, name in zip(axes[0], names, strict=True):
+        ax.plot(epochs, [float(r[name]) for r in rows], "o-", label="train")
+        if f"val_{name}" in rows[0]:
+            ax.plot(epochs, [float(r[f"val_{name}"]) for r in rows], "s-", label="validation")
+        ax.set_title(name)
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+    return out_png

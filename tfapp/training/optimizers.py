@@ -1,0 +1,84 @@
+"""Optimizers and learning-rate schedules built from ``OptimizerConfig``.
+
+Schedules are functions of the optimizer step (``optimizer.iterations``), so a
+resumed run continues at the same point of its schedule: the step is part of the
+optimizer state that checkpoints and BackupAndRestore save.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tfapp  # noqa: F401
+import tensorflow as tf
+
+from tfapp.config import OptimizerConfig
+
+# Substrings of variable names that AdamW's decoupled weight decay skips: biases and
+# LayerNorm scale/offset (the BERT recipe). Hub-restored variables keep their
+# original names, so these match both native and TF-Hub encoders.
+NO_DECAY = ("bias", "layer_norm", "LayerNorm", "layernorm", "gamma", "beta")
+
+
+@tf.keras.utils.register_keras_serializable(package="tfapp")
+class WarmupSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup to ``peak`` over ``warmup_steps``, then a decay to 0 at ``total_steps``.
+
+    ``decay``: linear (BERT's default), cosine (one-cycle's annealing phase), constant.
+    """
+
+    def __init__(self, peak: float, total_steps: int, warmup_steps: int,
+                 decay: str = "linear", name: str = "warmup"):
+        super().__init__()
+        self.peak = float(peak)
+        self.total_steps = max(int(total_steps), 1)
+        self.warmup_steps = int(warmup_steps)
+        self.decay = decay
+        self.name = name
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        warm = tf.cast(max(self.warmup_steps, 1), tf.float32)
+        warmup_lr = self.peak * (step + 1.0) / warm
+        span = tf.cast(max(self.total_steps - self.warmup_steps, 1), tf.float32)
+        progress = tf.clip_by_value((step - self.warmup_steps) / span, 0.0, 1.0)
+        if self.decay == "linear":
+            after = self.peak * (1.0 - progress)
+        elif self.decay == "cosine":
+            after = self.peak * 0.5 * (1.0 + tf.cos(math.pi * progress))
+        else:
+            after = tf.constant(self.peak, tf.float32)
+        if self.warmup_steps <= 0:
+            return after
+        return tf.where(step < self.warmup_steps, warmup_lr, after)
+
+    def get_config(self) -> dict:
+        return {"peak": self.peak, "total_steps": self.total_steps,
+                "warmup_steps": self.warmup_steps, "decay": self.decay, "name": self.name}
+
+
+def build_schedule(cfg: OptimizerConfig, *, peak: float, total_steps: int
+                   ) -> tf.keras.optimizers.schedules.LearningRateSchedule:
+    """linear: warmup + linear decay; one_cycle: warmup + cosine annealing (30% warmup
+    if warmup_ratio is 0); constant: warmup then flat."""
+    warmup_ratio = cfg.warmup_ratio
+    if cfg.schedule == "one_cycle" and warmup_ratio == 0:
+        warmup_ratio = 0.3
+    warmup = int(round(total_steps * warmup_ratio))
+    decay = {"linear": "linear", "one_cycle": "cosine", "constant": "constant"}[cfg.schedule]
+    return WarmupSchedule(peak, total_steps, warmup, decay, name=cfg.schedule)
+
+
+def build_optimizer(cfg: OptimizerConfig, *, peak: float, total_steps: int
+                    ) -> tf.keras.optimizers.Optimizer:
+    """The optimizer for ``cfg`` with its schedule; build it inside the strategy scope."""
+    schedule = build_schedule(cfg, peak=peak, total_steps=total_steps)
+    clip = {"global_clipnorm": cfg.clipnorm} if cfg.clipnorm > 0 else {}
+    if cfg.name == "adamw":
+        opt = tf.keras.optimizers.AdamW(learning_rate=schedule, weight_decay=cfg.weight_decay,
+                                        epsilon=1e-6, **clip)
+        opt.exclude_from_weight_decay(var_names=list(NO_DECAY))
+        return opt
+    if cfg.name == "adam":
+        return tf.keras.optimizers.Adam(learning_rate=schedule, **clip)
+    return tf.keras.optimizers.SGD(learning_rate=schedule, momentum=0.9, **clip)
