@@ -128,6 +128,21 @@ class DataConfig:
       on_bad_rows: fail stops at the first malformed row naming file and line; skip drops such
         rows and reports their count and first examples.
       service: tf.data service settings.
+      drop_regex: generator corpus filter: drop lines matching this Python regular expression
+        ("" keeps all), e.g. "^(chapter|contents)\\b" for headings.
+      strip_punctuation: generator: remove punctuation (apostrophes inside words stay) from
+        corpus lines and prompts; lowercasing always applies.
+      vocab_size: generator: most frequent words kept by TextVectorization, including the
+        padding, [UNK], [START] and [END] tokens; rarer words become [UNK].
+      example_shape: generator examples: continuation (the last context_words words of a line
+        -> its next target_words words) or pairs (source_column -> target_column rows of a
+        TSV/JSONL file).
+      context_words: generator encoder length: context words per example, [START] included
+        (pairs: source tokens kept).
+      target_words: generator decoder length: target words per example, [END] included
+        (pairs: target tokens kept).
+      source_column: generator pairs: column (TSV header or JSONL key) holding the source text.
+      target_column: generator pairs: column holding the target text.
     """
 
     train_files: str = "demo"
@@ -150,6 +165,14 @@ class DataConfig:
     deterministic: bool = False
     on_bad_rows: str = choices("fail", "skip", default="fail")
     service: DataServiceConfig = field(default_factory=DataServiceConfig)
+    drop_regex: str = ""
+    strip_punctuation: bool = True
+    vocab_size: int = bounded(5000, min=8)
+    example_shape: str = choices("continuation", "pairs", default="continuation")
+    context_words: int = bounded(8, min=1, max=1024)
+    target_words: int = bounded(12, min=1, max=1024)
+    source_column: str = "source"
+    target_column: str = "target"
 
 
 @dataclass
@@ -277,6 +300,33 @@ class TrackingConfig:
 
 
 @dataclass
+class GenerationConfig:
+    """How the generator writes text (training samples, export defaults, the generate CLI).
+
+    Attributes:
+      method: greedy (argmax), sample (temperature sampling), top_k, top_p (nucleus) or beam.
+      temperature: divides the logits before sampling (sample, top_k, top_p); < 1 is safer.
+      top_k: top_k method: sample among the k most likely words.
+      top_p: top_p method: sample among the most likely words whose probabilities sum to p.
+      num_beams: beam method: hypotheses kept per prompt (fixed in the exported beam_search).
+      length_penalty: beam method: GNMT length-normalisation exponent alpha (0 = raw
+        log-probability; larger favours longer texts).
+      max_length: most words generated per prompt ([END] stops earlier); also the longest
+        request the export accepts.
+      seed: seed of the stateless random ops used by sampling (same seed -> same text).
+    """
+
+    method: str = choices("greedy", "sample", "top_k", "top_p", "beam", default="top_k")
+    temperature: float = bounded(0.8, gt=0.0)
+    top_k: int = bounded(5, min=1)
+    top_p: float = bounded(0.9, gt=0.0, max=1.0)
+    num_beams: int = bounded(4, min=1, max=64)
+    length_penalty: float = bounded(0.6, min=0.0)
+    max_length: int = bounded(30, min=1, max=1024)
+    seed: int = 0
+
+
+@dataclass
 class ExperimentConfig:
     """One experiment.
 
@@ -291,6 +341,7 @@ class ExperimentConfig:
       optimizer: optimizer and learning-rate schedule.
       trainer: the training loop.
       tracking: TensorBoard and W&B.
+      generation: how the generator writes text (task=generator).
     """
 
     task: str = choices(*TASKS, default="classifier")
@@ -302,6 +353,7 @@ class ExperimentConfig:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
 
     @property
     def run_dir(self) -> Path:
