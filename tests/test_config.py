@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
-import yaml
-from conftest import REPO, run_python
-
 from tfapp.config import (
     ConfigError,
     ExperimentConfig,
@@ -16,6 +12,10 @@ from tfapp.config import (
     load_config,
     save_params,
 )
+
+import pytest
+import yaml
+from conftest import REPO, run_python
 
 
 def test_defaults_are_the_default_run():

@@ -6,12 +6,12 @@ import json
 import subprocess
 import sys
 
+from tfapp.config import ConfigError
+from tfapp.runtime import choose_precision, choose_strategy, is_chief, tpu_hinted
+
 import numpy as np
 import pytest
 from conftest import REPO, free_ports, run_python, subprocess_env
-
-from tfapp.config import ConfigError
-from tfapp.runtime import choose_precision, choose_strategy, is_chief, tpu_hinted
 
 TWO_WORKERS = json.dumps({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
                           "task": {"type": "worker", "index": 0}})

@@ -384,7 +384,8 @@ def _type_name(f: dataclasses.Field) -> str:
     return t.replace("bool | None", "bool|null")
 
 
-def config_reference(cls: type = ExperimentConfig, prefix: str = "") -> list[tuple[str, str, str, str]]:
+def config_reference(cls: type = ExperimentConfig, prefix: str = ""
+                     ) -> list[tuple[str, str, str, str]]:
     """Rows (dotted key, type, default, description) for every leaf field."""
     rows = []
     docs = field_docs(cls)

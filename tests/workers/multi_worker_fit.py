@@ -7,12 +7,12 @@ Usage: python tests/workers/multi_worker_fit.py OUT.npz
 
 import sys
 
-import numpy as np
-
 import tfapp  # noqa: F401
-import tensorflow as tf
 from tfapp import runtime
 from tfapp.config import load_config
+
+import numpy as np
+import tensorflow as tf
 
 cfg = load_config(None, ["runtime.strategy=multi_worker", "data.batch_size=8"])
 rt = runtime.setup(cfg.runtime)

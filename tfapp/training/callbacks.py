@@ -6,10 +6,9 @@ import csv
 import logging
 from pathlib import Path
 
-import tfapp  # noqa: F401
-import tensorflow as tf
-
 from tfapp.config import ExperimentConfig
+
+import tensorflow as tf
 
 log = logging.getLogger("tfapp")
 

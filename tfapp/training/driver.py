@@ -16,9 +16,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import tfapp  # noqa: F401
-import tensorflow as tf
-
 from tfapp import runtime as runtime_lib
 from tfapp.config import ConfigError, ExperimentConfig, save_params
 from tfapp.tasks import get_task

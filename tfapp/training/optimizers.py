@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import math
 
-import tfapp  # noqa: F401
-import tensorflow as tf
-
 from tfapp.config import OptimizerConfig
+
+import tensorflow as tf
 
 # Substrings of variable names that AdamW's decoupled weight decay skips: biases and
 # LayerNorm scale/offset (the BERT recipe). Hub-restored variables keep their
