@@ -1,16 +1,16 @@
 """WordPiece vocab builder and BertPreprocessor: exact ids against a plain-Python reference."""
 
-import tfapp  # noqa: F401, I001  (first: selects tf-keras before TensorFlow is imported)
 import unicodedata
+
+import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
+from tfapp.data.bert_preprocess import BertPreprocessor, make_bert_preprocess_fn
+from tfapp.data.errors import DataError
+from tfapp.data.vocab import build_wordpiece_vocab, read_vocab, write_vocab
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_hub as hub
-
-from tfapp.data.bert_preprocess import BertPreprocessor, make_bert_preprocess_fn
-from tfapp.data.errors import DataError
-from tfapp.data.vocab import build_wordpiece_vocab, read_vocab, write_vocab
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "!", "'", "the", "movie",
          "was", "great", "not", "good", "film", "i", "it", "bad", "un", "##believ", "##able",

@@ -26,11 +26,11 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-import tensorflow as tf
-import tensorflow_text as tf_text
-
 from tfapp.data.errors import DataError
 from tfapp.data.vocab import read_vocab
+
+import tensorflow as tf
+import tensorflow_text as tf_text
 
 __all__ = ["BertPreprocessor", "make_bert_preprocess_fn", "FEATURE_KEYS"]
 

@@ -14,9 +14,9 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-import tensorflow as tf
-
 from tfapp.data.errors import DataError
+
+import tensorflow as tf
 
 __all__ = ["RESERVED_TOKENS", "build_wordpiece_vocab", "write_vocab", "read_vocab"]
 
