@@ -19,6 +19,7 @@ from pathlib import Path
 from tfapp import runtime as runtime_lib
 from tfapp.config import ConfigError, ExperimentConfig, save_params
 from tfapp.tasks import get_task
+from tfapp.training.accumulation import AccumulatingModel
 from tfapp.training.callbacks import plot_curves, standard_callbacks
 from tfapp.training.optimizers import build_optimizer
 
@@ -82,6 +83,21 @@ def steps_per_epoch(cfg: ExperimentConfig, num_examples: int, global_batch: int)
     return steps
 
 
+def _with_accumulation(model, steps: int, rt: runtime_lib.Runtime):
+    if steps <= 1:
+        return model
+    if rt.num_replicas > 1:
+        # Applying inside a tf.cond would need a cross-replica merge_call there, which
+        # MirroredStrategy does not support; with several replicas the global batch is
+        # already replicas x data.batch_size.
+        raise ConfigError(f"trainer.gradient_accumulation_steps={steps} runs on one replica; "
+                          f"with {rt.num_replicas} replicas raise data.batch_size instead")
+    if not getattr(model, "_is_graph_network", False):
+        raise ConfigError("trainer.gradient_accumulation_steps > 1 needs a functional model "
+                          f"({type(model).__name__} has its own train_step); set it to 1")
+    return AccumulatingModel.wrap(model, steps)
+
+
 def train(cfg: ExperimentConfig) -> TrainResult:
     """Run the experiment ``cfg`` describes end to end."""
     started = time.time()
@@ -111,6 +127,7 @@ def train(cfg: ExperimentConfig) -> TrainResult:
                  total_steps, lr, jit, cfg.trainer.steps_per_execution)
         with rt.strategy.scope():
             model = task.build_model(inputs)
+            model = _with_accumulation(model, cfg.trainer.gradient_accumulation_steps, rt)
             optimizer = build_optimizer(cfg.optimizer, peak=lr, total_steps=total_steps)
             model.compile(optimizer=optimizer, loss=task.build_losses(),
                           metrics=task.build_metrics(), jit_compile=jit,

@@ -1,0 +1,76 @@
+"""Optimizer, schedules and gradient accumulation, on tiny real models."""
+
+from __future__ import annotations
+
+from tfapp.config import ConfigError, OptimizerConfig
+from tfapp.runtime import Runtime
+from tfapp.training.accumulation import AccumulatingModel
+from tfapp.training.driver import _with_accumulation
+from tfapp.training.optimizers import build_optimizer, build_schedule
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+
+def test_linear_warmup_then_decay():
+    sched = build_schedule(OptimizerConfig(schedule="linear", warmup_ratio=0.1),
+                           peak=1.0, total_steps=100)
+    lrs = [float(sched(s)) for s in (0, 4, 9, 10, 55, 100)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[1] == pytest.approx(0.5)
+    assert lrs[2] == pytest.approx(1.0) and lrs[3] == pytest.approx(1.0)
+    assert lrs[4] == pytest.approx(0.5) and lrs[5] == pytest.approx(0.0)
+
+
+def test_one_cycle_and_constant():
+    cyc = build_schedule(OptimizerConfig(schedule="one_cycle", warmup_ratio=0.0),
+                         peak=2.0, total_steps=10)
+    values = [float(cyc(s)) for s in range(11)]
+    assert max(values) == pytest.approx(2.0) and values.index(max(values)) == 2  # 30% warmup
+    assert values[-1] == pytest.approx(0.0, abs=1e-6)
+    const = build_schedule(OptimizerConfig(schedule="constant", warmup_ratio=0.0),
+                           peak=0.3, total_steps=10)
+    assert [float(const(s)) for s in (0, 9)] == pytest.approx([0.3, 0.3])
+
+
+def test_adamw_skips_decay_on_biases_and_layer_norm():
+    inp = tf.keras.Input((4,))
+    h = tf.keras.layers.Dense(4, name="dense")(inp)
+    out = tf.keras.layers.LayerNormalization(name="layer_norm")(h)
+    model = tf.keras.Model(inp, out)
+    opt = build_optimizer(OptimizerConfig(name="adamw", weight_decay=0.1), peak=1e-3,
+                          total_steps=10)
+    opt.build(model.trainable_variables)
+    decayed = {v.name.split("/")[-1].split(":")[0] + "@" + v.name.split("/")[0]
+               for v in model.trainable_variables if opt._use_weight_decay(v)}
+    assert decayed == {"kernel@dense"}
+
+
+def _tiny(acc: int):
+    tf.keras.utils.set_random_seed(1)
+    inp = tf.keras.Input((4,))
+    out = tf.keras.layers.Dense(1)(tf.keras.layers.Dense(8, activation="tanh")(inp))
+    model = tf.keras.Model(inp, out)
+    if acc > 1:
+        model = AccumulatingModel.wrap(model, acc)
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse", steps_per_execution=2)
+    return model
+
+
+def test_accumulating_two_batches_equals_one_double_batch():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 4)).astype("float32")
+    y = rng.normal(size=(64, 1)).astype("float32")
+    accumulated, plain = _tiny(2), _tiny(1)
+    accumulated.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    plain.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0)
+    assert int(accumulated.optimizer.iterations) == 2  # 4 batches -> 2 updates
+    for a, b in zip(accumulated.trainable_weights, plain.trainable_weights, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6)
+
+
+def test_accumulation_with_several_replicas_is_refused():
+    rt = Runtime(strategy=tf.distribute.get_strategy(), kind="mirrored", reason="test",
+                 num_replicas=2, precision="float32", device_kind="CPU")
+    with pytest.raises(ConfigError, match="raise data.batch_size"):
+        _with_accumulation(_tiny(1), 4, rt)
