@@ -1,0 +1,75 @@
+"""Evaluate an exported classifier on a labelled file.
+
+    python -m tfapp.evaluate --model runs/classifier --data test.csv
+Columns, format and label handling default to the run's own params.yaml; override them
+with --text-column / --text-pair-column / --label-column / --format.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tfapp import cli
+from tfapp.config import ConfigError, DataConfig, load_config
+
+
+def _data_config(model: str, args: argparse.Namespace) -> DataConfig:
+    params = Path(model) / "params.yaml"
+    data = load_config(params).data if params.is_file() else DataConfig()
+    for flag, key in (("text_column", "text_column"), ("text_pair_column", "text_pair_column"),
+                      ("label_column", "label_column"), ("format", "format")):
+        value = getattr(args, flag)
+        if value is not None:
+            setattr(data, key, value)
+    return data
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tfapp.evaluate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="run directory or its export/")
+    parser.add_argument("--data", required=True,
+                        help="labelled file(s): path, glob or gs:// (csv, tsv, jsonl, ...)")
+    parser.add_argument("--text-column")
+    parser.add_argument("--text-pair-column")
+    parser.add_argument("--label-column")
+    parser.add_argument("--format", choices=("auto", "csv", "tsv", "jsonl", "text", "tfrecord"))
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    cli.setup_logging()
+
+    def body() -> int:
+        from tfapp.data.sources import BadRowReport, LabelVocab, encode_examples, read_examples
+        from tfapp.serving import LoadedClassifier, find_export
+        from tfapp.training.metrics import classification_report, format_report
+
+        find_export(args.model)  # a clear error before anything slow
+        data = _data_config(args.model, args)
+        model = LoadedClassifier(args.model)
+        multi_label = bool(model.metadata.get("multi_label", data.multi_label))
+        data.multi_label = multi_label
+        report = BadRowReport()
+        raw = read_examples(args.data, data, split="test", mode=data.on_bad_rows, report=report)
+        examples = encode_examples(raw, LabelVocab(model.label_names, multi_label),
+                                   split="test", mode=data.on_bad_rows, report=report,
+                                   known_from="the model")
+        probs, _ = model.predict(examples.texts, examples.text_pairs)
+        if len(model.label_names) == 2 and not multi_label:
+            probs = probs[:, 1:]
+        result = classification_report(examples.labels, probs, model.label_names, multi_label)
+        if report.count:
+            result["bad_rows"] = report.to_dict()
+        print(json.dumps(result, indent=1) if args.json else format_report(result))
+        if report.count and not args.json:
+            print(report.summary(), file=sys.stderr)
+        return 0
+
+    return cli.run_main(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

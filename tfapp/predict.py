@@ -1,0 +1,69 @@
+"""Classify raw texts with an exported model.
+
+    python -m tfapp.predict --model runs/classifier "great battery life" "broke in a week"
+    python -m tfapp.predict --model runs/classifier --input texts.txt --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tfapp import cli
+from tfapp.config import ConfigError
+
+
+def _read_lines(path: str) -> list[str]:
+    if path == "-":
+        return [line.strip() for line in sys.stdin if line.strip()]
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"--input {path}: no such file (give a text file, one text per line)")
+    try:
+        return [line.strip() for line in p.read_text(encoding="utf-8").splitlines()
+                if line.strip()]
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"--input {path}: not UTF-8 text (byte {err.start})") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tfapp.predict", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("texts", nargs="*", help="texts to classify")
+    parser.add_argument("--model", required=True, help="run directory or its export/")
+    parser.add_argument("--input", help="file with one text per line ('-' = stdin)")
+    parser.add_argument("--pair", action="append", default=None,
+                        help="second text of a sentence pair (once per text)")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object per text with every class probability")
+    args = parser.parse_args(argv)
+    cli.setup_logging()
+
+    def body() -> int:
+        texts = list(args.texts) + (_read_lines(args.input) if args.input else [])
+        if not texts:
+            raise ConfigError("no texts given; pass them as arguments or with --input FILE")
+        if args.pair is not None and len(args.pair) != len(texts):
+            raise ConfigError(f"--pair given {len(args.pair)} times for {len(texts)} texts")
+        from tfapp.serving import LoadedClassifier
+
+        model = LoadedClassifier(args.model)
+        probs, labels = model.predict(texts, args.pair)
+        for i, (text, label) in enumerate(zip(texts, labels, strict=True)):
+            if args.json:
+                print(json.dumps({"text": text, "label": label,
+                                  "probabilities": dict(zip(model.label_names,
+                                                            map(float, probs[i]),
+                                                            strict=True))}))
+            else:
+                print(f"{label}\t{probs[i].max():.3f}\t{text}")
+        return 0
+
+    return cli.run_main(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Serving export of a trained classifier: raw strings in, probabilities and labels out.
+
+The SavedModel carries its preprocessing (the BERT tokenizer and packer, with the vocab
+as an asset) and the label names, so it reloads in a fresh process with only
+``tensorflow`` and ``tensorflow_text`` (for the tokenizer ops) imported:
+
+    import tensorflow as tf, tensorflow_text  # noqa
+    m = tf.saved_model.load("runs/classifier/export")
+    out = m.serve(tf.constant(["great value"]))   # {"probabilities", "label"}
+
+Writes are atomic: the model is saved into a temporary sibling directory and renamed
+into place, so a crash never leaves a half-written export that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from tfapp.training.metrics import BINARY, MULTILABEL
+
+import tensorflow as tf
+
+EXPORT_METADATA = "tfapp_export.json"
+
+
+class ClassifierServing(tf.Module):
+    """``serve(text)`` (and ``serve_pair(text, text_pair)`` for sentence-pair models)."""
+
+    def __init__(self, model: tf.keras.Model, preprocessor: tf.Module, *, seq_length: int,
+                 label_names: list[str], mode: str, text_pair: bool):
+        super().__init__(name="classifier_serving")
+        self.model = model
+        self.preprocessor = preprocessor
+        self.label_names = tf.constant(label_names)
+        self._seq_length = int(seq_length)
+        self._mode = mode
+        if text_pair:
+            self.serve_pair = tf.function(
+                self._serve_pair, input_signature=[tf.TensorSpec([None], tf.string),
+                                                   tf.TensorSpec([None], tf.string)])
+
+    def _outputs(self, segments: list) -> dict[str, tf.Tensor]:
+        features = self.preprocessor.bert_pack_inputs(
+            [self.preprocessor.tokenize(s) for s in segments], seq_length=self._seq_length)
+        features = {k: tf.cast(v, tf.int32) for k, v in features.items()}
+        probs = tf.cast(self.model(features, training=False), tf.float32)
+        if self._mode == BINARY:  # one sigmoid -> [P(class 0), P(class 1)]
+            probs = tf.concat([1.0 - probs, probs], axis=-1)
+        if self._mode == MULTILABEL:
+            chosen = tf.ragged.boolean_mask(
+                tf.broadcast_to(self.label_names, tf.shape(probs)), probs >= 0.5)
+            label = tf.strings.reduce_join(chosen, axis=-1, separator="|")
+        else:
+            label = tf.gather(self.label_names, tf.argmax(probs, axis=-1))
+        return {"probabilities": probs, "label": label}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def serve(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self._outputs([text])
+
+    def _serve_pair(self, text: tf.Tensor, text_pair: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self._outputs([text, text_pair])
+
+
+def atomic_save(module: tf.Module, export_dir: str | os.PathLike, *, signatures: dict,
+                metadata: dict) -> Path:
+    """Save ``module`` to ``export_dir`` via a temp dir + rename; replaces an old export."""
+    export_dir = Path(export_dir)
+    export_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=export_dir.parent, prefix=f".{export_dir.name}.tmp"))
+    try:
+        tf.saved_model.save(module, str(tmp), signatures=signatures)
+        (tmp / EXPORT_METADATA).write_text(json.dumps(metadata, indent=1))
+        old = None
+        if export_dir.exists():
+            old = export_dir.with_name(f".{export_dir.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(export_dir, old)
+        os.replace(tmp, export_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return export_dir
+
+
+def export_classifier(serving: ClassifierServing, export_dir: str | os.PathLike, *,
+                      metadata: dict) -> Path:
+    signatures = {"serving_default": serving.serve.get_concrete_function()}
+    if hasattr(serving, "serve_pair"):
+        signatures["serve_pair"] = serving.serve_pair.get_concrete_function()
+    return atomic_save(serving, export_dir, signatures=signatures, metadata=metadata)
+
+
+def read_export_metadata(export_dir: str | os.PathLike) -> dict:
+    path = Path(export_dir) / EXPORT_METADATA
+    return json.loads(path.read_text()) if path.is_file() else {}
