@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tfapp import cli
-from tfapp.config import ConfigError, DataConfig, load_config
+from tfapp.config import DataConfig, load_config
 
 
 def _data_config(model: str, args: argparse.Namespace) -> DataConfig:
