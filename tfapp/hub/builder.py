@@ -1,0 +1,143 @@
+"""Build a randomly initialised BERT + WordPiece vocab and export them as TF-Hub modules.
+
+``build_bert_hub`` is what ``python -m tfapp.hub build-bert`` runs: read a text corpus,
+learn a WordPiece vocabulary from it (``tfapp.data.vocab``), build a native BERT
+encoder of the requested size (``tfapp.models.bert``) and write the pair of TF-Hub
+modules plus metadata (``tfapp.hub.export``)::
+
+    OUT/encoder/        reusable SavedModel (hub.KerasLayer(..., trainable=True))
+    OUT/preprocessor/   SavedModel with tokenize / bert_pack_inputs / __call__
+    OUT/vocab.txt       the WordPiece vocabulary (also an asset inside both modules)
+    OUT/tfapp_hub.json  sizes, lower_case, where the preprocessor is
+
+The weights are random: this is the offline stand-in for a pretrained checkpoint
+(no network here), small enough to fine-tune in minutes on a CPU.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tfapp.config import ConfigError
+
+__all__ = ["BuildParams", "build_bert_hub", "read_corpus"]
+
+
+@dataclass(frozen=True)
+class BuildParams:
+    """Everything that determines a built module (hashed for the builtin cache key).
+
+    Attributes:
+      layers: transformer layers.
+      hidden: hidden width (divisible by heads).
+      heads: attention heads.
+      intermediate: feed-forward width.
+      max_positions: longest sequence the position embedding covers.
+      vocab_size: target WordPiece vocabulary size (a small corpus may yield fewer).
+      lower_case: lower-case and strip accents (an uncased model).
+      seed: seed of the weight initialisers.
+      dropout: dropout rate inside the encoder when fine-tuning.
+      seq_length: default sequence length of the preprocessor's __call__.
+    """
+
+    layers: int = 2
+    hidden: int = 128
+    heads: int = 2
+    intermediate: int = 256
+    max_positions: int = 512
+    vocab_size: int = 4000
+    lower_case: bool = True
+    seed: int = 0
+    dropout: float = 0.1
+    seq_length: int = 128
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def read_corpus(files: Sequence[str | os.PathLike], text_column: str = "text") -> list[str]:
+    """Texts from corpus files: .csv/.tsv (the ``text_column``), .jsonl (its key), else one
+    text per line. Raises ``ConfigError`` naming the file for missing files or columns."""
+    texts: list[str] = []
+    for name in files:
+        path = Path(name)
+        if not path.is_file():
+            raise ConfigError(f"corpus file not found: {path}; give existing text/CSV/JSONL "
+                              "files to --corpus")
+        suffix = path.suffix.lower()
+        with open(path, encoding="utf-8", newline="") as fh:
+            if suffix in (".csv", ".tsv"):
+                reader = csv.DictReader(fh, delimiter="\t" if suffix == ".tsv" else ",")
+                if text_column not in (reader.fieldnames or []):
+                    raise ConfigError(f"{path}: no column '{text_column}' (columns: "
+                                      f"{', '.join(reader.fieldnames or [])}); pass "
+                                      "--text-column")
+                texts.extend(row[text_column] or "" for row in reader)
+            elif suffix == ".jsonl":
+                for i, line in enumerate(fh, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        texts.append(str(json.loads(line)[text_column]))
+                    except (json.JSONDecodeError, KeyError, TypeError):
+                        raise ConfigError(f"{path}:{i}: not a JSON object with key "
+                                          f"'{text_column}'; fix the line or pass "
+                                          "--text-column") from None
+            else:
+                texts.extend(line.rstrip("\n") for line in fh)
+    texts = [t for t in texts if t.strip()]
+    if not texts:
+        raise ConfigError(f"the corpus ({', '.join(map(str, files))}) holds no text; give "
+                          "files with at least one non-empty text")
+    return texts
+
+
+def build_bert_hub(corpus: Iterable[str], out_dir: str | os.PathLike,
+                   params: BuildParams = BuildParams(), *, overwrite: bool = False,
+                   extra_metadata: dict | None = None) -> Path:
+    """Learn a vocab from ``corpus`` (texts), build a random BERT and export both modules.
+
+    Runs in the calling process without touching its global random state (the
+    initialisers are seeded from ``params.seed``) or its mixed-precision policy (the
+    module is built in float32). Do not call it inside a distribution strategy scope;
+    ``resolve_hub_handle`` builds the builtin module in a subprocess for that reason.
+    """
+    from tfapp.data.vocab import build_wordpiece_vocab, write_vocab
+    from tfapp.hub.export import export_bert_modules, float32_policy
+    from tfapp.models.bert import BertConfig, BertEncoder
+
+    import tensorflow as tf
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not overwrite:
+        raise ConfigError(f"{out_dir} already exists; choose another --out or pass --overwrite")
+    if tf.distribute.has_strategy():
+        raise ConfigError("build_bert_hub must run outside a distribution strategy scope")
+    try:
+        cfg = BertConfig(vocab_size=params.vocab_size, hidden_size=params.hidden,
+                         num_layers=params.layers, num_heads=params.heads,
+                         intermediate_size=params.intermediate,
+                         max_position_embeddings=params.max_positions,
+                         dropout=params.dropout, attention_dropout=params.dropout)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if params.seq_length > params.max_positions:
+        raise ConfigError(f"seq_length {params.seq_length} exceeds max_positions "
+                          f"{params.max_positions}; lower it or raise --max-positions")
+
+    vocab = build_wordpiece_vocab(list(corpus), params.vocab_size, lower_case=params.lower_case)
+    cfg = BertConfig.from_dict({**cfg.to_dict(), "vocab_size": len(vocab)})
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab_file = write_vocab(vocab, Path(tmp) / "vocab.txt")
+        with float32_policy():
+            encoder = BertEncoder(cfg, seed=params.seed).build_weights()
+        return export_bert_modules(
+            encoder, vocab_file, out_dir, lower_case=params.lower_case,
+            default_seq_length=params.seq_length, overwrite=overwrite,
+            extra_metadata={"build_params": asdict(params), **(extra_metadata or {})})

@@ -1,0 +1,239 @@
+"""Export a BERT encoder and its preprocessor as TF-Hub SavedModels.
+
+What a TF-Hub *reusable SavedModel* needs (tensorflow.org/hub/reusable_saved_models),
+and why each piece is here:
+
+* ``__call__(inputs, training=...)`` traced for ``training=False`` *and* ``True``:
+  ``hub.KerasLayer`` picks one by the Python value of ``training`` (dropout on only
+  when fine-tuning).
+* ``variables``, ``trainable_variables``, ``regularization_losses`` as saved
+  attributes: ``hub.KerasLayer(trainable=True)`` registers exactly these as its
+  weights. A plain ``tf.Module`` exposes them as Python properties, which are *not*
+  saved, so the root here is an auto-tracking object with real attributes.
+* every variable a traced function captures must be reachable from the root, or
+  saving fails (or the reloaded module cannot run): the Keras encoder itself is
+  attached, which brings along any dropout RNG state it owns.
+
+The output dict matches tf-models' ``export_tfhub_lib``: ``pooled_output``,
+``sequence_output``, ``encoder_outputs`` and ``default`` (alias of pooled_output).
+Like the official encoders, the module also carries ``vocab_file`` (an asset) and
+``do_lower_case`` for users who tokenise themselves; tfapp adds ``get_bert_config()``
+(JSON of the architecture) so the weights can be read back into a native encoder.
+
+Every write goes to a temporary sibling directory that is renamed into place at the
+end: a crash never leaves a half-written module where a loader would find it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tfapp.config import ConfigError
+from tfapp.models.bert import INPUT_KEYS, BertConfig, BertEncoder
+
+import tensorflow as tf
+
+__all__ = [
+    "HUB_METADATA_FILE",
+    "ReusableBertEncoder",
+    "atomic_directory",
+    "export_bert_modules",
+    "export_encoder",
+    "export_preprocessor",
+    "float32_policy",
+    "read_metadata",
+]
+
+HUB_METADATA_FILE = "tfapp_hub.json"
+METADATA_FORMAT = 1
+
+
+@contextlib.contextmanager
+def float32_policy() -> Iterator[None]:
+    """Build under the float32 policy: a Hub module's graph is fixed in float32, and
+    Keras sublayers take the *global* policy, not their parent's dtype."""
+    previous = tf.keras.mixed_precision.global_policy()
+    tf.keras.mixed_precision.set_global_policy("float32")
+    try:
+        yield
+    finally:
+        tf.keras.mixed_precision.set_global_policy(previous)
+
+
+class ReusableBertEncoder(tf.train.Checkpoint):
+    """Root object of an exported encoder (see the module docstring).
+
+    ``tf.train.Checkpoint`` is used as the public auto-tracking base: unlike
+    ``tf.Module`` it lets ``variables`` etc. be plain attributes, which SavedModel
+    serialises and ``hub.load`` restores.
+    """
+
+    def __init__(self, encoder: BertEncoder, *, vocab_file: str | None = None,
+                 lower_case: bool | None = None):
+        super().__init__()
+        encoder.build_weights()
+        if encoder.compute_dtype != "float32":
+            raise ValueError("export the encoder in float32 (build it under float32_policy()); "
+                             f"its compute dtype is {encoder.compute_dtype}")
+        self.encoder = encoder
+        self.variables = list(encoder.variables)
+        self.trainable_variables = list(encoder.trainable_variables)
+        self.regularization_losses = []  # no weight penalties; the optimizer's decay applies
+
+        @tf.function
+        def call(inputs, training=False):
+            outputs = dict(encoder({k: inputs[k] for k in INPUT_KEYS}, training=training))
+            outputs["default"] = outputs["pooled_output"]
+            return outputs
+
+        spec = {k: tf.TensorSpec([None, None], tf.int32, name=k) for k in INPUT_KEYS}
+        for training in (False, True):
+            call.get_concrete_function(spec, training=training)
+        self.__call__ = call
+
+        config_json = json.dumps(encoder.cfg.to_dict(), sort_keys=True)
+        self.get_bert_config = tf.function(lambda: tf.constant(config_json), input_signature=[])
+        if vocab_file:
+            self.vocab_file = tf.saved_model.Asset(vocab_file)
+        if lower_case is not None:
+            self.do_lower_case = tf.function(lambda: tf.constant(bool(lower_case)),
+                                             input_signature=[])
+
+
+@contextlib.contextmanager
+def atomic_directory(final: str | os.PathLike, *, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary directory that becomes ``final`` when the block succeeds.
+
+    The temp dir is a sibling of ``final`` (same filesystem, so the rename is atomic).
+    If ``final`` exists: with ``overwrite`` it is replaced, else ``FileExistsError``.
+    If another process renamed its own result into ``final`` first (a race on a
+    cache entry), that result is kept and ours is discarded; callers treat an
+    existing complete ``final`` as success.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if final.exists() and not overwrite:
+        raise FileExistsError(f"{final} already exists")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    # mkdtemp makes the directory private (0700); a module is meant to be shared and read
+    # by other users/services, like any directory the user would create.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)
+    try:
+        yield tmp
+        if final.exists() and overwrite:
+            trash = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:8]}"
+            os.rename(final, trash)
+            shutil.rmtree(trash, ignore_errors=True)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not final.exists():
+                raise
+            # Lost a race: another writer finished first; its copy is equally valid.
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _save(root: Any, path: Path) -> None:
+    tf.saved_model.save(root, str(path))
+
+
+def export_encoder(encoder: BertEncoder, export_dir: str | os.PathLike, *,
+                   vocab_file: str | None = None, lower_case: bool | None = None,
+                   overwrite: bool = False) -> Path:
+    """Write ``encoder`` as a reusable TF-Hub SavedModel at ``export_dir`` (atomically)."""
+    export_dir = Path(export_dir)
+    with atomic_directory(export_dir, overwrite=overwrite) as tmp:
+        _save(ReusableBertEncoder(encoder, vocab_file=vocab_file, lower_case=lower_case), tmp)
+    return export_dir
+
+
+def export_preprocessor(vocab_file: str | os.PathLike, export_dir: str | os.PathLike, *,
+                        lower_case: bool, default_seq_length: int = 128,
+                        overwrite: bool = False) -> Path:
+    """Write the BERT preprocessor for ``vocab_file`` as a SavedModel (atomically).
+
+    The saved object is ``tfapp.data.bert_preprocess.BertPreprocessor``: after
+    ``hub.load`` it is callable on a batch of strings and has ``tokenize`` and
+    ``bert_pack_inputs(segments, seq_length=N)`` like the official preprocessors; the
+    vocabulary travels as a SavedModel asset.
+    """
+    from tfapp.data.bert_preprocess import BertPreprocessor
+
+    export_dir = Path(export_dir)
+    with atomic_directory(export_dir, overwrite=overwrite) as tmp:
+        # Read the vocab from a private copy named vocab.txt: the asset keeps the basename,
+        # and the caller's file may be a temporary that disappears.
+        with tempfile.TemporaryDirectory() as vocab_tmp:
+            vocab_copy = Path(vocab_tmp) / "vocab.txt"
+            shutil.copyfile(vocab_file, vocab_copy)
+            pre = BertPreprocessor(str(vocab_copy), lower_case=lower_case,
+                                   seq_length=default_seq_length)
+            _save(pre, tmp)
+    return export_dir
+
+
+def export_bert_modules(encoder: BertEncoder, vocab_file: str | os.PathLike,
+                        out_dir: str | os.PathLike, *, lower_case: bool,
+                        default_seq_length: int = 128, overwrite: bool = False,
+                        extra_metadata: dict[str, Any] | None = None) -> Path:
+    """Write OUT/encoder, OUT/preprocessor, OUT/vocab.txt and OUT/tfapp_hub.json.
+
+    The whole OUT directory appears at once (atomic rename), so a concurrent reader
+    sees either nothing or the complete pair of modules.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not overwrite:
+        raise ConfigError(f"{out_dir} already exists; choose another --out or pass --overwrite")
+    with atomic_directory(out_dir, overwrite=overwrite) as tmp:
+        shutil.copyfile(vocab_file, tmp / "vocab.txt")
+        export_encoder(encoder, tmp / "encoder", vocab_file=str(tmp / "vocab.txt"),
+                       lower_case=lower_case)
+        export_preprocessor(tmp / "vocab.txt", tmp / "preprocessor", lower_case=lower_case,
+                            default_seq_length=default_seq_length)
+        vocab_size = sum(1 for _ in open(tmp / "vocab.txt", encoding="utf-8"))
+        metadata = {
+            "format": METADATA_FORMAT,
+            "kind": "bert",
+            "encoder": "encoder",
+            "preprocessor": "preprocessor",
+            "vocab_file": "vocab.txt",
+            "vocab_size": vocab_size,
+            "lower_case": bool(lower_case),
+            "default_seq_length": int(default_seq_length),
+            "bert_config": encoder.cfg.to_dict(),
+            "num_parameters": encoder.cfg.num_parameters(),
+            **(extra_metadata or {}),
+        }
+        (tmp / HUB_METADATA_FILE).write_text(json.dumps(metadata, indent=2, sort_keys=True)
+                                              + "\n", encoding="utf-8")
+    return out_dir
+
+
+def read_metadata(hub_dir: str | os.PathLike) -> dict[str, Any]:
+    """The ``tfapp_hub.json`` of a module directory written by ``export_bert_modules``."""
+    path = Path(hub_dir) / HUB_METADATA_FILE
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path} not found: not a tfapp Hub directory (expected "
+                          f"encoder/, preprocessor/ and {HUB_METADATA_FILE})") from None
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path} is not valid JSON ({err}); rebuild it with "
+                          "`python -m tfapp.hub build-bert`") from None
+    return meta
+
+
+def bert_config_from_metadata(meta: dict[str, Any]) -> BertConfig:
+    return BertConfig.from_dict(meta["bert_config"])

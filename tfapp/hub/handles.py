@@ -1,0 +1,195 @@
+"""Turn ``model.hub_handle`` into an encoder handle and its matching preprocessor.
+
+``resolve_hub_handle(handle) -> (encoder_handle, preprocessor_handle_or_empty)``:
+
+* ``builtin:tiny`` -- a tiny BERT (2 layers, hidden 128, 2 heads, intermediate 256)
+  with a WordPiece vocab learned from the shipped demo training texts, built once
+  into ``$TFAPP_CACHE_DIR/hub/tiny-bert-<hash>`` (default ``~/.cache/tfapp``) and
+  reused. The hash covers the build parameters, the corpus bytes and the module
+  format, so a change rebuilds instead of reusing a stale module. The build runs in a
+  subprocess (it must not reseed, change the precision policy of, or create
+  variables in the caller's strategy scope), under a file lock so concurrent
+  processes (several workers, parallel tests) build it once; the directory appears
+  atomically.
+* a local directory written by ``python -m tfapp.hub build-bert`` (has
+  ``tfapp_hub.json``) -> its ``encoder/`` and ``preprocessor/``; the ``encoder/``
+  directory of such a build finds its sibling preprocessor the same way;
+* any other local SavedModel directory -> itself, preprocessor "";
+* ``https://`` (tfhub.dev, Kaggle), ``gs://`` and other URLs pass through unchanged
+  to tensorflow_hub, which downloads and caches them (honouring ``TFHUB_CACHE_DIR``);
+  the preprocessor is "" -- set ``model.hub_preprocessor`` to the matching one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from tfapp.config import ConfigError
+from tfapp.hub.builder import BuildParams
+
+__all__ = ["BUILTIN_MODULES", "builtin_module_dir", "cache_dir", "ensure_builtin",
+           "resolve_hub_handle"]
+
+HUB_METADATA_FILE = "tfapp_hub.json"  # same name as tfapp.hub.export (no TF import here)
+# Bump when the exported module layout changes, so cached builds are rebuilt.
+MODULE_FORMAT = 1
+BUILTIN_PREFIX = "builtin:"
+DEMO_DIR = Path(__file__).resolve().parents[1] / "demo"
+
+# name -> (build parameters, corpus file inside tfapp/demo, its text column)
+BUILTIN_MODULES: dict[str, tuple[BuildParams, str, str]] = {
+    "tiny": (BuildParams(layers=2, hidden=128, heads=2, intermediate=256, max_positions=512,
+                         vocab_size=3000, lower_case=True, seed=0, dropout=0.1,
+                         seq_length=128),
+             "reviews_train.csv", "text"),
+}
+
+
+def cache_dir() -> Path:
+    """tfapp's cache root: ``$TFAPP_CACHE_DIR`` or ``~/.cache/tfapp``."""
+    return Path(os.environ.get("TFAPP_CACHE_DIR") or Path.home() / ".cache" / "tfapp")
+
+
+def _builtin_spec(name: str) -> tuple[BuildParams, Path, str]:
+    if name not in BUILTIN_MODULES:
+        raise ConfigError(f"model.hub_handle: '{BUILTIN_PREFIX}{name}' is unknown; builtin "
+                          f"modules: {', '.join(BUILTIN_PREFIX + n for n in BUILTIN_MODULES)}")
+    params, corpus_name, column = BUILTIN_MODULES[name]
+    corpus = DEMO_DIR / corpus_name
+    if not corpus.is_file():
+        raise ConfigError(f"the demo corpus {corpus} for '{BUILTIN_PREFIX}{name}' is missing; "
+                          "reinstall tfapp (it ships tfapp/demo/)")
+    return params, corpus, column
+
+
+def builtin_module_dir(name: str) -> Path:
+    """Cache directory of a builtin module (whether or not it is built yet)."""
+    params, corpus, column = _builtin_spec(name)
+    digest = hashlib.sha256()
+    digest.update(f"format={MODULE_FORMAT};column={column};".encode())
+    digest.update(params.to_json().encode())
+    digest.update(corpus.read_bytes())
+    return cache_dir() / "hub" / f"{name}-bert-{digest.hexdigest()[:12]}"
+
+
+def _is_complete(path: Path) -> bool:
+    return (path / HUB_METADATA_FILE).is_file()
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path, timeout_s: float = 900.0) -> Iterator[None]:
+    """An exclusive advisory lock (POSIX flock); a no-op where fcntl does not exist."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: the atomic rename alone keeps the cache consistent
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ConfigError(f"timed out waiting for {path} (another process is "
+                                      "building the module); delete it if it is stale"
+                                      ) from None
+                time.sleep(0.5)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _build_in_subprocess(params: BuildParams, corpus: Path, column: str, out: Path) -> None:
+    cmd = [sys.executable, "-m", "tfapp.hub", "build-bert", "--corpus", str(corpus),
+           "--text-column", column, "--out", str(out),
+           "--layers", str(params.layers), "--hidden", str(params.hidden),
+           "--heads", str(params.heads), "--intermediate", str(params.intermediate),
+           "--max-positions", str(params.max_positions), "--vocab-size", str(params.vocab_size),
+           "--lower-case" if params.lower_case else "--no-lower-case",
+           "--seed", str(params.seed), "--dropout", str(params.dropout),
+           "--seq-length", str(params.seq_length), "--quiet"]
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env.update(TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    # The build needs no accelerator or cluster: keep the child off the caller's GPUs and
+    # out of its multi-worker cluster.
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    env.pop("TF_CONFIG", None)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        lines = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()]
+        last = lines[-1] if lines else f"exit code {proc.returncode}"
+        raise ConfigError(f"building the builtin BERT module into {out} failed: {last}")
+
+
+def ensure_builtin(name: str) -> Path:
+    """Build the builtin module ``name`` once (cached, atomic, race-safe); its directory."""
+    final = builtin_module_dir(name)
+    if _is_complete(final):
+        return final
+    params, corpus, column = _builtin_spec(name)
+    with _file_lock(final.parent / f".{final.name}.lock"):
+        if not _is_complete(final):  # another process may have built it while we waited
+            if final.exists():  # present but incomplete (not written by tfapp): rebuild
+                shutil.rmtree(final, ignore_errors=True)
+            _build_in_subprocess(params, corpus, column, final)
+    if not _is_complete(final):
+        raise ConfigError(f"building '{BUILTIN_PREFIX}{name}' left no module at {final}")
+    return final
+
+
+def _from_tfapp_dir(path: Path) -> tuple[str, str] | None:
+    """(encoder, preprocessor) for a tfapp build directory or its encoder/ subdirectory."""
+    for root in (path, path.parent):
+        meta_file = root / HUB_METADATA_FILE
+        if not meta_file.is_file():
+            continue
+        try:
+            meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise ConfigError(f"{meta_file} is unreadable ({err}); rebuild the module with "
+                              "`python -m tfapp.hub build-bert`") from None
+        encoder = root / meta.get("encoder", "encoder")
+        if root == path.parent and encoder.resolve() != path.resolve():
+            continue
+        pre = meta.get("preprocessor", "")
+        return str(encoder), str(root / pre) if pre else ""
+    return None
+
+
+def resolve_hub_handle(handle: str) -> tuple[str, str]:
+    """``(encoder_handle, preprocessor_handle_or_empty)`` for ``model.hub_handle``.
+
+    See the module docstring for the handle kinds. Raises ``ConfigError`` (one line)
+    for an empty handle, an unknown builtin or a local path that does not exist.
+    """
+    handle = (handle or "").strip()
+    if not handle:
+        raise ConfigError("model.hub_handle is empty; give a TF-Hub URL, a local SavedModel "
+                          "directory, a gs:// path or builtin:tiny")
+    if handle.startswith(BUILTIN_PREFIX):
+        built = ensure_builtin(handle[len(BUILTIN_PREFIX):])
+        resolved = _from_tfapp_dir(built)
+        assert resolved is not None  # ensure_builtin checked tfapp_hub.json
+        return resolved
+    if "://" in handle:
+        return handle, ""
+    path = Path(handle).expanduser()
+    if not path.exists():
+        raise ConfigError(f"model.hub_handle: '{handle}' does not exist; give a TF-Hub URL, a "
+                          "local SavedModel directory, a gs:// path or builtin:tiny")
+    return _from_tfapp_dir(path) or (str(path), "")

@@ -1,0 +1,381 @@
+"""A native tf.keras BERT encoder with the TF-Hub BERT interface.
+
+Why a native encoder when tfapp fine-tunes TF-Hub modules: a restored Hub graph is
+fixed in float32, so a ``mixed_bfloat16``/``mixed_float16`` policy cannot reach
+inside it (DESIGN.md). This encoder is what tfapp exports as its own Hub modules
+(``tfapp.hub.export``) and what a module's weights are read back into when mixed
+precision matters.
+
+Interface (the one every TF-Hub BERT encoder has)::
+
+    inputs  = {"input_word_ids", "input_mask", "input_type_ids"}   # int32 [batch, seq]
+    outputs = {"pooled_output":   [batch, hidden],
+               "sequence_output": [batch, seq, hidden],
+               "encoder_outputs": [[batch, seq, hidden]] * num_layers}
+
+Weights follow the original BERT / Hugging Face ``BertModel`` layout one to one
+(Dense kernels are the transpose of PyTorch ``Linear.weight``), and each has a
+stable name independent of the Keras instance name (``named_weights()``), e.g.
+``embeddings/word_embeddings``, ``layer_0/attention/query/kernel``,
+``layer_0/attention_output/kernel``, ``layer_0/intermediate/kernel``,
+``pooler/kernel``. ``hf_weight_name`` gives the Hugging Face name of each.
+
+Mixed precision: layers compute in the policy's compute dtype; the attention
+softmax and LayerNorm statistics run in float32 so bfloat16/float16 stay stable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import tensorflow as tf
+
+__all__ = [
+    "ACTIVATIONS",
+    "BertConfig",
+    "BertEncoder",
+    "BertEmbeddings",
+    "BertSelfAttention",
+    "TransformerLayer",
+    "dummy_inputs",
+    "hf_weight_name",
+]
+
+INPUT_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
+
+# Hugging Face "gelu" is the exact erf form (as in the original BERT); "gelu_new" /
+# "gelu_pytorch_tanh" are the tanh approximation.
+ACTIVATIONS = ("gelu", "gelu_approx", "relu")
+
+
+@dataclass
+class BertConfig:
+    """Size and regularisation of a BERT encoder.
+
+    Attributes:
+      vocab_size: WordPiece vocabulary size (rows of the word embedding).
+      hidden_size: width of every layer (must be divisible by num_heads).
+      num_layers: transformer layers.
+      num_heads: attention heads per layer.
+      intermediate_size: width of the feed-forward (GELU) layer.
+      max_position_embeddings: longest sequence the position embedding covers.
+      type_vocab_size: segment ids (2 for sentence pairs).
+      dropout: dropout on embeddings and on each sublayer's output (training only).
+      attention_dropout: dropout on the attention probabilities (training only).
+      initializer_range: stddev of the truncated-normal weight initialiser.
+      layer_norm_epsilon: LayerNorm epsilon (1e-12 in the original BERT).
+      activation: feed-forward activation: gelu (exact, erf), gelu_approx (tanh) or relu.
+    """
+
+    vocab_size: int
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 2
+    intermediate_size: int = 512
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    initializer_range: float = 0.02
+    layer_norm_epsilon: float = 1e-12
+    activation: str = "gelu"
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"BertConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"BertConfig.hidden_size={self.hidden_size} is not divisible by "
+                             f"num_heads={self.num_heads}; pick a multiple")
+        for name in ("dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"BertConfig.{name} must be in [0, 1), got "
+                                 f"{getattr(self, name)}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"BertConfig.activation='{self.activation}' is unknown; choose one "
+                             f"of: {', '.join(ACTIVATIONS)}")
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BertConfig:
+        """Build from a dict, ignoring unknown keys (files written by newer versions)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def num_parameters(self, include_embeddings: bool = True) -> int:
+        """Trainable parameter count (used for FLOP estimates and logs)."""
+        h, i = self.hidden_size, self.intermediate_size
+        per_layer = 4 * (h * h + h) + 2 * 2 * h + (h * i + i) + (i * h + h)
+        total = self.num_layers * per_layer + h * h + h  # + pooler
+        if include_embeddings:
+            total += (self.vocab_size + self.max_position_embeddings
+                      + self.type_vocab_size) * h + 2 * h
+        return total
+
+
+class _Initializers:
+    """Hands out one truncated-normal initializer per weight.
+
+    A fresh instance per weight matters: tf-keras gives an unseeded initializer instance
+    the same values on every call, so a shared one would make query == key == value.
+    With a seed, weight k gets seed + k: the same seed builds the same encoder without
+    touching the process-wide random state (a build must not reseed the caller).
+    """
+
+    def __init__(self, stddev: float, seed: int | None):
+        self.stddev = stddev
+        self.seed = seed
+        self.count = 0
+
+    def __call__(self) -> tf.keras.initializers.Initializer:
+        seed = None if self.seed is None else self.seed + self.count
+        self.count += 1
+        return tf.keras.initializers.TruncatedNormal(stddev=self.stddev, seed=seed)
+
+
+def _activation(name: str):
+    if name == "gelu":
+        return lambda x: tf.nn.gelu(x, approximate=False)
+    if name == "gelu_approx":
+        return lambda x: tf.nn.gelu(x, approximate=True)
+    return tf.nn.relu
+
+
+class BertEmbeddings(tf.keras.layers.Layer):
+    """word + position + token-type embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, cfg: BertConfig, init: _Initializers | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.cfg = cfg
+        self._init = init or _Initializers(cfg.initializer_range, None)
+        # tf-keras LayerNormalization computes its statistics in float32 under mixed
+        # precision (float32 variables, inputs upcast) and returns the input dtype.
+        self.layer_norm = tf.keras.layers.LayerNormalization(
+            epsilon=cfg.layer_norm_epsilon, name="layer_norm")
+        self.dropout = tf.keras.layers.Dropout(cfg.dropout, name="dropout")
+
+    def build(self, input_shape) -> None:
+        cfg = self.cfg
+        self.word_embeddings = self.add_weight(
+            "word_embeddings", shape=(cfg.vocab_size, cfg.hidden_size),
+            initializer=self._init())
+        self.position_embeddings = self.add_weight(
+            "position_embeddings", shape=(cfg.max_position_embeddings, cfg.hidden_size),
+            initializer=self._init())
+        self.token_type_embeddings = self.add_weight(
+            "token_type_embeddings", shape=(cfg.type_vocab_size, cfg.hidden_size),
+            initializer=self._init())
+        super().build(input_shape)
+
+    def call(self, word_ids: tf.Tensor, type_ids: tf.Tensor, training=None) -> tf.Tensor:
+        seq_len = tf.shape(word_ids)[1]
+        x = tf.gather(self.word_embeddings, word_ids)
+        x += self.position_embeddings[tf.newaxis, :seq_len, :]
+        # One-hot matmul instead of a gather: the type vocabulary is tiny, and this is
+        # the TPU-friendly form (no dynamic gather on the hot path).
+        x += tf.matmul(tf.one_hot(type_ids, self.cfg.type_vocab_size, dtype=x.dtype),
+                       tf.cast(self.token_type_embeddings, x.dtype))
+        x = self.layer_norm(x)
+        return self.dropout(x, training=training)
+
+
+class BertSelfAttention(tf.keras.layers.Layer):
+    """Multi-head self-attention with a padding mask (query/key/value Dense layers)."""
+
+    def __init__(self, cfg: BertConfig, init: _Initializers | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.cfg = cfg
+        init = init or _Initializers(cfg.initializer_range, None)
+        self.query = tf.keras.layers.Dense(
+            cfg.hidden_size, kernel_initializer=init(), name="query")
+        self.key = tf.keras.layers.Dense(
+            cfg.hidden_size, kernel_initializer=init(), name="key")
+        self.value = tf.keras.layers.Dense(
+            cfg.hidden_size, kernel_initializer=init(), name="value")
+        self.dropout = tf.keras.layers.Dropout(cfg.attention_dropout, name="dropout")
+
+    def _heads(self, x: tf.Tensor) -> tf.Tensor:
+        b, s = tf.shape(x)[0], tf.shape(x)[1]
+        x = tf.reshape(x, [b, s, self.cfg.num_heads, self.cfg.head_size])
+        return tf.transpose(x, [0, 2, 1, 3])  # [b, heads, s, head_size]
+
+    def call(self, x: tf.Tensor, mask_bias: tf.Tensor, training=None) -> tf.Tensor:
+        q = self._heads(self.query(x))
+        k = self._heads(self.key(x))
+        v = self._heads(self.value(x))
+        q *= tf.cast(1.0 / math.sqrt(self.cfg.head_size), q.dtype)
+        scores = tf.matmul(q, k, transpose_b=True)  # [b, heads, s, s]
+        # Softmax in float32: bfloat16 has 8 bits of mantissa, float16 overflows at 65504.
+        probs = tf.nn.softmax(tf.cast(scores, tf.float32) + mask_bias, axis=-1)
+        probs = self.dropout(tf.cast(probs, x.dtype), training=training)
+        ctx = tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3])
+        b, s = tf.shape(x)[0], tf.shape(x)[1]
+        return tf.reshape(ctx, [b, s, self.cfg.hidden_size])
+
+
+class TransformerLayer(tf.keras.layers.Layer):
+    """Post-LN transformer block (original BERT): attention, add&norm, FFN, add&norm."""
+
+    def __init__(self, cfg: BertConfig, init: _Initializers | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.cfg = cfg
+        init = init or _Initializers(cfg.initializer_range, None)
+        self.attention = BertSelfAttention(cfg, init, name="attention")
+        self.attention_output = tf.keras.layers.Dense(
+            cfg.hidden_size, kernel_initializer=init(), name="attention_output")
+        self.attention_dropout = tf.keras.layers.Dropout(cfg.dropout, name="attention_dropout")
+        self.attention_layer_norm = tf.keras.layers.LayerNormalization(
+            epsilon=cfg.layer_norm_epsilon, name="attention_layer_norm")
+        self.intermediate = tf.keras.layers.Dense(
+            cfg.intermediate_size, activation=_activation(cfg.activation),
+            kernel_initializer=init(), name="intermediate")
+        self.output_dense = tf.keras.layers.Dense(
+            cfg.hidden_size, kernel_initializer=init(), name="output")
+        self.output_dropout = tf.keras.layers.Dropout(cfg.dropout, name="output_dropout")
+        self.output_layer_norm = tf.keras.layers.LayerNormalization(
+            epsilon=cfg.layer_norm_epsilon, name="output_layer_norm")
+
+    def call(self, x: tf.Tensor, mask_bias: tf.Tensor, training=None) -> tf.Tensor:
+        h = self.attention(x, mask_bias, training=training)
+        h = self.attention_dropout(self.attention_output(h), training=training)
+        x = self.attention_layer_norm(x + h)
+        h = self.output_dropout(self.output_dense(self.intermediate(x)), training=training)
+        return self.output_layer_norm(x + h)
+
+
+class BertEncoder(tf.keras.Model):
+    """BERT encoder: dict of int32 ids in, pooled/sequence/per-layer outputs out."""
+
+    def __init__(self, cfg: BertConfig, name: str = "bert_encoder", seed: int | None = None,
+                 **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.cfg = cfg
+        init = _Initializers(cfg.initializer_range, seed)
+        self.embeddings = BertEmbeddings(cfg, init, name="embeddings")
+        self.transformer_layers = [TransformerLayer(cfg, init, name=f"layer_{i}")
+                                   for i in range(cfg.num_layers)]
+        self.pooler = tf.keras.layers.Dense(
+            cfg.hidden_size, activation="tanh", kernel_initializer=init(),
+            name="pooler")
+
+    def call(self, inputs: dict[str, tf.Tensor], training=None) -> dict[str, Any]:
+        missing = [k for k in INPUT_KEYS if k not in inputs]
+        if missing:
+            raise ValueError(f"BertEncoder inputs lack {missing}; expected a dict with keys "
+                             f"{list(INPUT_KEYS)}")
+        word_ids = tf.cast(inputs["input_word_ids"], tf.int32)
+        mask = inputs["input_mask"]
+        type_ids = tf.cast(inputs["input_type_ids"], tf.int32)
+
+        # Additive attention bias [b, 1, 1, s]: 0 where attended, -1e9 on padding. Added to
+        # float32 scores (see BertSelfAttention), so the large constant is safe in bf16/fp16.
+        mask_bias = (1.0 - tf.cast(mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]) * -1e9
+
+        x = self.embeddings(word_ids, type_ids, training=training)
+        encoder_outputs = []
+        for layer in self.transformer_layers:
+            x = layer(x, mask_bias, training=training)
+            encoder_outputs.append(x)
+        pooled = self.pooler(x[:, 0, :])
+        return {"pooled_output": pooled, "sequence_output": x,
+                "encoder_outputs": encoder_outputs}
+
+    def get_config(self) -> dict[str, Any]:
+        return {"cfg": self.cfg.to_dict(), "name": self.name}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> BertEncoder:
+        return cls(BertConfig.from_dict(config["cfg"]), name=config.get("name", "bert_encoder"))
+
+    def build_weights(self) -> BertEncoder:
+        """Create all variables by running a one-token batch (eagerly, no training)."""
+        if not self.built:
+            self(dummy_inputs(1, 2), training=False)
+        return self
+
+    def named_weights(self) -> dict[str, tf.Variable]:
+        """Stable name -> variable, independent of this instance's Keras name.
+
+        ``bert_encoder_3/layer_0/attention/query/kernel:0`` becomes
+        ``layer_0/attention/query/kernel``. Checkpoint converters and the Hub exporter
+        key weights by these names.
+        """
+        self.build_weights()
+        return {stable_weight_name(v.name): v for v in self.weights}
+
+    def assign_named_weights(self, values: dict[str, Any]) -> None:
+        """Assign every weight from ``values`` (stable name -> array); all must be present
+        with matching shapes, so a partial or mismatched checkpoint fails loudly."""
+        own = self.named_weights()
+        missing = sorted(set(own) - set(values))
+        unexpected = sorted(set(values) - set(own))
+        if missing or unexpected:
+            raise ValueError(f"weights do not match this BertEncoder: missing {missing[:5]}"
+                             f"{'...' if len(missing) > 5 else ''}, unexpected "
+                             f"{unexpected[:5]}{'...' if len(unexpected) > 5 else ''}")
+        for name, var in own.items():
+            value = values[name]
+            if tuple(value.shape) != tuple(var.shape):
+                raise ValueError(f"weight {name}: shape {tuple(value.shape)} does not match "
+                                 f"the encoder's {tuple(var.shape)}")
+            var.assign(tf.cast(value, var.dtype))
+
+
+def stable_weight_name(variable_name: str) -> str:
+    """Strip the model instance scope and the ``:0`` suffix from a variable name."""
+    name = variable_name.split(":")[0]
+    parts = name.split("/")
+    # The first component is the (uniquified) model name, e.g. bert_encoder_2.
+    return "/".join(parts[1:]) if len(parts) > 1 else name
+
+
+_HF_LAYER_MAP = {
+    "attention/query": "attention.self.query",
+    "attention/key": "attention.self.key",
+    "attention/value": "attention.self.value",
+    "attention_output": "attention.output.dense",
+    "attention_layer_norm": "attention.output.LayerNorm",
+    "intermediate": "intermediate.dense",
+    "output": "output.dense",
+    "output_layer_norm": "output.LayerNorm",
+}
+_HF_PARAM = {"kernel": "weight", "bias": "bias", "gamma": "weight", "beta": "bias"}
+
+
+def hf_weight_name(stable_name: str) -> tuple[str, bool]:
+    """(Hugging Face ``BertModel`` parameter name, transpose?) for a stable weight name.
+
+    Dense kernels are [in, out] here and [out, in] in PyTorch, hence the transpose flag.
+    """
+    if stable_name.startswith("embeddings/"):
+        rest = stable_name.split("/", 1)[1]
+        if rest.startswith("layer_norm/"):
+            return f"embeddings.LayerNorm.{_HF_PARAM[rest.split('/')[1]]}", False
+        return f"embeddings.{rest}.weight", False
+    if stable_name.startswith("pooler/"):
+        param = stable_name.split("/")[1]
+        return f"pooler.dense.{_HF_PARAM[param]}", param == "kernel"
+    m = re.fullmatch(r"layer_(\d+)/(.+)/(kernel|bias|gamma|beta)", stable_name)
+    if not m or m.group(2) not in _HF_LAYER_MAP:
+        raise ValueError(f"'{stable_name}' is not a BertEncoder weight name")
+    index, sub, param = m.groups()
+    return (f"encoder.layer.{index}.{_HF_LAYER_MAP[sub]}.{_HF_PARAM[param]}",
+            param == "kernel")
+
+
+def dummy_inputs(batch: int, seq_length: int) -> dict[str, tf.Tensor]:
+    """A batch of [CLS]-like ids with a full mask, for building variables."""
+    shape = (batch, seq_length)
+    return {"input_word_ids": tf.ones(shape, tf.int32), "input_mask": tf.ones(shape, tf.int32),
+            "input_type_ids": tf.zeros(shape, tf.int32)}

@@ -1,0 +1,133 @@
+"""Load a TF-Hub BERT encoder as a (fine-tunable) ``hub.KerasLayer``, or fail clearly.
+
+Any handle tensorflow_hub takes works: a tfhub.dev/Kaggle URL (downloaded and cached
+under ``TFHUB_CACHE_DIR``), a local SavedModel directory, a ``gs://`` path. tfapp's
+``builtin:`` handles are resolved to a directory first by
+``tfapp.hub.handles.resolve_hub_handle`` (the task does that; models know nothing of
+caches or files).
+
+A wrong handle fails here, before any training, with one ``HubHandleError`` line
+naming the handle and what was expected: missing path, unreachable URL, a directory
+that is not a SavedModel, or a SavedModel that is not a BERT encoder (its
+``__call__`` does not take the ``input_word_ids``/``input_mask``/``input_type_ids``
+dict or does not return ``pooled_output`` and ``sequence_output``). The interface
+check reads the traced signatures of the restored ``__call__`` and runs nothing, so it
+is free on any device (TPU included).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+from tfapp.config import ConfigError
+
+import tensorflow as tf
+import tensorflow_hub as hub
+
+__all__ = ["BERT_INPUT_KEYS", "BERT_OUTPUT_KEYS", "HubHandleError", "check_bert_interface",
+           "load_hub_encoder"]
+
+BERT_INPUT_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
+BERT_OUTPUT_KEYS = ("pooled_output", "sequence_output")
+EXPECTED = ("a TF-Hub BERT encoder SavedModel (dict of input_word_ids/input_mask/"
+            "input_type_ids in, pooled_output/sequence_output out)")
+
+
+class HubHandleError(ConfigError):
+    """``model.hub_handle`` cannot be used as a BERT encoder; the message is one line."""
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    line = text.splitlines()[0] if text else type(err).__name__
+    return line[:200]
+
+
+def _is_remote(handle: str) -> bool:
+    return "://" in handle
+
+
+def _describe(structure: Any) -> str:
+    if isinstance(structure, dict):
+        return "{" + ", ".join(sorted(map(str, structure))) + "}"
+    if isinstance(structure, tf.TensorSpec):
+        return f"a {structure.dtype.name} tensor"
+    return type(structure).__name__
+
+
+def check_bert_interface(obj: Any, handle: str) -> None:
+    """Raise ``HubHandleError`` unless ``obj`` (from ``hub.load``) is a BERT encoder."""
+    # The restored tf.function (its traced signatures), not a callability test.
+    call = getattr(obj, "__call__", None)  # noqa: B004
+    concrete = list(getattr(call, "concrete_functions", None) or [])
+    if not concrete:
+        # A TF1 Hub module or a SavedModel without a restored __call__ (only signatures).
+        raise HubHandleError(f"model.hub_handle: '{handle}' has no callable __call__ (a TF1 "
+                             f"Hub module or a plain signature export?); expected {EXPECTED}")
+    for fn in concrete:
+        args, _ = fn.structured_input_signature
+        inputs = args[0] if args else None
+        outputs = fn.structured_outputs
+        if (isinstance(inputs, dict) and all(k in inputs for k in BERT_INPUT_KEYS)
+                and isinstance(outputs, dict) and all(k in outputs for k in BERT_OUTPUT_KEYS)):
+            return
+    args = concrete[0].structured_input_signature[0]
+    got_in = _describe(args[0]) if args else "nothing"
+    got_out = _describe(concrete[0].structured_outputs)
+    raise HubHandleError(f"model.hub_handle: '{handle}' is not a BERT encoder (it takes "
+                         f"{got_in} and returns {got_out}); expected {EXPECTED}")
+
+
+def load_hub_encoder(handle: str, trainable: bool) -> hub.KerasLayer:
+    """``hub.KerasLayer(handle, trainable=trainable)`` for a BERT encoder, checked.
+
+    Call it inside the strategy scope so the module's variables become distributed
+    variables. The layer is called with the 3-key int32 dict and returns a dict with
+    ``pooled_output`` [b, h], ``sequence_output`` [b, s, h] (and, for standard encoders,
+    ``encoder_outputs``).
+    """
+    handle = str(handle or "").strip()
+    if not handle:
+        raise HubHandleError(f"model.hub_handle is empty; expected {EXPECTED}: a URL, a local "
+                             "directory, a gs:// path or builtin:tiny")
+    if handle.startswith("builtin:"):
+        raise HubHandleError(f"model.hub_handle: '{handle}' must be resolved to a directory "
+                             "first (tfapp.hub.handles.resolve_hub_handle)")
+    if not _is_remote(handle):
+        path = os.path.expanduser(handle)
+        if not os.path.exists(path):
+            raise HubHandleError(f"model.hub_handle: '{handle}' does not exist; expected "
+                                 f"{EXPECTED}")
+        if not os.path.isdir(path):
+            raise HubHandleError(f"model.hub_handle: '{handle}' is a file; expected a "
+                                 "SavedModel directory (with saved_model.pb)")
+        if not (os.path.isfile(os.path.join(path, "saved_model.pb"))
+                or os.path.isfile(os.path.join(path, "saved_model.pbtxt"))):
+            raise HubHandleError(f"model.hub_handle: '{handle}' is not a SavedModel directory "
+                                 f"(no saved_model.pb); expected {EXPECTED}")
+        handle = path
+    with contextlib.suppress(ImportError):
+        # Registers the text ops, so a module that holds them (a preprocessor given by
+        # mistake, an encoder with built-in tokenisation) loads and is judged by interface.
+        import tensorflow_text  # noqa: F401
+    try:
+        layer = hub.KerasLayer(handle, trainable=trainable, name="bert_encoder")
+    except Exception as err:  # download/IO/parse errors arrive as many types, multi-line
+        what = "cannot be downloaded or read" if _is_remote(handle) else "cannot be loaded"
+        raise HubHandleError(f"model.hub_handle: '{handle}' {what} ({_first_line(err)}); "
+                             f"expected {EXPECTED}") from None
+    check_bert_interface(layer.resolved_object, handle)
+    if trainable and not layer.trainable_weights:
+        raise HubHandleError(f"model.hub_handle: '{handle}' has no trainable variables, so it "
+                             "cannot be fine-tuned; set model.trainable=false or use a "
+                             "reusable SavedModel (TF2 format)")
+    return layer
+
+
+def dummy_bert_inputs(batch: int = 1, seq_length: int = 8) -> dict[str, tf.Tensor]:
+    """Valid encoder inputs (all [CLS]-like id 1, full mask), for probing a module."""
+    shape = (batch, seq_length)
+    return {"input_word_ids": tf.ones(shape, tf.int32), "input_mask": tf.ones(shape, tf.int32),
+            "input_type_ids": tf.zeros(shape, tf.int32)}
