@@ -22,6 +22,7 @@ or a vocab file into the batched ``fn(text[, text_pair]) -> features`` that tf.d
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -213,4 +214,19 @@ def make_bert_preprocess_fn(*, hub_preprocessor: str = "", vocab_file: str = "",
                 for k in FEATURE_KEYS}
 
     preprocess.module = module  # keep the (loaded) module alive as long as the fn
+    # What decides the output ids: snapshots and caches of the preprocessed data are keyed
+    # by it, so a changed vocab, casing, length or preprocessor never reuses stale ids.
+    source = (_file_digest(os.path.join(hub_preprocessor, "saved_model.pb"), hub_preprocessor)
+              if hub_preprocessor else _file_digest(vocab_file, vocab_file))
+    preprocess.fingerprint = (f"bert:{'hub' if hub_preprocessor else 'vocab'}:{source}:"
+                              f"lower={bool(lower_case)}:seq={seq_length}")
     return preprocess
+
+
+def _file_digest(path: str, fallback: str) -> str:
+    """sha256 of a file's bytes (local or gs://), or ``fallback`` when it is not a file."""
+    try:
+        with tf.io.gfile.GFile(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()[:16]
+    except (tf.errors.OpError, OSError):
+        return fallback  # e.g. a tfhub.dev URL: the handle itself names a fixed version

@@ -1,0 +1,579 @@
+"""Read labelled text examples from files (or TFDS) with precise, one-line data errors.
+
+Formats: CSV and TSV (header row names the columns), JSON Lines (one object per line),
+plain text lines (one example per line; fastText-style ``__label__X`` prefixes carry the
+labels), TFRecord files of ``tf.train.Example``, and a TFDS dataset (``NAME[:SPLIT]``)
+when tensorflow-datasets is installed. Paths are local paths, globs or ``gs://`` URLs, read
+through ``tf.io.gfile``; several may be joined with commas; ``.gz`` files are decompressed.
+
+Rows are parsed and checked in Python on purpose: that is what lets a bad row be reported
+as ``file:line: problem`` instead of an opaque TensorFlow error from deep inside tf.data.
+The texts are then held in memory (fine for fine-tuning sets of up to a few million short
+texts); the expensive part -- tokenisation -- runs vectorised in tf.data
+(``tfapp.data.pipeline``).
+
+``data.on_bad_rows=fail`` raises ``DataError`` at the first bad row; ``skip`` drops bad
+rows and records them in a ``BadRowReport`` that is logged at the end of the data pass.
+Problems of a whole file (missing file, missing column, unreadable file) always fail.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import difflib
+import gzip
+import hashlib
+import io
+import json
+import logging
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tfapp.config import DataConfig
+from tfapp.data.errors import DataError
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = ["BadRow", "BadRowReport", "ExampleSet", "RawExample", "resolve_files",
+           "detect_format", "read_examples", "demo_file", "LabelVocab", "read_label_vocab",
+           "write_label_vocab"]
+
+log = logging.getLogger("tfapp.data")
+
+FORMATS = ("csv", "tsv", "jsonl", "text", "tfrecord", "tfds")
+_EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl",
+               ".ndjson": "jsonl", ".json": "jsonl", ".txt": "text", ".text": "text",
+               ".tfrecord": "tfrecord", ".tfrecords": "tfrecord", ".tfrec": "tfrecord"}
+_SURROGATE = re.compile("[\udc80-\udcff]")
+_FASTTEXT_LABEL = "__label__"
+MAX_REPORTED = 5
+
+
+def demo_file(split: str) -> str:
+    """Path of the classification demo CSV shipped inside the package (train/validation/test)."""
+    return str(Path(__file__).resolve().parent.parent / "demo" / f"reviews_{split}.csv")
+
+
+# ------------------------------------------------------------------------------ bad rows
+@dataclass
+class BadRow:
+    """One dropped row: where it was and what was wrong with it."""
+
+    file: str
+    line: int | str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.problem}"
+
+
+@dataclass
+class BadRowReport:
+    """Rows dropped with ``on_bad_rows=skip``: total count and the first few, per split."""
+
+    count: int = 0
+    examples: list[BadRow] = field(default_factory=list)
+    per_split: dict[str, int] = field(default_factory=dict)
+
+    def add(self, split: str, bad: BadRow) -> None:
+        self.count += 1
+        self.per_split[split] = self.per_split.get(split, 0) + 1
+        if len(self.examples) < MAX_REPORTED:
+            self.examples.append(bad)
+
+    def summary(self) -> str:
+        if not self.count:
+            return "no bad rows"
+        where = ", ".join(f"{k} {v}" for k, v in self.per_split.items())
+        first = "; ".join(str(b) for b in self.examples)
+        return f"skipped {self.count} bad row(s) ({where}); first: {first}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "per_split": dict(self.per_split),
+                "examples": [dataclasses.asdict(b) for b in self.examples]}
+
+
+class _BadRowPolicy:
+    """Applies ``on_bad_rows``: raise at once (fail) or record (skip)."""
+
+    def __init__(self, mode: str, report: BadRowReport, split: str):
+        self.mode, self.report, self.split = mode, report, split
+
+    def __call__(self, file: str, line: int | str, problem: str) -> None:
+        bad = BadRow(file, line, problem)
+        if self.mode == "fail":
+            raise DataError(f"{bad} (fix the data, or set data.on_bad_rows=skip to drop "
+                            "such rows)")
+        self.report.add(self.split, bad)
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    """A short one-line rendering of a field value for messages."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 4] + "...'"
+
+
+# ------------------------------------------------------------------------------- files
+def resolve_files(spec: str, what: str = "data.train_files") -> list[str]:
+    """Expand comma-separated paths/globs (local or gs://) to existing files, sorted."""
+    files: list[str] = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        if any(ch in part for ch in "*?["):
+            try:
+                matches = sorted(tf.io.gfile.glob(part))
+            except tf.errors.OpError as err:
+                raise DataError(f"{what}: cannot list '{part}' ({err.message.splitlines()[0]})"
+                                ) from None
+            if not matches:
+                raise DataError(f"{what}: no files match '{part}'; check the path and glob")
+            files.extend(m for m in matches if not tf.io.gfile.isdir(m))
+        elif not tf.io.gfile.exists(part):
+            raise DataError(f"{what}: file not found: {part}; check the path (local, glob "
+                            "or gs://)")
+        elif tf.io.gfile.isdir(part):
+            raise DataError(f"{what}: '{part}' is a directory; give files or a glob such as "
+                            f"'{part.rstrip('/')}/*.csv'")
+        else:
+            files.append(part)
+    if not files:
+        raise DataError(f"{what}: no input files given")
+    return files
+
+
+def detect_format(path: str, configured: str) -> str:
+    """The file format: ``configured`` unless it is auto, else from the file extension."""
+    if configured != "auto":
+        return configured
+    name = path[:-3] if path.endswith(".gz") else path
+    ext = Path(name).suffix.lower()
+    if ext not in _EXTENSIONS:
+        raise DataError(f"cannot tell the format of '{path}' from its extension; set "
+                        f"data.format to one of: {', '.join(FORMATS)}")
+    return _EXTENSIONS[ext]
+
+
+def _read_text(path: str) -> str:
+    """The file as text; undecodable bytes survive as surrogates so rows can be flagged."""
+    try:
+        with tf.io.gfile.GFile(path, "rb") as fh:
+            raw = fh.read()
+    except tf.errors.OpError as err:
+        raise DataError(f"{path}: cannot read ({err.message.splitlines()[0]})") from None
+    if path.endswith(".gz"):
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as err:
+            raise DataError(f"{path}: not a valid gzip file ({err})") from None
+    text = raw.decode("utf-8", errors="surrogateescape")
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+# ------------------------------------------------------------------------------ readers
+# Each reader yields (line, fields | None, problem | None); the line is a 1-based line
+# number for text formats and "record N" for TFRecord/TFDS.
+Row = tuple[int | str, dict[str, Any] | None, str | None]
+
+
+def _missing_column(path: str, column: str, available: list[str], where: str) -> DataError:
+    close = difflib.get_close_matches(column, available, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return DataError(f"{path}: no column '{column}' in the {where} (has: "
+                     f"{', '.join(available) or 'nothing'}){hint} -- set data.text_column / "
+                     "data.text_pair_column / data.label_column")
+
+
+def _read_delimited(path: str, delimiter: str, columns: list[str]) -> Iterator[Row]:
+    text = _read_text(path)
+    if not text.strip():
+        yield 1, None, "empty file (no header row and no data)"
+        return
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    header: list[str] | None = None
+    start, rows = 1, 0
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as err:
+            yield start, None, f"malformed row ({err})"
+            start = reader.line_num + 1
+            continue
+        line, start = start, reader.line_num + 1
+        if not row or all(not f.strip() for f in row):
+            continue  # blank line
+        if header is None:
+            header = [h.strip() for h in row]
+            for col in columns:
+                if col not in header:
+                    raise _missing_column(path, col, header, "header row")
+            continue
+        if len(row) != len(header):
+            sep = "','" if delimiter == "," else "a tab"
+            yield line, None, (f"has {len(row)} field(s) but the header has {len(header)} "
+                               f"(quote fields that contain {sep})")
+            continue
+        rows += 1
+        yield line, dict(zip(header, row, strict=True)), None
+    if header is None:
+        yield 1, None, "empty file (no header row and no data)"
+    elif rows == 0:
+        yield 2, None, "empty file (a header row but no data rows)"
+
+
+def _read_jsonl(path: str, columns: list[str]) -> Iterator[Row]:
+    text = _read_text(path)
+    lines = text.splitlines()
+    if not any(line.strip() for line in lines):
+        yield 1, None, "empty file (no JSON lines)"
+        return
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        if _SURROGATE.search(line):
+            yield number, None, "not valid UTF-8 text (re-save the file as UTF-8)"
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            yield number, None, f"not valid JSON ({err.msg} at column {err.colno})"
+            continue
+        if not isinstance(obj, dict):
+            yield number, None, f"expected a JSON object per line, got {type(obj).__name__}"
+            continue
+        missing = [c for c in columns if c not in obj]
+        if missing:
+            yield number, None, (f"no key '{missing[0]}' (has: {', '.join(obj) or 'nothing'})")
+            continue
+        yield number, obj, None
+
+
+def _read_text_lines(path: str, text_column: str, label_column: str | None) -> Iterator[Row]:
+    text = _read_text(path)
+    lines = text.splitlines()
+    if not any(line.strip() for line in lines):
+        yield 1, None, "empty file (no text lines)"
+        return
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        labels: list[str] = []
+        words = line.split()
+        while words and words[0].startswith(_FASTTEXT_LABEL):
+            labels.append(words.pop(0)[len(_FASTTEXT_LABEL):])
+        fields: dict[str, Any] = {text_column: " ".join(words)}
+        if label_column:
+            if not labels:
+                yield number, None, (f"no label: start the line with {_FASTTEXT_LABEL}LABEL "
+                                     "(fastText style)")
+                continue
+            fields[label_column] = labels if len(labels) > 1 else labels[0]
+        yield number, fields, None
+
+
+def _feature_value(feature: tf.train.Feature) -> Any:
+    kind = feature.WhichOneof("kind")
+    values = list(getattr(feature, kind).value) if kind else []
+    if kind == "bytes_list":
+        values = [v.decode("utf-8", errors="surrogateescape") for v in values]
+    return values[0] if len(values) == 1 else values
+
+
+def _read_tfrecord(path: str, columns: list[str]) -> Iterator[Row]:
+    compression = "GZIP" if path.endswith(".gz") else ""
+    dataset = tf.data.TFRecordDataset(path, compression_type=compression)
+    number = 0
+    try:
+        for number, raw in enumerate(dataset.as_numpy_iterator(), start=1):
+            try:
+                example = tf.train.Example.FromString(raw)
+            except Exception:  # protobuf DecodeError
+                yield f"record {number}", None, "not a tf.train.Example"
+                continue
+            feats = example.features.feature
+            missing = [c for c in columns if c not in feats]
+            if missing:
+                if number == 1:
+                    raise _missing_column(path, missing[0], sorted(feats), "first record")
+                yield f"record {number}", None, f"no feature '{missing[0]}'"
+                continue
+            yield f"record {number}", {c: _feature_value(feats[c]) for c in columns}, None
+    except tf.errors.OpError as err:
+        raise DataError(f"{path}: record {number + 1}: not a readable TFRecord file "
+                        f"({err.message.splitlines()[0]})") from None
+    if number == 0:
+        yield "record 1", None, "empty file (no records)"
+
+
+def _read_tfds(spec: str, default_split: str, columns: list[str]) -> Iterator[Row]:
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError:
+        raise DataError("data.format=tfds needs tensorflow-datasets; pip install "
+                        "'tfapp[datasets]' (or tensorflow-datasets) or use local files"
+                        ) from None
+    name, _, split = spec.partition(":")
+    try:
+        dataset = tfds.load(name, split=split or default_split)
+    except Exception as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise DataError(f"cannot load TFDS dataset '{spec}' ({first[:200]})") from None
+    for number, element in enumerate(tfds.as_numpy(dataset), start=1):
+        missing = [c for c in columns if c not in element]
+        if missing:
+            raise _missing_column(spec, missing[0], sorted(element), "dataset features")
+        fields = {}
+        for c in columns:
+            value = element[c]
+            if isinstance(value, bytes):
+                value = value.decode("utf-8", errors="surrogateescape")
+            elif isinstance(value, np.ndarray):
+                value = value.tolist()
+            elif isinstance(value, np.generic):
+                value = value.item()
+            fields[c] = value
+        yield f"record {number}", fields, None
+
+
+# ----------------------------------------------------------------------------- examples
+@dataclass
+class RawExample:
+    """A validated row before label encoding."""
+
+    text: str
+    text_pair: str | None
+    labels: list[str]  # one label, or several for multi-label (possibly none)
+    origin: tuple[str, int | str]
+
+
+def _clean_text(value: Any, column: str) -> tuple[str | None, str | None]:
+    """(text, problem) for one text field."""
+    if isinstance(value, list):
+        value = value[0] if len(value) == 1 else None
+    if value is None:
+        return None, f"column '{column}' is null"
+    if not isinstance(value, str):
+        value = str(value)
+    if _SURROGATE.search(value):
+        return None, f"column '{column}' is not valid UTF-8 (re-save the file as UTF-8)"
+    if not value.strip():
+        return None, f"empty text in column '{column}'"
+    return value, None
+
+
+def _clean_labels(value: Any, column: str, multi_label: bool,
+                  separator: str) -> tuple[list[str] | None, str | None]:
+    if value is None:
+        return None, f"column '{column}' (label) is null"
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    values = value if isinstance(value, list) else [value]
+    labels: list[str] = []
+    for v in values:
+        v = str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+        if _SURROGATE.search(v):
+            return None, f"label column '{column}' is not valid UTF-8"
+        parts = v.split(separator) if multi_label and separator else [v]
+        labels.extend(p.strip() for p in parts if p.strip())
+    if not multi_label:
+        if len(labels) != 1:
+            what = "empty label" if not labels else f"{len(labels)} labels"
+            return None, (f"{what} in column '{column}' (a single-label task needs exactly "
+                          "one; set data.multi_label=true for several)")
+    return sorted(set(labels)) if multi_label else labels, None
+
+
+def read_examples(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
+                  report: BadRowReport, with_labels: bool = True) -> list[RawExample]:
+    """Read and check every row of the files in ``spec`` (one split).
+
+    Bad rows raise ``DataError`` (``mode='fail'``) or are recorded in ``report``
+    (``mode='skip'``). Raises when no usable example remains.
+    """
+    what = f"data.{split}_files"
+    columns = [data_cfg.text_column]
+    if data_cfg.text_pair_column:
+        columns.append(data_cfg.text_pair_column)
+    if with_labels:
+        columns.append(data_cfg.label_column)
+    bad = _BadRowPolicy(mode, report, split)
+    fmt_default = data_cfg.format
+    if fmt_default == "tfds":
+        sources: list[tuple[str, Iterator[Row]]] = [
+            (spec, _read_tfds(spec, split, columns))]
+    else:
+        sources = []
+        for path in resolve_files(spec, what):
+            fmt = detect_format(path, fmt_default)
+            if fmt == "tfds":
+                raise DataError("data.format=tfds takes a dataset name, not files")
+            if fmt in ("csv", "tsv"):
+                rows = _read_delimited(path, "," if fmt == "csv" else "\t", columns)
+            elif fmt == "jsonl":
+                rows = _read_jsonl(path, columns)
+            elif fmt == "text":
+                if data_cfg.text_pair_column:
+                    raise DataError(f"{path}: plain text lines hold one text; sentence pairs "
+                                    "need csv, tsv, jsonl or tfrecord")
+                rows = _read_text_lines(path, data_cfg.text_column,
+                                        data_cfg.label_column if with_labels else None)
+            else:
+                rows = _read_tfrecord(path, columns)
+            sources.append((path, rows))
+
+    examples: list[RawExample] = []
+    for path, rows in sources:
+        for line, fields, problem in rows:
+            if problem is None:
+                problem, ex = _to_example(fields, data_cfg, with_labels, (path, line))
+                if ex is not None:
+                    examples.append(ex)
+                    continue
+            bad(path, line, problem)
+    if not examples:
+        raise DataError(f"{what}: no usable examples in '{spec}' "
+                        f"({report.per_split.get(split, 0)} bad row(s) skipped: "
+                        f"{report.summary()})")
+    return examples
+
+
+def _to_example(fields: dict[str, Any] | None, cfg: DataConfig, with_labels: bool,
+                origin: tuple[str, int | str]) -> tuple[str | None, RawExample | None]:
+    assert fields is not None
+    text, problem = _clean_text(fields.get(cfg.text_column), cfg.text_column)
+    if problem:
+        return problem, None
+    pair = None
+    if cfg.text_pair_column:
+        pair, problem = _clean_text(fields.get(cfg.text_pair_column), cfg.text_pair_column)
+        if problem:
+            return problem, None
+    labels: list[str] = []
+    if with_labels:
+        labels, problem = _clean_labels(fields.get(cfg.label_column), cfg.label_column,
+                                        cfg.multi_label, cfg.label_separator)
+        if problem:
+            return problem, None
+    return None, RawExample(text, pair, labels, origin)
+
+
+# ------------------------------------------------------------------------------- labels
+@dataclass
+class LabelVocab:
+    """Label names in id order; saved with the run as ``labels.json``."""
+
+    names: list[str]
+    multi_label: bool
+
+    @classmethod
+    def from_examples(cls, examples: list[RawExample], multi_label: bool) -> LabelVocab:
+        seen = {label for ex in examples for label in ex.labels}
+        if all(re.fullmatch(r"-?\d+", s) for s in seen):
+            names = sorted(seen, key=int)  # integer labels keep their numeric order
+        else:
+            names = sorted(seen)
+        if not names:
+            raise DataError("the training data has no labels at all; check data.label_column")
+        if len(names) < 2 and not multi_label:
+            raise DataError(f"the training data has only one label ('{names[0]}'); a "
+                            "classifier needs at least two")
+        return cls(names, multi_label)
+
+    def index(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.names)}
+
+
+def write_label_vocab(vocab: LabelVocab, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps({"labels": vocab.names, "multi_label": vocab.multi_label},
+                              indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def read_label_vocab(path: str | Path) -> LabelVocab:
+    try:
+        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+        return LabelVocab([str(n) for n in obj["labels"]], bool(obj.get("multi_label")))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise DataError(f"{path}: not a readable labels.json ({err}); delete it to rebuild "
+                        "the label vocabulary from the training data") from None
+
+
+# ------------------------------------------------------------------------------- arrays
+@dataclass
+class ExampleSet:
+    """Encoded examples of one split, ready for ``tf.data.Dataset.from_tensor_slices``.
+
+    Attributes:
+      texts: first text of each example.
+      text_pairs: second text (sentence-pair tasks) or None.
+      labels: int32 class ids ``[n]``, or float32 multi-hot ``[n, num_classes]``.
+      name: split name (train/validation/test), for messages.
+    """
+
+    texts: list[str]
+    text_pairs: list[str] | None
+    labels: np.ndarray
+    name: str = "train"
+    _fingerprint: str | None = field(default=None, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def fingerprint(self) -> str:
+        """Content hash (texts, pairs, labels): keys snapshots to the exact data."""
+        if self._fingerprint is None:
+            h = hashlib.sha256()
+            for t in self.texts:
+                h.update(t.encode("utf-8", "surrogatepass") + b"\x00")
+            for t in self.text_pairs or ():
+                h.update(t.encode("utf-8", "surrogatepass") + b"\x01")
+            h.update(np.ascontiguousarray(self.labels).tobytes())
+            h.update(str(self.labels.shape).encode())
+            self._fingerprint = h.hexdigest()[:16]
+        return self._fingerprint
+
+    def subset(self, indices: np.ndarray, name: str) -> ExampleSet:
+        return ExampleSet([self.texts[i] for i in indices],
+                          None if self.text_pairs is None else
+                          [self.text_pairs[i] for i in indices],
+                          self.labels[indices], name)
+
+
+def encode_examples(examples: list[RawExample], vocab: LabelVocab, *, split: str, mode: str,
+                    report: BadRowReport, known_from: str) -> ExampleSet:
+    """Map label names to ids (or multi-hot rows); unknown labels are bad rows."""
+    index = vocab.index()
+    bad = _BadRowPolicy(mode, report, split)
+    kept: list[RawExample] = []
+    for ex in examples:
+        unknown = [label for label in ex.labels if label not in index]
+        if unknown:
+            shown = ", ".join(vocab.names[:10]) + (" ..." if len(vocab.names) > 10 else "")
+            bad(ex.origin[0], ex.origin[1], f"unknown label {_show(unknown[0])} (not among "
+                                            f"the labels of {known_from}: {shown})")
+            continue
+        kept.append(ex)
+    if not kept:
+        raise DataError(f"data.{split}_files: no usable examples left after dropping "
+                        f"{report.per_split.get(split, 0)} bad row(s): {report.summary()}")
+    if vocab.multi_label:
+        labels = np.zeros((len(kept), len(vocab.names)), np.float32)
+        for i, ex in enumerate(kept):
+            labels[i, [index[name] for name in ex.labels]] = 1.0
+    else:
+        labels = np.array([index[ex.labels[0]] for ex in kept], np.int32)
+    pairs = [ex.text_pair for ex in kept] if kept[0].text_pair is not None else None
+    return ExampleSet([ex.text for ex in kept], pairs, labels, split)
