@@ -1,0 +1,412 @@
+"""The generator's input pipeline: a cleaned text corpus -> fixed-shape integer examples.
+
+Two example shapes feed the same encoder-decoder:
+
+* **continuation**: every position of every corpus line. With ``ext = [START] + line +
+  [END]`` and the next word at line position ``i`` (``0 <= i <= len(line)``, ``i = len``
+  meaning "the line ends here"), the encoder sees the last ``context_words`` tokens of
+  ``ext[:i + 1]`` and the decoder learns the next ``target_words`` tokens ``ext[i + 1:]``.
+  A prompt is handled the same way (``[START] + prompt``, last ``context_words`` tokens),
+  so an empty prompt asks for a line opening, and ``[END]`` teaches the model to stop.
+* **pairs**: a source text -> a target text (TSV with a header row, or JSONL); the
+  encoder sees the first ``context_words`` tokens of ``[START] + source``.
+
+Labels are right-padded with 0 (the loss and metrics ignore it); decoder inputs are the
+labels shifted right behind ``[START]`` (teacher forcing). Everything that touches
+strings runs on the host: the device only ever sees int32 tensors of fixed shape.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from tfapp.config import DataConfig
+from tfapp.data.errors import DataError
+
+import numpy as np
+import tensorflow as tf
+
+log = logging.getLogger("tfapp")
+
+PAD, UNK, START, END = "", "[UNK]", "[START]", "[END]"
+PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
+SPECIAL_TOKENS = (PAD, UNK, START, END)
+
+DEMO_DIR = Path(__file__).resolve().parents[1] / "demo"
+DEMO_CORPUS = DEMO_DIR / "generator_corpus.txt"
+DEMO_PAIRS = DEMO_DIR / "generator_pairs.tsv"
+
+# Keras' default punctuation set minus the apostrophe, so "man's" stays one word.
+PUNCTUATION = r"[!\"#$%&()*+,\-./:;<=>?@\[\\\]^_`{|}~]"
+
+
+# --------------------------------------------------------------------------- cleaning
+
+
+def standardize(texts: tf.Tensor, strip_punctuation: bool = True) -> tf.Tensor:
+    """Lowercase, optionally strip punctuation, collapse whitespace (TF ops).
+
+    The same function runs on the corpus at training time and, traced into the export,
+    on prompts at serving time, so both see identical words.
+    """
+    texts = tf.strings.lower(texts, encoding="utf-8")
+    if strip_punctuation:
+        texts = tf.strings.regex_replace(texts, PUNCTUATION, " ")
+    texts = tf.strings.regex_replace(texts, r"\s+", " ")
+    return tf.strings.strip(texts)
+
+
+def clean_lines(lines: list[str], drop_regex: str = "",
+                strip_punctuation: bool = True) -> list[str]:
+    """Drop lines matching ``drop_regex`` (on the raw text), standardize, drop empties."""
+    if drop_regex:
+        try:
+            pattern = re.compile(drop_regex)
+        except re.error as err:
+            raise DataError(f"data.drop_regex: '{drop_regex}' is not a valid regular "
+                            f"expression ({err})") from None
+        lines = [line for line in lines if not pattern.search(line)]
+    if not lines:
+        return []
+    cleaned = standardize(tf.constant(lines), strip_punctuation).numpy()
+    return [c.decode("utf-8") for c in cleaned if c]
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _expand(pattern: str, what: str) -> list[str]:
+    files = sorted(tf.io.gfile.glob(pattern)) if pattern else []
+    if not files:
+        raise DataError(f"{what}: no file matches '{pattern}'; give a path or glob of "
+                        "existing files (or 'demo' for the shipped corpus)")
+    return files
+
+
+def _read_text(path: str) -> str:
+    with tf.io.gfile.GFile(path, "r") as fh:
+        return fh.read()
+
+
+def read_corpus(pattern: str, what: str = "data.train_files") -> list[str]:
+    """All lines of the text files matching ``pattern`` ('demo' = the shipped corpus)."""
+    if pattern == "demo":
+        pattern = str(DEMO_CORPUS)
+    lines: list[str] = []
+    for path in _expand(pattern, what):
+        lines.extend(_read_text(path).splitlines())
+    return lines
+
+
+def _pairs_format(path: str, fmt: str) -> str:
+    if fmt in ("tsv", "jsonl", "csv"):
+        return fmt
+    if fmt != "auto":
+        raise DataError(f"data.format: '{fmt}' cannot hold pairs; use tsv, csv or jsonl "
+                        "with data.example_shape=pairs")
+    suffix = Path(path).suffix.lower()
+    if suffix in (".jsonl", ".json"):
+        return "jsonl"
+    if suffix in (".tsv", ".csv"):
+        return suffix[1:]
+    raise DataError(f"{path}: cannot tell the pairs format from the extension; name it "
+                    ".tsv/.csv/.jsonl or set data.format")
+
+
+def read_pairs(pattern: str, cfg: DataConfig, what: str = "data.train_files"
+               ) -> list[tuple[str, str]]:
+    """(source, target) rows from TSV/CSV files with a header row, or JSONL objects."""
+    if pattern == "demo":
+        pattern = str(DEMO_PAIRS)
+    src_col, tgt_col = cfg.source_column, cfg.target_column
+    rows: list[tuple[str, str]] = []
+    bad: list[str] = []
+    for path in _expand(pattern, what):
+        fmt = _pairs_format(path, cfg.format)
+        text = _read_text(path)
+        if fmt == "jsonl":
+            for n, line in enumerate(text.splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                    if not isinstance(obj, dict):
+                        raise ValueError("not a JSON object")
+                except ValueError as err:
+                    bad.append(f"{path}:{n}: {str(err).splitlines()[0]}")
+                    continue
+                missing = [c for c in (src_col, tgt_col) if c not in obj]
+                if missing:
+                    if n == 1:  # the first row decides: a wrong key name, not a bad row
+                        raise DataError(f"{path}: no key '{missing[0]}' in the JSONL objects "
+                                        f"(keys: {', '.join(obj)}); set data.source_column/"
+                                        "data.target_column")
+                    bad.append(f"{path}:{n}: missing '{missing[0]}'")
+                    continue
+                rows.append((str(obj[src_col]), str(obj[tgt_col])))
+        else:
+            reader = csv.reader(io.StringIO(text), delimiter="\t" if fmt == "tsv" else ",")
+            header = next(reader, None) or []
+            for col in (src_col, tgt_col):
+                if col not in header:
+                    raise DataError(f"{path}: no column '{col}' in the header "
+                                    f"({', '.join(header) or 'empty file'}); set "
+                                    "data.source_column/data.target_column")
+            i_src, i_tgt = header.index(src_col), header.index(tgt_col)
+            for n, rec in enumerate(reader, 2):
+                if not rec:
+                    continue
+                if len(rec) != len(header):
+                    bad.append(f"{path}:{n}: {len(rec)} fields, expected {len(header)}")
+                    continue
+                rows.append((rec[i_src], rec[i_tgt]))
+    if bad:
+        if cfg.on_bad_rows == "fail":
+            raise DataError(f"malformed row {bad[0]} ({len(bad)} bad rows); fix the file or "
+                            "set data.on_bad_rows=skip")
+        log.warning("skipped %d malformed rows, first: %s", len(bad), bad[0])
+    return rows
+
+
+# --------------------------------------------------------------------------- vocabulary
+
+
+def build_vocabulary(lines: list[str], vocab_size: int) -> list[str]:
+    """``TextVectorization.adapt`` on cleaned lines -> the vocabulary with specials first.
+
+    Ids: 0 padding, 1 [UNK], 2 [START], 3 [END], then words by falling frequency.
+    """
+    counter = tf.keras.layers.TextVectorization(
+        max_tokens=vocab_size, standardize=None, split="whitespace")
+    counter.adapt(tf.data.Dataset.from_tensor_slices(lines).batch(1024))
+    words = [str(w) for w in counter.get_vocabulary()[2:] if w not in SPECIAL_TOKENS]
+    return list(SPECIAL_TOKENS) + words[: max(0, vocab_size - len(SPECIAL_TOKENS))]
+
+
+def make_vectorizer(vocabulary: list[str]) -> tf.keras.layers.TextVectorization:
+    """Whitespace-split words -> ragged int ids (unknown words -> 1)."""
+    return tf.keras.layers.TextVectorization(
+        standardize=None, split="whitespace", vocabulary=list(vocabulary), ragged=True)
+
+
+def save_vocabulary(vocabulary: list[str], path: str | Path) -> Path:
+    """One token per line; line 1 is the (empty) padding token."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+    return path
+
+
+def load_vocabulary(path: str | Path) -> list[str]:
+    lines = Path(path).read_text(encoding="utf-8").split("\n")
+    vocab = lines[:-1] if lines and lines[-1] == "" else lines
+    if tuple(vocab[:4]) != SPECIAL_TOKENS:
+        raise DataError(f"{path}: not a tfapp generator vocabulary (expected the padding, "
+                        "[UNK], [START], [END] tokens first)")
+    return vocab
+
+
+# --------------------------------------------------------------------------- examples
+
+
+@dataclass
+class Examples:
+    """Fixed-shape int32 arrays: encoder_ids [M, N], decoder_ids [M, K], labels [M, K]."""
+
+    encoder_ids: np.ndarray
+    decoder_ids: np.ndarray
+    labels: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+def _targets(labels_rows: list[list[int]], target_words: int) -> tuple[np.ndarray, np.ndarray]:
+    labels = np.zeros((len(labels_rows), target_words), np.int32)
+    for r, row in enumerate(labels_rows):
+        labels[r, : len(row)] = row
+    # Teacher forcing: the decoder reads the gold previous word, [START] first.
+    decoder = np.concatenate(
+        [np.full((len(labels_rows), 1), START_ID, np.int32), labels[:, :-1]], axis=1)
+    return decoder, labels
+
+
+def continuation_windows(token_lines: list[list[int]], context_words: int,
+                         target_words: int) -> Examples:
+    """Every (context -> next words) window of every line; see the module docstring."""
+    enc_rows, label_rows = [], []
+    for tokens in token_lines:
+        ext = [START_ID, *tokens, END_ID]
+        for i in range(len(tokens) + 1):
+            enc_rows.append(ext[max(0, i + 1 - context_words): i + 1])
+            label_rows.append(ext[i + 1: i + 1 + target_words])
+    encoder = np.zeros((len(enc_rows), context_words), np.int32)
+    for r, row in enumerate(enc_rows):
+        encoder[r, : len(row)] = row
+    decoder, labels = _targets(label_rows, target_words)
+    return Examples(encoder, decoder, labels)
+
+
+def pair_examples(pairs: list[tuple[list[int], list[int]]], context_words: int,
+                  target_words: int) -> Examples:
+    """Source -> target examples; both are truncated at the end to fit."""
+    encoder = np.zeros((len(pairs), context_words), np.int32)
+    label_rows = []
+    for r, (src, tgt) in enumerate(pairs):
+        row = [START_ID, *src][:context_words]
+        encoder[r, : len(row)] = row
+        label_rows.append([*tgt, END_ID][:target_words])
+    decoder, labels = _targets(label_rows, target_words)
+    return Examples(encoder, decoder, labels)
+
+
+def prompt_encoder_ids(ids: tf.RaggedTensor, context_words: int,
+                       keep: str = "last") -> tf.Tensor:
+    """Ragged prompt word ids [B, (n)] -> encoder ids [B, context_words] (TF ops).
+
+    Mirrors the training windows: ``[START] + prompt``, then the last (continuation) or
+    first (pairs) ``context_words`` tokens, right-padded with 0.
+    """
+    ids = tf.cast(ids, tf.int32)
+    start = tf.fill([ids.nrows(), 1], tf.constant(START_ID, tf.int32))
+    ext = tf.concat([tf.RaggedTensor.from_tensor(start), ids], axis=1)
+    ext = ext[:, -context_words:] if keep == "last" else ext[:, :context_words]
+    return ext.to_tensor(default_value=PAD_ID, shape=[None, context_words])
+
+
+def to_dataset(examples: Examples, batch_size: int, *, training: bool, shuffle_buffer: int = 0,
+               seed: int | None = None, deterministic: bool = False,
+               prefetch: bool = True) -> tf.data.Dataset:
+    """``({"encoder_ids", "decoder_ids"}, labels)`` batches of ``batch_size`` (global).
+
+    Training batches repeat forever (the driver gives ``steps_per_epoch``) and drop the
+    remainder, so every step has the same shape and XLA compiles once.
+    """
+    ds = tf.data.Dataset.from_tensor_slices(
+        ({"encoder_ids": examples.encoder_ids, "decoder_ids": examples.decoder_ids},
+         examples.labels))
+    if training:
+        if shuffle_buffer:
+            ds = ds.shuffle(min(shuffle_buffer, len(examples)), seed=seed,
+                            reshuffle_each_iteration=True)
+        ds = ds.repeat()
+    ds = ds.batch(batch_size, drop_remainder=training)
+    if prefetch:
+        ds = ds.prefetch(tf.data.AUTOTUNE)
+    options = tf.data.Options()
+    options.deterministic = deterministic
+    return ds.with_options(options)
+
+
+# --------------------------------------------------------------------------- assembly
+
+
+@dataclass
+class GeneratorData:
+    """What ``build_generator_data`` made: datasets, counts and the vocabulary."""
+
+    train: tf.data.Dataset
+    validation: tf.data.Dataset | None
+    vocabulary: list[str]
+    num_train_examples: int
+    num_validation_examples: int
+    sample_prompts: list[str] = field(default_factory=list)
+    info: dict = field(default_factory=dict)
+
+
+def _tokenize(vectorizer, texts: list[str]) -> list[list[int]]:
+    if not texts:
+        return []
+    return [list(row) for row in vectorizer(tf.constant(texts)).to_list()]
+
+
+def _split(items: list, fraction: float, seed: int) -> tuple[list, list]:
+    """Seeded split of whole lines/pairs, so no window of a validation line is trained on."""
+    order = list(range(len(items)))
+    random.Random(seed).shuffle(order)
+    n_val = int(round(len(items) * fraction))
+    val = sorted(order[:n_val])
+    train = sorted(order[n_val:])
+    return [items[i] for i in train], [items[i] for i in val]
+
+
+def build_generator_data(cfg: DataConfig, *, global_batch_size: int, seed: int
+                         ) -> GeneratorData:
+    """Read, clean, split, adapt the vocabulary on the training part, window, batch."""
+    strip = cfg.strip_punctuation
+    if cfg.example_shape == "pairs":
+        raw = read_pairs(cfg.train_files, cfg)
+        val_raw = (read_pairs(cfg.validation_files, cfg, "data.validation_files")
+                   if cfg.validation_files else None)
+        if val_raw is None:
+            raw, val_raw = _split(raw, cfg.validation_split, seed)
+
+        def clean(rows):
+            kept = [r for r in rows
+                    if not (cfg.drop_regex and re.search(cfg.drop_regex, r[0] + "\t" + r[1]))]
+            if not kept:
+                return [], []
+            src = standardize(tf.constant([s for s, _ in kept]), strip).numpy()
+            tgt = standardize(tf.constant([t for _, t in kept]), strip).numpy()
+            both = [(s.decode(), t.decode()) for s, t in zip(src, tgt, strict=True) if t]
+            return [s for s, _ in both], [t for _, t in both]
+
+        clean_lines([], cfg.drop_regex)  # validates the regex with a clear message
+        src, tgt = clean(raw)
+        val_src, val_tgt = clean(val_raw)
+        if not src:
+            raise DataError(f"data.train_files: no usable pairs in '{cfg.train_files}' after "
+                            "filtering (check data.drop_regex and the columns)")
+        vocabulary = build_vocabulary(src + tgt, cfg.vocab_size)
+        vec = make_vectorizer(vocabulary)
+        train_ex = pair_examples(list(zip(_tokenize(vec, src), _tokenize(vec, tgt),
+                                          strict=True)), cfg.context_words, cfg.target_words)
+        val_ex = pair_examples(list(zip(_tokenize(vec, val_src), _tokenize(vec, val_tgt),
+                                        strict=True)), cfg.context_words, cfg.target_words)
+        prompts = (val_src or src)[:3]
+        n_texts, n_val_texts = len(src), len(val_src)
+    else:
+        lines = clean_lines(read_corpus(cfg.train_files), cfg.drop_regex, strip)
+        if cfg.validation_files:
+            val_lines = clean_lines(read_corpus(cfg.validation_files, "data.validation_files"),
+                                    cfg.drop_regex, strip)
+        else:
+            lines, val_lines = _split(lines, cfg.validation_split, seed)
+        if not lines:
+            raise DataError(f"data.train_files: no text lines left in '{cfg.train_files}' "
+                            "after cleaning (check data.drop_regex)")
+        vocabulary = build_vocabulary(lines, cfg.vocab_size)
+        vec = make_vectorizer(vocabulary)
+        train_ex = continuation_windows(_tokenize(vec, lines), cfg.context_words,
+                                        cfg.target_words)
+        val_ex = continuation_windows(_tokenize(vec, val_lines), cfg.context_words,
+                                      cfg.target_words)
+        # Sample prompts for the per-epoch TensorBoard text: the opening words of a few
+        # held-out lines, and the empty prompt (a line opening).
+        prompts = ["", *(" ".join(line.split()[:2]) for line in (val_lines or lines)[:3])]
+        n_texts, n_val_texts = len(lines), len(val_lines)
+
+    train = to_dataset(train_ex, global_batch_size, training=True,
+                       shuffle_buffer=cfg.shuffle_buffer, seed=seed,
+                       deterministic=cfg.deterministic, prefetch=cfg.prefetch)
+    validation = (to_dataset(val_ex, global_batch_size, training=False,
+                             deterministic=cfg.deterministic, prefetch=cfg.prefetch)
+                  if len(val_ex) else None)
+    info = {"vocab_size": len(vocabulary), "example_shape": cfg.example_shape,
+            "context_words": cfg.context_words, "target_words": cfg.target_words,
+            "texts": n_texts, "validation_texts": n_val_texts,
+            "unk_rate": float(np.mean(train_ex.labels == UNK_ID))}
+    log.info("generator data: %d %s -> %d examples (validation %d -> %d), vocabulary %d",
+             n_texts, "pairs" if cfg.example_shape == "pairs" else "lines", len(train_ex),
+             n_val_texts, len(val_ex), len(vocabulary))
+    return GeneratorData(train=train, validation=validation, vocabulary=vocabulary,
+                         num_train_examples=len(train_ex), num_validation_examples=len(val_ex),
+                         sample_prompts=prompts, info=info)

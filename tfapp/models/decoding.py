@@ -1,0 +1,201 @@
+"""Batched, XLA-compiled decoding for ``Seq2Seq``: greedy, sampling, top-k, top-p, beam.
+
+One ``tf.while_loop`` writes a fixed ``[batch, max_length]`` buffer, carrying the decoder
+LSTM's (h, c) as the only cache: each step feeds one token per row through
+``model.decode_step``. The three sampling methods share one traced program (temperature,
+``top_k`` and ``top_p`` are tensors, so changing them never recompiles); greedy is argmax
+in the same loop; beam search runs the loop over ``batch * num_beams`` rows and reorders
+rows by their parent beam each step. Rows stop at the end token (then emit padding) and
+the loop exits when every row has stopped or at the step limit, which is a tensor, too.
+
+Randomness is stateless: step ``i`` samples with seed ``(seed, i)``, so one seed gives
+the same text on every run, and rows of a batch still differ. (XLA and plain TensorFlow
+implement the stateless sampler differently: a seed reproduces within one mode.)
+
+Designed after TF Model Garden's ``sampling_module.py``/``beam_search.py`` (fixed-size
+buffers, finished flags, GNMT length penalty) and keras-hub's samplers (one loop, the
+choice of the next token as a pluggable step), reduced to what an LSTM cache needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+
+import tensorflow as tf
+
+NEG_INF = -1e9
+METHODS = ("greedy", "sample", "top_k", "top_p", "beam")
+
+
+@dataclass(frozen=True)
+class DecodeOutput:
+    """tokens [B, max_length] (end token included, then 0), lengths [B] (tokens written,
+    end token included), scores [B] (log-probability; beam: length-normalised)."""
+
+    tokens: tf.Tensor
+    lengths: tf.Tensor
+    scores: tf.Tensor
+
+
+def filter_logits(logits: tf.Tensor, temperature: tf.Tensor, top_k: tf.Tensor,
+                  top_p: tf.Tensor) -> tf.Tensor:
+    """Temperature, then keep the ``top_k`` best (0 = all), then the nucleus ``top_p``.
+
+    One descending sort serves both filters; everything outside is set to NEG_INF.
+    Ties at the k-th value are all kept (so k=1 can keep two exactly equal logits).
+    """
+    logits = logits / tf.cast(temperature, logits.dtype)
+    vocab = tf.shape(logits)[-1]
+    ordered = tf.sort(logits, axis=-1, direction="DESCENDING")
+    k = tf.where(top_k > 0, tf.minimum(top_k, vocab), vocab)
+    kth = tf.gather(ordered, k - 1, axis=-1)[..., None]
+    logits = tf.where(logits < kth, NEG_INF, logits)
+    ordered = tf.where(tf.range(vocab) < k, ordered, NEG_INF)
+    # Nucleus: the smallest prefix of the sorted words whose probability reaches top_p;
+    # a word is kept when the mass before it is still short of top_p (the first always is).
+    probs = tf.nn.softmax(ordered, axis=-1)
+    before = tf.cumsum(probs, axis=-1, exclusive=True)
+    kept = before < tf.cast(top_p, probs.dtype)
+    threshold = tf.reduce_min(tf.where(kept, ordered, -NEG_INF), axis=-1, keepdims=True)
+    return tf.where(logits < threshold, NEG_INF, logits)
+
+
+def _write(buffer: tf.Tensor, i: tf.Tensor, column: tf.Tensor) -> tf.Tensor:
+    """buffer[:, i] = column, as a select (XLA-friendly, static shapes)."""
+    return tf.where(tf.equal(tf.range(tf.shape(buffer)[1]), i)[None, :], column[:, None],
+                    buffer)
+
+
+def _suppression(vocab_size: int, suppress_ids: Sequence[int]) -> tf.Tensor:
+    """[V] additive mask: NEG_INF on ids the model must never emit (padding, [START]...)."""
+    hot = tf.reduce_sum(tf.one_hot(list(suppress_ids), vocab_size), 0) if suppress_ids else 0.0
+    return tf.zeros([vocab_size]) + hot * NEG_INF
+
+
+def decode(model: Any, encoder_ids: tf.Tensor, *, method: str = "greedy", max_length: int = 30,
+           limit: tf.Tensor | int | None = None, temperature: tf.Tensor | float = 1.0,
+           top_k: tf.Tensor | int = 0, top_p: tf.Tensor | float = 1.0, num_beams: int = 1,
+           length_penalty: tf.Tensor | float = 0.0, seed: tf.Tensor | int = 0,
+           start_id: int = 2, end_id: int = 3, pad_id: int = 0,
+           suppress_ids: Sequence[int] = (0, 1, 2)) -> DecodeOutput:
+    """Generate up to ``max_length`` tokens (static; ``limit`` may lower it per call).
+
+    ``model`` provides ``vocab_size``, ``encode(ids)`` and ``decode_step(...)``.
+    ``method`` picks the program: greedy, beam (``num_beams``, ``length_penalty``), or
+    sampling (sample/top_k/top_p differ only in which filters the caller enables).
+    ``suppress_ids`` are never generated (default: padding, [UNK], [START]).
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    beam_search = method == "beam"  # even with one beam: then it must equal greedy
+    beams = num_beams if beam_search else 1
+    vocab = model.vocab_size
+    if beams > vocab - len(suppress_ids):
+        raise ValueError(f"num_beams={beams} exceeds the {vocab - len(suppress_ids)} "
+                         "words the model can generate")
+    encoder_ids = tf.convert_to_tensor(encoder_ids, tf.int32)
+    limit = tf.minimum(tf.cast(max_length if limit is None else limit, tf.int32), max_length)
+    temperature = tf.cast(temperature, tf.float32)
+    top_k, top_p = tf.cast(top_k, tf.int32), tf.cast(top_p, tf.float32)
+    seed = tf.cast(seed, tf.int32)  # XLA's stateless sampler takes int32 seeds
+    suppress = _suppression(vocab, suppress_ids)
+
+    batch = tf.shape(encoder_ids)[0]
+    memory, keys, mask, state = model.encode(encoder_ids, training=False)
+    if beam_search:  # every prompt's encoding, repeated once per beam: rows b*K .. b*K+K-1
+        memory, keys, mask = (tf.repeat(t, beams, axis=0) for t in (memory, keys, mask))
+        state = [tf.repeat(s, beams, axis=0) for s in state]
+    rows = batch * beams
+
+    def step_sample(i, logp_all, logits, scores, finished):
+        if method == "greedy":
+            token = tf.argmax(logp_all, axis=-1, output_type=tf.int32)
+        else:
+            filtered = filter_logits(logits + suppress, temperature, top_k, top_p)
+            step_seed = tf.stack([seed, i])
+            token = tf.random.stateless_categorical(filtered, 1, step_seed,
+                                                    dtype=tf.int32)[:, 0]
+        token_logp = tf.gather(logp_all, token, axis=1, batch_dims=1)
+        token = tf.where(finished, pad_id, token)
+        scores += tf.where(finished, 0.0, token_logp)
+        return token, tf.range(rows), scores
+
+    def step_beam(i, logp_all, logits, scores, finished):
+        # A finished beam may only extend itself with padding at no cost, so it keeps its
+        # score and one slot; alive beams compete with it on summed log-probability.
+        pad_only = tf.where(tf.equal(tf.range(vocab), pad_id), 0.0, NEG_INF)
+        logp_all = tf.where(finished[:, None], pad_only[None, :], logp_all)
+        candidates = tf.reshape(scores[:, None] + logp_all, [batch, beams * vocab])
+        top_scores, flat = tf.math.top_k(candidates, k=beams)
+        parent = flat // vocab + tf.range(batch)[:, None] * beams
+        return tf.reshape(flat % vocab, [-1]), tf.reshape(parent, [-1]), \
+            tf.reshape(top_scores, [-1])
+
+    def body(i, prev, state, tokens, finished, lengths, scores):
+        logits, state = model.decode_step(prev, state, memory, keys, mask)
+        logits = tf.cast(logits, tf.float32)
+        logp_all = tf.nn.log_softmax(logits + suppress, axis=-1)
+        choose = step_beam if beam_search else step_sample
+        token, parent, scores = choose(i, logp_all, logits, scores, finished)
+        if beam_search:
+            state = [tf.gather(s, parent) for s in state]
+            tokens, finished, lengths = (tf.gather(t, parent)
+                                         for t in (tokens, finished, lengths))
+        tokens = _write(tokens, i, token)
+        lengths += tf.cast(tf.logical_not(finished), tf.int32)
+        finished = tf.logical_or(finished, tf.equal(token, end_id))
+        return i + 1, token, state, tokens, finished, lengths, scores
+
+    def cond(i, prev, state, tokens, finished, lengths, scores):
+        return tf.logical_and(i < limit, tf.logical_not(tf.reduce_all(finished)))
+
+    if beam_search:  # all beams start equal: only the first may expand at step 0
+        first = tf.concat([tf.zeros([batch, 1]), tf.fill([batch, beams - 1], NEG_INF)], 1)
+        scores0 = tf.reshape(first, [-1])
+    else:
+        scores0 = tf.zeros([rows])
+    loop_vars = (tf.constant(0), tf.fill([rows], tf.constant(start_id, tf.int32)), state,
+                 tf.zeros([rows, max_length], tf.int32), tf.zeros([rows], tf.bool),
+                 tf.zeros([rows], tf.int32), scores0)
+    _, _, _, tokens, _, lengths, scores = tf.while_loop(
+        cond, body, loop_vars, maximum_iterations=max_length)
+
+    if beam_search:  # GNMT length penalty ((5 + length) / 6) ** alpha picks each prompt's best
+        penalty = tf.pow((5.0 + tf.cast(lengths, tf.float32)) / 6.0,
+                         tf.cast(length_penalty, tf.float32))
+        normalised = tf.reshape(scores / penalty, [batch, beams])
+        best = tf.argmax(normalised, axis=-1, output_type=tf.int32) + tf.range(batch) * beams
+        return DecodeOutput(tf.gather(tokens, best), tf.gather(lengths, best),
+                            tf.gather(tf.reshape(normalised, [-1]), best))
+    return DecodeOutput(tokens, lengths, scores)
+
+
+def method_filters(method: str, top_k: int, top_p: float) -> tuple[int, float]:
+    """The (top_k, top_p) a method uses: sample -> neither, top_k -> k, top_p -> p."""
+    if method == "top_k":
+        return top_k, 1.0
+    if method == "top_p":
+        return 0, top_p
+    return 0, 1.0
+
+
+def make_decoder(model: Any, *, method: str, max_length: int, num_beams: int = 1,
+                 jit_compile: bool = True, **fixed: Any):
+    """A ``tf.function`` (XLA with ``jit_compile``) decoding ``encoder_ids`` [B, N].
+
+    Call it as ``fn(encoder_ids, limit, temperature, top_k, top_p, length_penalty, seed)``
+    with scalar tensors; it traces/compiles once per batch shape. ``fixed`` passes the
+    special ids (``start_id``, ``end_id``, ``suppress_ids``) through to ``decode``.
+    """
+
+    def run(encoder_ids, limit, temperature, top_k, top_p, length_penalty, seed):
+        out = decode(model, encoder_ids, method=method, max_length=max_length, limit=limit,
+                     temperature=temperature, top_k=top_k, top_p=top_p, num_beams=num_beams,
+                     length_penalty=length_penalty, seed=seed, **fixed)
+        return out.tokens, out.lengths, out.scores
+
+    return tf.function(run, jit_compile=jit_compile, reduce_retracing=True)

@@ -1,0 +1,239 @@
+"""The generator network: an LSTM encoder-decoder with attention, plus its loss and metrics.
+
+    encoder_ids -> Embedding -> LSTM encoder (optionally bidirectional) -> memory, state
+    decoder_ids -> Embedding -> LSTM decoder (initial state = encoder state) -> queries
+    queries x memory -> attention (additive/Bahdanau or multiplicative/Luong) -> context
+    [query; context] -> Dense(tanh) -> Dense(vocab, float32) -> logits
+
+Attention reads the decoder LSTM's output (Luong's arrangement, as in the TensorFlow NMT
+tutorial) instead of being fed back into the next LSTM input (tfa's AttentionWrapper
+"input feeding"). Training then runs the decoder as one LSTM layer over the whole
+sequence (fast kernels, cuDNN on GPUs), and decoding steps the same LSTM cell with its
+(h, c) state as the only cache. ``encode`` + ``decode_step`` are the decoding interface
+(``tfapp.models.decoding``); ``call`` is teacher-forced training.
+
+Ids 0 (padding) and the special tokens follow ``tfapp.data.text_lines``; this module only
+assumes that 0 is padding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+
+import tensorflow as tf
+
+NEG_INF = -1e9  # finite "minus infinity": a fully masked row stays NaN-free
+
+
+class BahdanauAttention(tf.keras.layers.Layer):
+    """Additive attention: score(q, k) = v . tanh(W_q q + W_k k)."""
+
+    def __init__(self, units: int, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.units = units
+        self.query_dense = tf.keras.layers.Dense(units, use_bias=False, name="query")
+        self.memory_dense = tf.keras.layers.Dense(units, use_bias=False, name="memory")
+        self.score_dense = tf.keras.layers.Dense(1, use_bias=False, name="score")
+
+    def keys(self, memory: tf.Tensor) -> tf.Tensor:
+        """Memory projection, computed once per prompt and reused at every decoding step."""
+        return self.memory_dense(memory)
+
+    def scores(self, query: tf.Tensor, keys: tf.Tensor) -> tf.Tensor:
+        q = self.query_dense(query)  # [B, T, A]
+        return tf.squeeze(self.score_dense(tf.tanh(q[:, :, None, :] + keys[:, None])), -1)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "units": self.units}
+
+
+class LuongAttention(tf.keras.layers.Layer):
+    """Multiplicative ("general") attention: score(q, k) = q . W k."""
+
+    def __init__(self, units: int, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.units = units
+        self.memory_dense = tf.keras.layers.Dense(units, use_bias=False, name="memory")
+
+    def keys(self, memory: tf.Tensor) -> tf.Tensor:
+        return self.memory_dense(memory)
+
+    def scores(self, query: tf.Tensor, keys: tf.Tensor) -> tf.Tensor:
+        return tf.matmul(query, keys, transpose_b=True)  # [B, T, S]
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "units": self.units}
+
+
+def attend(attention: tf.keras.layers.Layer, query: tf.Tensor, memory: tf.Tensor,
+           keys: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+    """Context vectors [B, T, D] for queries [B, T, d] over memory [B, S, D] (mask [B, S]).
+
+    Scores are softmaxed in float32 (mixed precision would overflow the mask constant).
+    """
+    scores = tf.cast(attention.scores(query, keys), tf.float32)
+    scores += (1.0 - tf.cast(mask, tf.float32))[:, None, :] * NEG_INF
+    weights = tf.nn.softmax(scores, axis=-1)
+    return tf.matmul(tf.cast(weights, memory.dtype), memory)
+
+
+class Seq2Seq(tf.keras.Model):
+    """Encoder-decoder LSTM with attention; inputs {"encoder_ids", "decoder_ids"} -> logits."""
+
+    def __init__(self, vocab_size: int, embedding_dim: int = 64, units: int = 64,
+                 bidirectional: bool = False, attention: str = "bahdanau",
+                 dropout: float = 0.0, **kwargs: Any):
+        super().__init__(**kwargs)
+        if attention not in ("bahdanau", "luong"):
+            raise ValueError(f"attention must be bahdanau or luong, got {attention!r}")
+        self.vocab_size, self.embedding_dim, self.units = vocab_size, embedding_dim, units
+        self.bidirectional, self.attention_kind, self.dropout_rate = (
+            bidirectional, attention, dropout)
+        # The decoder state must match the encoder state it starts from: a bidirectional
+        # encoder hands over [forward; backward], twice as wide.
+        self.decoder_units = units * (2 if bidirectional else 1)
+        # One embedding for both sides: continuation examples read and write the same words.
+        self.embedding = tf.keras.layers.Embedding(vocab_size, embedding_dim, name="embedding")
+        encoder = tf.keras.layers.LSTM(units, return_sequences=True, return_state=True,
+                                       name="encoder_lstm")
+        self.encoder = (tf.keras.layers.Bidirectional(encoder, name="encoder")
+                        if bidirectional else encoder)
+        self.decoder = tf.keras.layers.LSTM(self.decoder_units, return_sequences=True,
+                                            return_state=True, name="decoder_lstm")
+        attention_cls = BahdanauAttention if attention == "bahdanau" else LuongAttention
+        self.attention = attention_cls(self.decoder_units, name=f"{attention}_attention")
+        self.combine = tf.keras.layers.Dense(self.decoder_units, activation="tanh",
+                                             name="attention_output")
+        self.dropout = tf.keras.layers.Dropout(dropout)
+        # float32 logits even under a mixed policy: softmax/loss need the range.
+        self.projection = tf.keras.layers.Dense(vocab_size, dtype="float32", name="logits")
+
+    # ----------------------------------------------------------------- pieces
+
+    def encode(self, encoder_ids: tf.Tensor, training: bool = False
+               ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, list[tf.Tensor]]:
+        """encoder_ids [B, S] -> (memory [B, S, D], keys, mask [B, S], [h, c])."""
+        mask = tf.not_equal(encoder_ids, 0)
+        x = self.dropout(self.embedding(encoder_ids), training=training)
+        out = self.encoder(x, mask=mask, training=training)
+        if self.bidirectional:
+            memory, fh, fc, bh, bc = out
+            state = [tf.concat([fh, bh], -1), tf.concat([fc, bc], -1)]
+        else:
+            memory, h, c = out
+            state = [h, c]
+        return memory, self.attention.keys(memory), mask, state
+
+    def _output(self, query: tf.Tensor, memory: tf.Tensor, keys: tf.Tensor, mask: tf.Tensor,
+                training: bool) -> tf.Tensor:
+        context = attend(self.attention, query, memory, keys, mask)
+        hidden = self.combine(tf.concat([query, tf.cast(context, query.dtype)], -1))
+        return self.projection(self.dropout(hidden, training=training))
+
+    def decode_step(self, token_ids: tf.Tensor, state: list[tf.Tensor], memory: tf.Tensor,
+                    keys: tf.Tensor, mask: tf.Tensor) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        """One decoding step: previous tokens [B] and state -> logits [B, V], new state."""
+        x = self.embedding(token_ids)
+        query, new_state = self.decoder.cell(x, state, training=False)
+        logits = self._output(query[:, None, :], memory, keys, mask, training=False)
+        return logits[:, 0, :], list(new_state)
+
+    # ----------------------------------------------------------------- keras
+
+    def call(self, inputs: dict, training: bool = False) -> tf.Tensor:
+        """Teacher forcing: ``decoder_ids`` holds [START] + the gold previous words."""
+        memory, keys, mask, state = self.encode(inputs["encoder_ids"], training=training)
+        y = self.dropout(self.embedding(inputs["decoder_ids"]), training=training)
+        query, _, _ = self.decoder(y, initial_state=state, training=training)
+        return self._output(query, memory, keys, mask, training)
+
+    def build_for(self, context_words: int, target_words: int) -> Seq2Seq:
+        """Create the variables by one call on dummy ids (before compile/restore/summary)."""
+        self({"encoder_ids": tf.zeros([1, context_words], tf.int32),
+              "decoder_ids": tf.zeros([1, target_words], tf.int32)})
+        self.attention.built = True  # used through keys()/scores(), never __call__
+        return self
+
+    def get_config(self) -> dict:
+        return {"vocab_size": self.vocab_size, "embedding_dim": self.embedding_dim,
+                "units": self.units, "bidirectional": self.bidirectional,
+                "attention": self.attention_kind, "dropout": self.dropout_rate}
+
+
+def build_seq2seq(model_cfg: Any, vocab_size: int) -> Seq2Seq:
+    """A ``Seq2Seq`` from ``cfg.model`` (kind, embedding_dim, units, bidirectional, ...)."""
+    return Seq2Seq(vocab_size=vocab_size, embedding_dim=model_cfg.embedding_dim,
+                   units=model_cfg.units, bidirectional=model_cfg.bidirectional,
+                   attention=model_cfg.attention, dropout=model_cfg.dropout, name="seq2seq")
+
+
+# --------------------------------------------------------------------------- loss, metrics
+
+
+def _token_losses(y_true: tf.Tensor, y_pred: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    y_true = tf.cast(y_true, tf.int32)
+    mask = tf.cast(tf.not_equal(y_true, 0), tf.float32)
+    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=y_true, logits=tf.cast(y_pred, tf.float32))
+    return ce * mask, mask
+
+
+class MaskedSequenceLoss(tf.keras.losses.Loss):
+    """Mean cross-entropy over non-padding target tokens (label 0 is ignored).
+
+    Returns sum(loss) / count(tokens) of the replica's batch; Keras then divides by the
+    replica count and sums over replicas, i.e. the mean of per-replica token means.
+    """
+
+    def __init__(self, name: str = "masked_sequence_loss", **kwargs: Any):
+        super().__init__(name=name, **kwargs)
+
+    def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
+        losses, mask = _token_losses(y_true, y_pred)
+        return tf.reduce_sum(losses) / tf.maximum(tf.reduce_sum(mask), 1.0)
+
+
+class MaskedTokenAccuracy(tf.keras.metrics.Metric):
+    """Share of non-padding target tokens whose argmax is right."""
+
+    def __init__(self, name: str = "token_accuracy", **kwargs: Any):
+        super().__init__(name=name, **kwargs)
+        self.correct = self.add_weight(name="correct", initializer="zeros")
+        self.count = self.add_weight(name="count", initializer="zeros")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = tf.cast(y_true, tf.int32)
+        mask = tf.cast(tf.not_equal(y_true, 0), tf.float32)
+        hit = tf.cast(tf.equal(tf.argmax(y_pred, -1, output_type=tf.int32), y_true), tf.float32)
+        self.correct.assign_add(tf.reduce_sum(hit * mask))
+        self.count.assign_add(tf.reduce_sum(mask))
+
+    def result(self):
+        return tf.math.divide_no_nan(self.correct, self.count)
+
+    def reset_state(self):
+        self.correct.assign(0.0)
+        self.count.assign(0.0)
+
+
+class Perplexity(tf.keras.metrics.Metric):
+    """exp(token-weighted mean cross-entropy over non-padding target tokens)."""
+
+    def __init__(self, name: str = "perplexity", **kwargs: Any):
+        super().__init__(name=name, **kwargs)
+        self.total = self.add_weight(name="total", initializer="zeros")
+        self.count = self.add_weight(name="count", initializer="zeros")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        losses, mask = _token_losses(y_true, y_pred)
+        self.total.assign_add(tf.reduce_sum(losses))
+        self.count.assign_add(tf.reduce_sum(mask))
+
+    def result(self):
+        return tf.exp(tf.math.divide_no_nan(self.total, self.count))
+
+    def reset_state(self):
+        self.total.assign(0.0)
+        self.count.assign(0.0)

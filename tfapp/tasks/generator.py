@@ -1,0 +1,290 @@
+"""The generator task: text lines/pairs -> Seq2Seq -> a strings-in, strings-out SavedModel.
+
+The driver (``tfapp.training.driver``) runs it like every task. What is specific here:
+
+* ``build_inputs`` adapts the vocabulary on the training split and writes it to
+  ``RUN_DIR/vocab.txt``;
+* ``callbacks`` add ``TextSamples``: after each epoch a few prompts are decoded and written
+  to TensorBoard (Text tab, ``RUN_DIR/logs/samples``);
+* ``finish`` exports ``RUN_DIR/export``: a SavedModel whose functions take raw prompt
+  strings and return generated strings (standardization, vocabulary and the XLA-compiled
+  decoding loop inside), loadable with ``tf.saved_model.load`` and nothing else.
+
+Decoding always runs on a single-device copy of the trained model (``serving_copy``), so
+neither the training strategy's distributed variables nor XLA's one-device CPU backend
+get in the way of generating text during or after training.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from tfapp.config import ConfigError, GenerationConfig
+from tfapp.data import text_lines
+from tfapp.models import decoding, seq2seq
+from tfapp.tasks.base import Inputs, Task
+
+import tensorflow as tf
+
+log = logging.getLogger("tfapp")
+
+EXPORT_META = "generator.json"
+STRING_BATCH = tf.TensorSpec([None], tf.string, name="prompts")
+
+
+class TextGenerator(tf.Module):
+    """Prompts -> generated continuations, all in TF ops (what the export serves).
+
+    Functions (each also a SavedModel signature, returning ``{"text": [B] strings}``):
+      generate(prompts): the settings of ``generation`` (method, temperature, ...).
+      greedy(prompts, max_length)
+      sample(prompts, max_length, temperature, top_k, top_p, seed): top_k=0 and top_p=1
+        switch those filters off (plain temperature sampling).
+      beam_search(prompts, max_length, length_penalty): ``generation.num_beams`` beams.
+    ``max_length`` may not exceed ``generation.max_length`` (the decoding buffer size).
+    """
+
+    def __init__(self, model: seq2seq.Seq2Seq, vocabulary: list[str], *, context_words: int,
+                 keep: str = "last", strip_punctuation: bool = True,
+                 generation: GenerationConfig | None = None, jit_compile: bool = True):
+        super().__init__(name="text_generator")
+        gen = generation or GenerationConfig()
+        # Only the variables are tracked (what the SavedModel must hold); tracking the Keras
+        # model itself would make saving trace every layer for Keras metadata (~20 s).
+        self._model = lambda: model
+        self.model_variables = list(model.variables)
+        # The vectorizer: the adapted vocabulary as a lookup table (word -> id, else [UNK]).
+        words = vocabulary[1:]  # the padding token "" never comes out of a split
+        self.table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(words), tf.range(1, len(vocabulary), dtype=tf.int64)),
+            default_value=text_lines.UNK_ID)
+        self._vocabulary = tf.constant(vocabulary)
+        self.context_words, self.keep, self.strip = context_words, keep, strip_punctuation
+        self.generation = gen
+        self.max_length = gen.max_length
+        # JSON, not a dict attribute: tf.Module would try to track a dict's contents.
+        self.meta_json = json.dumps({
+            "max_length": gen.max_length, "num_beams": gen.num_beams,
+            "context_words": context_words, "keep": keep, "strip_punctuation": strip_punctuation,
+            "defaults": {k: getattr(gen, k) for k in ("method", "temperature", "top_k", "top_p",
+                                                      "num_beams", "length_penalty",
+                                                      "max_length", "seed")}})
+        ids = dict(start_id=text_lines.START_ID, end_id=text_lines.END_ID,
+                   pad_id=text_lines.PAD_ID,
+                   suppress_ids=(text_lines.PAD_ID, text_lines.UNK_ID, text_lines.START_ID))
+        common = dict(max_length=gen.max_length, jit_compile=jit_compile, **ids)
+        self._greedy = decoding.make_decoder(model, method="greedy", **common)
+        self._sample = decoding.make_decoder(model, method="sample", **common)
+        self._beam = decoding.make_decoder(model, method="beam", num_beams=gen.num_beams,
+                                           **common)
+
+    # ----------------------------------------------------------------- strings <-> ids
+
+    @property
+    def model(self) -> seq2seq.Seq2Seq:
+        return self._model()
+
+    def encode_prompts(self, prompts: tf.Tensor) -> tf.Tensor:
+        """Raw prompts [B] -> encoder ids [B, context_words], as the training windows."""
+        words = tf.strings.split(text_lines.standardize(prompts, self.strip))
+        ids = tf.ragged.map_flat_values(self.table.lookup, words)
+        return text_lines.prompt_encoder_ids(ids, self.context_words, self.keep)
+
+    def detokenize(self, tokens: tf.Tensor) -> tf.Tensor:
+        """Generated ids -> one string per row (specials and padding dropped)."""
+        words = tf.ragged.boolean_mask(tokens, tokens > text_lines.END_ID)
+        return tf.strings.reduce_join(tf.gather(self._vocabulary, words), axis=-1,
+                                      separator=" ")
+
+    def _run(self, decoder, prompts, limit, temperature=1.0, top_k=0, top_p=1.0,
+             length_penalty=0.0, seed=0) -> dict:
+        tokens, _, _ = decoder(self.encode_prompts(prompts), tf.cast(limit, tf.int32),
+                               tf.cast(temperature, tf.float32), tf.cast(top_k, tf.int32),
+                               tf.cast(top_p, tf.float32), tf.cast(length_penalty, tf.float32),
+                               tf.cast(seed, tf.int32))
+        return {"text": self.detokenize(tokens)}
+
+    # ----------------------------------------------------------------- serving functions
+
+    @tf.function(input_signature=[STRING_BATCH])
+    def generate(self, prompts):
+        g = self.generation
+        if g.method == "greedy":
+            return self._run(self._greedy, prompts, g.max_length)
+        if g.method == "beam":
+            return self._run(self._beam, prompts, g.max_length, length_penalty=g.length_penalty)
+        top_k, top_p = decoding.method_filters(g.method, g.top_k, g.top_p)
+        return self._run(self._sample, prompts, g.max_length, g.temperature, top_k, top_p,
+                         seed=g.seed)
+
+    @tf.function(input_signature=[STRING_BATCH, tf.TensorSpec([], tf.int32, name="max_length")])
+    def greedy(self, prompts, max_length):
+        return self._run(self._greedy, prompts, max_length)
+
+    @tf.function(input_signature=[
+        STRING_BATCH, tf.TensorSpec([], tf.int32, name="max_length"),
+        tf.TensorSpec([], tf.float32, name="temperature"),
+        tf.TensorSpec([], tf.int32, name="top_k"), tf.TensorSpec([], tf.float32, name="top_p"),
+        tf.TensorSpec([], tf.int32, name="seed")])
+    def sample(self, prompts, max_length, temperature, top_k, top_p, seed):
+        return self._run(self._sample, prompts, max_length, temperature, top_k, top_p,
+                         seed=seed)
+
+    @tf.function(input_signature=[STRING_BATCH, tf.TensorSpec([], tf.int32, name="max_length"),
+                                  tf.TensorSpec([], tf.float32, name="length_penalty")])
+    def beam_search(self, prompts, max_length, length_penalty):
+        return self._run(self._beam, prompts, max_length, length_penalty=length_penalty)
+
+    def signatures(self) -> dict:
+        return {"serving_default": self.generate, "generate": self.generate,
+                "greedy": self.greedy, "sample": self.sample, "beam_search": self.beam_search}
+
+
+def serving_copy(model: seq2seq.Seq2Seq, context_words: int, target_words: int,
+                 source: seq2seq.Seq2Seq | None = None) -> seq2seq.Seq2Seq:
+    """A single-device ``Seq2Seq`` with ``model``'s weights (built outside any strategy)."""
+    copy = source or seq2seq.Seq2Seq(**model.get_config(), name="seq2seq")
+    if source is None:
+        copy.build_for(context_words, target_words)
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+def export_generator(generator: TextGenerator, path: str | Path) -> Path:
+    """Write the SavedModel (all signatures) and ``generator.json`` (its settings)."""
+    path = Path(path)
+    tf.saved_model.save(generator, str(path), signatures=generator.signatures())
+    (path / EXPORT_META).write_text(generator.meta_json)
+    return path
+
+
+class TextSamples(tf.keras.callbacks.Callback):
+    """After each epoch: decode ``prompts`` and write them to TensorBoard's Text tab."""
+
+    def __init__(self, prompts: list[str], make_generator, log_dir: str | Path | None):
+        super().__init__()
+        self.prompts = prompts
+        self.make_generator = make_generator
+        self.log_dir = log_dir
+        self._generator: TextGenerator | None = None
+        self._writer = None
+        self.last: list[str] = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._generator = self.make_generator(self.model, self._generator)
+        texts = self._generator.greedy(tf.constant(self.prompts),
+                                       tf.constant(self._generator.max_length))["text"]
+        self.last = [t.decode("utf-8") for t in texts.numpy()]
+        rows = ["| prompt | greedy continuation |", "|---|---|"]
+        rows += [f"| {p or '(empty)'} | {t} |" for p, t in zip(self.prompts, self.last,
+                                                               strict=True)]
+        log.info("epoch %d samples: %s", epoch + 1,
+                 " / ".join(f"{p!r} -> {t!r}" for p, t in zip(self.prompts, self.last,
+                                                              strict=True)))
+        if self.log_dir is not None:
+            if self._writer is None:
+                self._writer = tf.summary.create_file_writer(str(self.log_dir))
+            with self._writer.as_default():
+                tf.summary.text("generated_text", "\n".join(rows), step=epoch + 1)
+            self._writer.flush()
+
+
+class GeneratorTask(Task):
+    """Seq2seq text generation (``task: generator``, ``model.kind: seq2seq``)."""
+
+    def __init__(self, cfg, runtime, run_dir):
+        super().__init__(cfg, runtime, run_dir)
+        self.vocabulary: list[str] = []
+        self.sample_prompts: list[str] = []
+
+    # ----------------------------------------------------------------- driver interface
+
+    def build_inputs(self) -> Inputs:
+        d = self.cfg.data
+        data = text_lines.build_generator_data(
+            d, global_batch_size=self.runtime.global_batch_size(d.batch_size),
+            seed=self.cfg.runtime.seed)
+        self.vocabulary = data.vocabulary
+        self.sample_prompts = data.sample_prompts
+        vocab_path = text_lines.save_vocabulary(data.vocabulary, self.run_dir / "vocab.txt")
+        return Inputs(train=data.train, validation=data.validation,
+                      num_train_examples=data.num_train_examples,
+                      num_validation_examples=data.num_validation_examples,
+                      info={**data.info, "vocab": str(vocab_path)})
+
+    def build_model(self, inputs: Inputs) -> seq2seq.Seq2Seq:
+        model = seq2seq.build_seq2seq(self.cfg.model, inputs.info["vocab_size"])
+        return model.build_for(self.cfg.data.context_words, self.cfg.data.target_words)
+
+    def build_losses(self) -> tf.keras.losses.Loss:
+        return seq2seq.MaskedSequenceLoss()
+
+    def build_metrics(self) -> list:
+        return [seq2seq.MaskedTokenAccuracy(), seq2seq.Perplexity()]
+
+    def callbacks(self, model: Any, inputs: Inputs) -> list:
+        if not self.runtime.is_chief:
+            return []
+        log_dir = (self.run_dir / "logs" / "samples") if self.cfg.tracking.tensorboard else None
+        return [TextSamples(self.sample_prompts, self._generator_for, log_dir)]
+
+    def finish(self, model: Any, inputs: Inputs) -> dict:
+        generator = self._generator_for(model)
+        texts = generator.generate(tf.constant(self.sample_prompts))["text"].numpy()
+        lines = [f"sample ({self.cfg.generation.method}): "
+                 f"{(p + ' ' + t.decode('utf-8')).strip()}"
+                 for p, t in zip(self.sample_prompts, texts, strict=True)]
+        result: dict = {"vocab": str(self.run_dir / "vocab.txt"), "lines": lines}
+        if self.cfg.trainer.export:
+            result["exported"] = str(export_generator(generator, self.run_dir / "export"))
+        return result
+
+    # ----------------------------------------------------------------- helpers
+
+    def _generator_for(self, model: Any, previous: TextGenerator | None = None
+                       ) -> TextGenerator:
+        """A TextGenerator over a single-device copy of ``model``'s current weights;
+        ``previous`` is refreshed in place (its compiled decoders are kept)."""
+        d = self.cfg.data
+        if previous is not None:
+            serving_copy(model, d.context_words, d.target_words, source=previous.model)
+            return previous
+        # XLA's CPU backend binds to one device, and the copy lives on the default one.
+        copy = serving_copy(model, d.context_words, d.target_words)
+        return TextGenerator(copy, self.vocabulary, context_words=d.context_words,
+                             keep="first" if d.example_shape == "pairs" else "last",
+                             strip_punctuation=d.strip_punctuation,
+                             generation=self.cfg.generation)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def find_export(path: str | Path) -> Path:
+    """A run directory or an export directory -> the export directory (or a ConfigError)."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"--model: '{path}' does not exist; give a generator run directory "
+                          "(output_dir/name) or its export/ directory")
+    for candidate in (path, path / "export"):
+        if (candidate / "saved_model.pb").is_file():
+            if not (candidate / EXPORT_META).is_file():
+                raise ConfigError(f"--model: '{candidate}' is a SavedModel but not a tfapp "
+                                  f"generator export (no {EXPORT_META}); train one with "
+                                  "configs/generator.yaml")
+            return candidate
+    raise ConfigError(f"--model: no exported generator in '{path}' (expected "
+                      f"{path / 'export' / 'saved_model.pb'}); train with task=generator "
+                      "and trainer.export=true")
+
+
+def load_export(path: str | Path) -> tuple[Any, dict]:
+    """``tf.saved_model.load`` of a generator export plus its ``generator.json``."""
+    export = find_export(path)
+    meta = json.loads((export / EXPORT_META).read_text())
+    return tf.saved_model.load(str(export)), meta
