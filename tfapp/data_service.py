@@ -1,0 +1,115 @@
+"""Run a local tf.data service: one dispatcher and N workers.
+
+    python -m tfapp.data_service --workers 2 --port 5050
+
+prints the dispatcher address (``grpc://127.0.0.1:5050``) and serves until Ctrl-C or
+SIGTERM. Point training at it with ``data.service.address=grpc://127.0.0.1:5050``: the
+input pipeline (tokenisation included) then runs in the workers, and with
+``data.service.processing_mode=distributed_epoch`` every example is produced once per
+epoch across all workers. On a cluster, run the dispatcher and workers on the input hosts
+(``--host`` set to an address the trainers can reach) and give trainers that address.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
+from tfapp.config import ConfigError
+
+__all__ = ["LocalDataService", "main"]
+
+
+class LocalDataService:
+    """A dispatcher and ``workers`` worker servers in this process.
+
+    Args:
+      workers: number of worker servers.
+      port: dispatcher port (0 picks a free one).
+      host: address the servers bind to and advertise (127.0.0.1 keeps it local).
+      work_dir: dispatcher journal directory for fault tolerance ("" = none).
+      heartbeat_ms: worker heartbeat interval (loopback: short is cheap).
+    """
+
+    def __init__(self, workers: int = 2, port: int = 0, host: str = "127.0.0.1",
+                 work_dir: str = "", heartbeat_ms: int = 1000):
+        import tensorflow as tf
+
+        # Workers run the pipelines' graphs, which hold tensorflow-text ops (WordPiece,
+        # case folding, trimming); registering them here is what lets a worker run them.
+        import tensorflow_text  # noqa: F401
+
+        if workers < 1:
+            raise ConfigError(f"--workers {workers}: need at least one worker")
+        service = tf.data.experimental.service
+        config = service.DispatcherConfig(port=port, work_dir=work_dir or None,
+                                          fault_tolerant_mode=bool(work_dir))
+        try:
+            self.dispatcher = service.DispatchServer(config)
+        except Exception as err:  # e.g. port in use: gRPC's message is a multi-line dump
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise ConfigError(f"cannot start the tf.data dispatcher on port {port} "
+                              f"({first[:160]}); choose another --port") from None
+        self.host = host
+        # target is "host:port" of the dispatcher as seen from here.
+        self.dispatcher_address = self.dispatcher.target.split("://")[-1]
+        self.port = int(self.dispatcher_address.rsplit(":", 1)[1])
+        self.workers = [
+            service.WorkerServer(service.WorkerConfig(
+                dispatcher_address=self.dispatcher_address,
+                worker_address=f"{host}:%port%",
+                # Workers learn of finished jobs by heartbeat; a short one lets a worker drop
+                # a released job's tasks (and stop) in about a second, not tens of seconds.
+                heartbeat_interval_ms=heartbeat_ms))
+            for _ in range(workers)
+        ]
+
+    @property
+    def address(self) -> str:
+        """What ``data.service.address`` takes."""
+        return f"grpc://{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        self.dispatcher.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tfapp.data_service",
+        description="Start a local tf.data service (dispatcher + workers) for tfapp pipelines.")
+    parser.add_argument("--workers", type=int, default=2, help="worker servers (default 2)")
+    parser.add_argument("--port", type=int, default=5050,
+                        help="dispatcher port (default 5050; 0 = any free port)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to advertise (default 127.0.0.1: this machine only)")
+    parser.add_argument("--work-dir", default="",
+                        help="dispatcher journal directory (restarts keep jobs); default none")
+    args = parser.parse_args(argv)
+    try:
+        service = LocalDataService(args.workers, args.port, args.host, args.work_dir)
+    except ConfigError as err:
+        print(f"tfapp: error: {err}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def _on_signal(signum, frame):  # noqa: ARG001
+        stop.set()
+
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    print(f"tf.data service: dispatcher {service.address}, {len(service.workers)} worker(s)",
+          flush=True)
+    print(f"use: data.service.address={service.address}", flush=True)
+    stop.wait()
+    service.stop()
+    print("tf.data service stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
