@@ -175,6 +175,10 @@ class TextSamples(tf.keras.callbacks.Callback):
         self._writer = None
         self.last: list[str] = []
 
+    def on_train_begin(self, logs=None):
+        if not self.model.history.epoch:  # step 0: the untrained model, to compare against
+            self.on_epoch_end(-1)
+
     def on_epoch_end(self, epoch, logs=None):
         self._generator = self.make_generator(self.model, self._generator)
         texts = self._generator.greedy(tf.constant(self.prompts),

@@ -1,0 +1,92 @@
+"""Seq2Seq network, masked loss and metrics: shapes, padding ignored, training learns."""
+
+import math
+
+import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
+from tfapp.models import seq2seq
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+
+def batch(rng, b=4, n=5, k=6, vocab=20):
+    enc = rng.integers(4, vocab, size=(b, n)).astype("int32")
+    enc[:, 3:] = 0  # right padding in the context
+    labels = rng.integers(4, vocab, size=(b, k)).astype("int32")
+    labels[:, 4:] = 0
+    dec = np.concatenate([np.full((b, 1), 2, "int32"), labels[:, :-1]], 1)
+    return {"encoder_ids": tf.constant(enc), "decoder_ids": tf.constant(dec)}, tf.constant(labels)
+
+
+@pytest.mark.parametrize("attention,bidirectional", [("bahdanau", False), ("luong", True)])
+def test_shapes_and_decode_step_agree_with_call(attention, bidirectional):
+    model = seq2seq.Seq2Seq(20, embedding_dim=8, units=16, bidirectional=bidirectional,
+                            attention=attention).build_for(5, 6)
+    x, _ = batch(np.random.default_rng(0))
+    logits = model(x)
+    assert logits.shape == (4, 6, 20) and logits.dtype == tf.float32
+    # Stepping the decoder cell from the encoder state gives the teacher-forced logits.
+    memory, keys, mask, state = model.encode(x["encoder_ids"])
+    assert memory.shape == (4, 5, 32 if bidirectional else 16)
+    assert mask.numpy()[:, 3:].sum() == 0
+    for t in range(6):
+        step, state = model.decode_step(x["decoder_ids"][:, t], state, memory, keys, mask)
+        np.testing.assert_allclose(step.numpy(), logits[:, t].numpy(), atol=1e-5)
+    assert seq2seq.Seq2Seq(**model.get_config()).get_config() == model.get_config()
+
+
+def test_padding_in_the_context_is_ignored():
+    model = seq2seq.Seq2Seq(20, embedding_dim=8, units=16, bidirectional=True).build_for(5, 6)
+    x, _ = batch(np.random.default_rng(1))
+    longer = {"encoder_ids": tf.pad(x["encoder_ids"], [[0, 0], [0, 3]]),
+              "decoder_ids": x["decoder_ids"]}
+    np.testing.assert_allclose(model(x).numpy(), model(longer).numpy(), atol=1e-5)
+
+
+def test_loss_ignores_padding_and_metrics():
+    rng = np.random.default_rng(2)
+    labels = tf.constant([[5, 6, 3, 0, 0], [7, 3, 0, 0, 0]])
+    logits = rng.normal(size=(2, 5, 10)).astype("float32")
+    loss_fn = seq2seq.MaskedSequenceLoss()
+    base = float(loss_fn(labels, tf.constant(logits)))
+    changed = logits.copy()
+    changed[labels.numpy() == 0] = rng.normal(size=(5, 10)) * 100.0  # padded positions only
+    assert float(loss_fn(labels, tf.constant(changed))) == pytest.approx(base, abs=1e-6)
+    # The value is the mean cross-entropy over the 5 real tokens.
+    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits).numpy()
+    assert base == pytest.approx(ce[labels.numpy() != 0].mean(), rel=1e-5)
+
+    acc, ppl = seq2seq.MaskedTokenAccuracy(), seq2seq.Perplexity()
+    onehot = tf.one_hot(labels, 10) * 10.0  # right everywhere, padding included
+    acc.update_state(labels, onehot)
+    assert float(acc.result()) == 1.0 and float(acc.count) == 5.0
+    ppl.update_state(labels, tf.constant(logits))
+    assert float(ppl.result()) == pytest.approx(math.exp(base), rel=1e-5)
+
+
+def test_a_few_training_steps_reduce_the_loss():
+    tf.keras.utils.set_random_seed(0)
+    x, y = batch(np.random.default_rng(3), b=16)
+    model = seq2seq.Seq2Seq(20, embedding_dim=16, units=32).build_for(5, 6)
+    model.compile(optimizer=tf.keras.optimizers.Adam(1e-2), loss=seq2seq.MaskedSequenceLoss(),
+                  metrics=[seq2seq.MaskedTokenAccuracy(), seq2seq.Perplexity()])
+    hist = model.fit(x, y, batch_size=16, epochs=30, verbose=0).history
+    assert hist["loss"][-1] < 0.5 * hist["loss"][0]
+    assert hist["token_accuracy"][-1] > hist["token_accuracy"][0]
+    assert hist["perplexity"][-1] < hist["perplexity"][0]
+
+
+def test_xla_training_step_and_mixed_precision_logits():
+    x, y = batch(np.random.default_rng(4), b=8)
+    model = seq2seq.Seq2Seq(20, embedding_dim=8, units=16).build_for(5, 6)
+    model.compile(optimizer="adam", loss=seq2seq.MaskedSequenceLoss(), jit_compile=True)
+    loss = model.fit(x, y, batch_size=8, epochs=2, verbose=0).history["loss"]
+    assert all(np.isfinite(loss))
+    tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        mp = seq2seq.Seq2Seq(20, embedding_dim=8, units=16).build_for(5, 6)
+        assert mp(x).dtype == tf.float32
+        assert mp.decoder.compute_dtype == "bfloat16"
+    finally:
+        tf.keras.mixed_precision.set_global_policy("float32")

@@ -1,0 +1,154 @@
+"""Write text with a trained generator: ``python -m tfapp.generate --model RUN_DIR PROMPT...``.
+
+Loads ``RUN_DIR/export`` (the SavedModel ``python -m tfapp.train --config
+configs/generator.yaml`` writes) with ``tf.saved_model.load`` and prints one line per
+prompt and sample: the prompt followed by its generated continuation.
+
+    python -m tfapp.generate --model runs/generator "the baker" "the old fisherman"
+    python -m tfapp.generate --model runs/generator --prompt "at dawn" --sampler top_k \\
+        --k 5 --temperature 0.8 --max-words 20 --num-samples 3 --seed 1
+    python -m tfapp.generate --model runs/generator --method beam --num-beams 4 "the miller"
+    echo "the weaver" | python -m tfapp.generate --model runs/generator -
+
+Defaults (method, temperature, ...) are the run's ``generation`` config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from tfapp import cli
+from tfapp.config import ConfigError
+
+METHODS = ("greedy", "sample", "top_k", "top_p", "beam")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m tfapp.generate",
+        description="Generate text with a trained seq2seq generator (its exported SavedModel).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Prompts: positional arguments, --prompt (repeatable), --prompts-file FILE "
+               "(one per line), or '-' for stdin. An empty prompt asks for a line opening.")
+    p.add_argument("prompts", nargs="*", metavar="PROMPT", help="prompt text ('-' = stdin)")
+    p.add_argument("--model", required=True, metavar="RUN_DIR",
+                   help="generator run directory (output_dir/name) or its export/ directory")
+    p.add_argument("--prompt", action="append", default=[], metavar="TEXT",
+                   help="a prompt (repeatable)")
+    p.add_argument("--prompts-file", metavar="FILE", help="prompts, one per line ('-' = stdin)")
+    p.add_argument("--method", "--sampler", choices=METHODS, dest="method",
+                   help="decoding method (default: the run's generation.method)")
+    p.add_argument("--temperature", type=float, help="sampling temperature (> 0)")
+    p.add_argument("--top-k", "--k", type=int, dest="top_k", help="top_k: words to sample from")
+    p.add_argument("--top-p", "--p", type=float, dest="top_p", help="top_p: nucleus mass")
+    p.add_argument("--num-beams", type=int, help="beam: beams (must equal the exported one)")
+    p.add_argument("--length-penalty", type=float, help="beam: length penalty alpha (>= 0)")
+    p.add_argument("--max-length", "--max-words", type=int, dest="max_length",
+                   help="most words generated per prompt")
+    p.add_argument("--num-samples", "-n", type=int, default=1,
+                   help="samples per prompt (different for sampling methods)")
+    p.add_argument("--seed", type=int, help="seed of the sampler (same seed, same text)")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON lines {prompt, continuation, text}")
+    return p
+
+
+def read_prompts(args: argparse.Namespace) -> list[str]:
+    prompts = list(args.prompt)
+    for item in args.prompts:
+        prompts.extend(sys.stdin.read().splitlines() if item == "-" else [item])
+    if args.prompts_file:
+        if args.prompts_file == "-":
+            prompts.extend(sys.stdin.read().splitlines())
+        else:
+            try:
+                with open(args.prompts_file, encoding="utf-8") as fh:
+                    prompts.extend(fh.read().splitlines())
+            except OSError as err:
+                raise ConfigError(f"--prompts-file: cannot read '{args.prompts_file}' "
+                                  f"({err.strerror})") from None
+    if not prompts:
+        raise ConfigError("no prompt given; pass PROMPT arguments, --prompt TEXT, "
+                          "--prompts-file FILE or '-' to read stdin")
+    return prompts
+
+
+def settings(args: argparse.Namespace, meta: dict) -> dict:
+    """The run's defaults overridden by the flags, checked against what the export allows."""
+    s = dict(meta["defaults"])
+    for key in ("method", "temperature", "top_k", "top_p", "num_beams", "length_penalty",
+                "max_length", "seed"):
+        if getattr(args, key) is not None:
+            s[key] = getattr(args, key)
+    if not 1 <= s["max_length"] <= meta["max_length"]:
+        raise ConfigError(f"--max-length: {s['max_length']} is outside 1..{meta['max_length']}"
+                          " (this export's generation.max_length; retrain or re-export with "
+                          "a larger one)")
+    if s["temperature"] <= 0:
+        raise ConfigError(f"--temperature: {s['temperature']} must be > 0")
+    if s["top_k"] < 1:
+        raise ConfigError(f"--top-k: {s['top_k']} must be >= 1")
+    if not 0 < s["top_p"] <= 1:
+        raise ConfigError(f"--top-p: {s['top_p']} must be in (0, 1]")
+    if s["length_penalty"] < 0:
+        raise ConfigError(f"--length-penalty: {s['length_penalty']} must be >= 0")
+    if args.num_samples < 1:
+        raise ConfigError(f"--num-samples: {args.num_samples} must be >= 1")
+    if s["method"] == "beam" and s["num_beams"] != meta["num_beams"]:
+        raise ConfigError(f"--num-beams: this export runs beam search with {meta['num_beams']}"
+                          f" beams, not {s['num_beams']}; retrain/re-export with "
+                          f"generation.num_beams={s['num_beams']}")
+    return s
+
+
+def generate(loaded, prompts: list[str], s: dict) -> list[str]:
+    """Continuations for ``prompts`` (batched in one call of the exported function)."""
+    from tfapp.models.decoding import method_filters
+
+    import tensorflow as tf
+
+    batch = tf.constant(prompts)
+    length = tf.constant(s["max_length"], tf.int32)
+    if s["method"] == "greedy":
+        out = loaded.greedy(batch, length)
+    elif s["method"] == "beam":
+        out = loaded.beam_search(batch, length, tf.constant(s["length_penalty"], tf.float32))
+    else:
+        top_k, top_p = method_filters(s["method"], s["top_k"], s["top_p"])
+        out = loaded.sample(batch, length, tf.constant(s["temperature"], tf.float32),
+                            tf.constant(top_k, tf.int32), tf.constant(top_p, tf.float32),
+                            tf.constant(s["seed"], tf.int32))
+    return [t.decode("utf-8") for t in out["text"].numpy()]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+
+    def body() -> int:
+        if not Path(args.model).exists():  # fail before paying for TensorFlow's import
+            raise ConfigError(f"--model: '{args.model}' does not exist; give a generator run "
+                              "directory (output_dir/name) or its export/ directory")
+        prompts = read_prompts(args)
+        from tfapp.tasks.generator import load_export
+
+        loaded, meta = load_export(args.model)
+        s = settings(args, meta)
+        batch = [p for p in prompts for _ in range(args.num_samples)]
+        for prompt, cont in zip(batch, generate(loaded, batch, s), strict=True):
+            text = f"{prompt.strip()} {cont}".strip()
+            if args.json:
+                print(json.dumps({"prompt": prompt, "continuation": cont, "text": text}))
+            else:
+                print(text)
+        return 0
+
+    return cli.run_main(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
