@@ -220,9 +220,15 @@ def make_classification_dataset(examples: ExampleSet, preprocess_fn: Callable[..
             features = preprocess_fn(batch["text"], batch["text_pair"])
         else:
             features = preprocess_fn(batch["text"])
-        return features, batch["label"]
+        # Tokenisers lose the static batch size; restore it (and check seq_length) so that
+        # drop_remainder batches reach the model as fully static shapes.
+        shape = [batch["label"].shape[0], data_cfg.seq_length]
+        return {k: tf.ensure_shape(v, shape) for k, v in features.items()}, batch["label"]
 
-    deterministic = True if data_cfg.deterministic else None
+    # Evaluation keeps example order (predictions line up with the rows); training may
+    # trade order for throughput unless data.deterministic asks for reproducibility.
+    ordered = data_cfg.deterministic or not training
+    deterministic = True if ordered else None
     stored = bool(data_cfg.snapshot or data_cfg.cache)
     shuffle = training and data_cfg.shuffle_buffer > 0
     buffer = min(data_cfg.shuffle_buffer, n_local)
@@ -253,5 +259,5 @@ def make_classification_dataset(examples: ExampleSet, preprocess_fn: Callable[..
     dataset = stages.apply_service(dataset, data_cfg.service, examples.name)
     if data_cfg.prefetch:
         dataset = dataset.prefetch(tf.data.AUTOTUNE)
-    return dataset.with_options(
-        stages.make_options(data_cfg, sharded_by_context=input_context is not None))
+    return dataset.with_options(stages.make_options(
+        data_cfg, sharded_by_context=input_context is not None, deterministic=ordered))

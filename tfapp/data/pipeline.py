@@ -111,11 +111,13 @@ def apply_cache(dataset: tf.data.Dataset, cache: str, name: str, key: str) -> tf
     return dataset.cache(f"{cache}-{name}-{key}")
 
 
-def make_options(data_cfg: DataConfig, *, sharded_by_context: bool) -> tf.data.Options:
+def make_options(data_cfg: DataConfig, *, sharded_by_context: bool,
+                 deterministic: bool | None = None) -> tf.data.Options:
     """tf.data options: autotuning, parallel maps, determinism, sharding policy."""
     options = tf.data.Options()
     options.autotune.enabled = True
-    options.deterministic = bool(data_cfg.deterministic)
+    options.deterministic = bool(data_cfg.deterministic if deterministic is None
+                                 else deterministic)
     options.experimental_optimization.map_parallelization = True
     options.experimental_optimization.parallel_batch = True
     # We shard explicitly per InputContext; otherwise in-memory sources shard by element.
