@@ -176,7 +176,9 @@ class TextSamples(tf.keras.callbacks.Callback):
         self.last: list[str] = []
 
     def on_train_begin(self, logs=None):
-        if not self.model.history.epoch:  # step 0: the untrained model, to compare against
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None and int(optimizer.iterations) == 0:  # not a resumed run
+            # Step 0: the untrained model's text, to compare every epoch against.
             self.on_epoch_end(-1)
 
     def on_epoch_end(self, epoch, logs=None):

@@ -1,0 +1,70 @@
+"""`python -m tfapp.generate`: user errors are one line with exit code 2; and the whole
+path train (configs/generator_local.yaml) -> export -> generate from the command line."""
+
+import json
+import subprocess
+import sys
+
+import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
+from tfapp import generate
+
+import pytest
+from conftest import REPO, run_python, subprocess_env
+
+
+def one_line_error(proc, fragment):
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("tfapp: error:")]
+    assert len(lines) == 1 and fragment in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_run_dir_is_one_line_exit_2(tmp_path):
+    proc = run_python(["-m", "tfapp.generate", "--model", str(tmp_path / "nope"), "hi"])
+    one_line_error(proc, "does not exist")
+
+
+def test_errors_in_process(tmp_path, capsys):
+    assert generate.main(["--model", str(tmp_path), "hello"]) == 2
+    assert "no exported generator" in capsys.readouterr().err
+    assert generate.main(["--model", str(tmp_path)]) == 2
+    assert "no prompt given" in capsys.readouterr().err
+    assert generate.main(["--model", str(tmp_path), "--prompts-file", "/no/such"]) == 2
+    assert "--prompts-file: cannot read" in capsys.readouterr().err
+    (tmp_path / "saved_model.pb").write_bytes(b"")
+    assert generate.main(["--model", str(tmp_path), "x"]) == 2
+    assert "not a tfapp generator export" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_train_then_generate_from_the_command_line(tmp_path, capsys):
+    train = run_python(["-m", "tfapp.train", "--config", "configs/generator_local.yaml",
+                        f"output_dir={tmp_path}"], timeout=400)
+    assert train.returncode == 0, train.stderr[-3000:]
+    run_dir = tmp_path / "generator_local"
+    assert "exported model:  " + str(run_dir / "export") in train.stdout
+    assert "sample (greedy): " in train.stdout
+    assert (run_dir / "vocab.txt").is_file() and (run_dir / "logs" / "samples").is_dir()
+
+    # Prompts from stdin, several samples each, JSON lines.
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfapp.generate", "--model", str(run_dir), "-",
+         "--sampler", "top_k", "--k", "3", "--temperature", "0.8", "--num-samples", "2",
+         "--seed", "1", "--json"], input="the baker\nat dawn\n", capture_output=True,
+        text=True, timeout=300, env=subprocess_env(), cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["prompt"] for r in rows] == ["the baker"] * 2 + ["at dawn"] * 2
+    assert all(r["text"].startswith(r["prompt"]) for r in rows)
+    assert all(len(r["continuation"].split()) <= 12 for r in rows)
+
+    # Beam search with the exported beam count; a different count or length is refused.
+    assert generate.main(["--model", str(run_dir), "--method", "beam", "--num-beams", "2",
+                          "--max-words", "5", "the miller", ""]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and out[0].startswith("the miller")
+    assert generate.main(["--model", str(run_dir), "--method", "beam", "--num-beams", "4",
+                          "x"]) == 2
+    assert "runs beam search with 2 beams" in capsys.readouterr().err
+    assert generate.main(["--model", str(run_dir / "export"), "--max-length", "99", "x"]) == 2
+    assert "outside 1..12" in capsys.readouterr().err
