@@ -3,7 +3,7 @@
 import unicodedata
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-from tfapp.data.bert_preprocess import BertPreprocessor, make_bert_preprocess_fn
+from tfapp.data.bert_preprocess import BertPreprocessor, FastBertPacker, make_bert_preprocess_fn
 from tfapp.data.errors import DataError
 from tfapp.data.vocab import build_wordpiece_vocab, read_vocab, write_vocab
 
@@ -189,6 +189,20 @@ def test_make_bert_preprocess_fn_in_tf_data(vocab_file, pre, tmp_path):
                              flat(ref_tokenize(SENTENCES[-1], VOCAB)), 10)
     np.testing.assert_array_equal(first["input_word_ids"][0], ids)
     np.testing.assert_array_equal(first["input_type_ids"][0], types)
+
+
+def test_fast_packer_gives_the_same_ids_as_the_hub_interface(pre, vocab_file):
+    fast = FastBertPacker(vocab_file)
+    strings = tf.constant(SENTENCES + ["Ünïcödé, tabs\tand  spaces!?", "x" * 150 + " the"])
+    for a, b in ((fast.tokenize(strings), pre.tokenize(strings).merge_dims(1, 2)),):
+        assert a.to_list() == b.to_list()
+    for seq_length in (5, 12):
+        want = pre.bert_pack_inputs([pre.tokenize(strings), pre.tokenize(strings[::-1])],
+                                    seq_length=seq_length)
+        got = fast.bert_pack_inputs([fast.tokenize(strings), fast.tokenize(strings[::-1])],
+                                    seq_length=seq_length)
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key])
 
 
 def test_learned_vocab_roundtrip_and_pad_is_zero(tmp_path):

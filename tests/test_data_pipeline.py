@@ -132,15 +132,23 @@ def test_snapshot_is_written_once_then_read_not_recomputed(pre, vocab_file, tmp_
     assert meta["examples"] == N and meta["seq_length"] == SEQ
     epoch = ids_of(ds1)
     assert sorted(epoch) == list(range(N)) and pre1.calls == N  # training reads the snapshot
+    assert [len(y) for _, y in ds1.as_numpy_iterator()] == [10] * 5
 
     # A new pipeline (as in a new run) over the same data reuses it: zero preprocessing.
     pre2 = CountingPreprocess(pre)
-    ds2 = make_classification_dataset(examples(), pre2, cfg, batch_size=10, training=False,
+    ds2 = make_classification_dataset(examples(), pre2, cfg, batch_size=10, training=True,
                                       seed=0)
-    assert ids_of(ds2) == list(range(N)) and pre2.calls == 0
-    plain = make_classification_dataset(examples(), pre2.inner, data_cfg(), batch_size=10,
+    again = ids_of(ds2)
+    assert sorted(again) == list(range(N)) and pre2.calls == 0
+    assert again == epoch  # same seed: the same shuffled order as the first run
+    assert ids_of(ds2) != epoch  # and a new order next epoch
+
+    # Evaluation snapshots keep the rows in order and hold exactly the cold values.
+    ev = make_classification_dataset(examples(), CountingPreprocess(pre), cfg, batch_size=10,
+                                     training=False, seed=0)
+    plain = make_classification_dataset(examples(), pre, data_cfg(), batch_size=10,
                                         training=False, seed=0)
-    for (xa, ya), (xb, yb) in zip(ds2.as_numpy_iterator(), plain.as_numpy_iterator(),
+    for (xa, ya), (xb, yb) in zip(ev.as_numpy_iterator(), plain.as_numpy_iterator(),
                                   strict=True):
         for key in xa:
             np.testing.assert_array_equal(xa[key], xb[key])
@@ -155,7 +163,7 @@ def test_snapshot_is_written_once_then_read_not_recomputed(pre, vocab_file, tmp_
     make_classification_dataset(examples(N - 1), pre4, cfg, batch_size=10, training=True,
                                 seed=0)
     assert (pre3.calls, pre4.calls) == (N, N - 1)
-    assert len(os.listdir(tmp_path / "snap")) == 3
+    assert len(os.listdir(tmp_path / "snap")) == 4  # train, eval, seq_length+4, N-1
 
 
 def test_memory_and_file_cache_preprocess_once(pre, tmp_path):

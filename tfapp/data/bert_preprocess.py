@@ -33,7 +33,8 @@ from tfapp.data.vocab import read_vocab
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-__all__ = ["BertPreprocessor", "make_bert_preprocess_fn", "FEATURE_KEYS"]
+__all__ = ["BertPreprocessor", "FastBertPacker", "make_bert_preprocess_fn", "pack_segments",
+           "FEATURE_KEYS"]
 
 FEATURE_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
 
@@ -168,6 +169,37 @@ class BertPreprocessor(tf.Module):
         return self.bert_pack_inputs([self.tokenize(strings)], seq_length=self.seq_length)
 
 
+class FastBertPacker(tf.Module):
+    """The vocab-file path of ``make_bert_preprocess_fn``: same ids, several times faster.
+
+    tensorflow-text's ``FastBertTokenizer`` (LinMaxMatch WordPiece in one C++ op) gives the
+    same wordpiece ids as ``BertTokenizer`` -- the tests check both against a plain-Python
+    reference -- without the words dimension (``[batch, (wordpieces)]``), which packing
+    flattens anyway. Not a Hub preprocessor: export ``BertPreprocessor`` for that.
+    """
+
+    def __init__(self, vocab_file: str | os.PathLike, lower_case: bool = True):
+        super().__init__(name="fast_bert_packer")
+        vocab = read_vocab(vocab_file)
+        index = {tok: i for i, tok in enumerate(vocab)}
+        missing = [t for k, t in _SPECIAL.items() if t not in index and k != "mask_id"]
+        if missing:
+            raise DataError(f"{vocab_file}: vocab lacks the special token(s) "
+                            f"{', '.join(missing)}; a BERT vocab needs [PAD] [UNK] [CLS] [SEP]")
+        self._ids = dict(start_of_sequence_id=index["[CLS]"],
+                         end_of_segment_id=index["[SEP]"], padding_id=index["[PAD]"])
+        self._tokenizer = tf_text.FastBertTokenizer(
+            vocab, token_out_type=tf.int32, unknown_token="[UNK]",
+            lower_case_nfd_strip_accents=bool(lower_case))
+
+    def tokenize(self, strings: tf.Tensor) -> tf.RaggedTensor:
+        return self._tokenizer.tokenize(strings)
+
+    def bert_pack_inputs(self, segments: list[tf.RaggedTensor],
+                         seq_length: int) -> dict[str, tf.Tensor]:
+        return pack_segments(list(segments), seq_length, **self._ids)
+
+
 def _load_hub_preprocessor(handle: str) -> Any:
     import tensorflow_hub as hub
 
@@ -193,13 +225,14 @@ def make_bert_preprocess_fn(*, hub_preprocessor: str = "", vocab_file: str = "",
     ``text``/``text_pair`` are string tensors ``[batch]``; the features are int32
     ``[batch, seq_length]`` with a static ``seq_length`` (XLA/TPU need it). Uses
     ``hub.load(hub_preprocessor)`` when given (an official or tfapp-exported preprocessor),
-    else a ``BertPreprocessor`` on ``vocab_file``. Map it after ``batch`` for vectorised
+    else tensorflow-text's ``FastBertTokenizer`` on ``vocab_file`` (``FastBertPacker``;
+    the same ids as ``BertPreprocessor``). Map it after ``batch`` for vectorised
     tokenisation.
     """
     if hub_preprocessor:
         module = _load_hub_preprocessor(hub_preprocessor)
     elif vocab_file:
-        module = BertPreprocessor(vocab_file, lower_case=lower_case, seq_length=seq_length)
+        module = FastBertPacker(vocab_file, lower_case=lower_case)
     else:
         raise DataError("BERT preprocessing needs model.hub_preprocessor (a preprocessor "
                         "SavedModel) or a vocab file; set one of them")

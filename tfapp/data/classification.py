@@ -45,9 +45,11 @@ __all__ = ["ClassificationSplits", "load_classification_splits", "make_classific
 
 log = logging.getLogger("tfapp.data")
 
-# Examples tokenised per map call when the preprocessed stream is cached or snapshotted
-# (batch -> map -> unbatch); large enough to amortise per-call overhead.
+# Examples tokenised per map call (rounded to whole batches): amortises per-call overhead.
 PREPROCESS_CHUNK = 256
+# Examples per stored block in snapshots and caches: replay reads whole blocks, so bigger
+# blocks mean less per-element work (measured: 1024 reads ~2x faster than 256).
+STORE_BLOCK = 1024
 
 
 @dataclass
@@ -181,6 +183,32 @@ def _preprocess_fingerprint(preprocess_fn: Callable) -> str:
     return f"{module}.{getattr(preprocess_fn, '__qualname__', repr(preprocess_fn))}"
 
 
+def _shuffle_blocks(dataset: tf.data.Dataset, buffer: int, block: int, n: int,
+                    seed: int) -> tf.data.Dataset:
+    """Shuffle stored blocks without unbatching them.
+
+    Each epoch the blocks come in a new seeded order, are joined into pools of about
+    ``buffer`` examples (``rebatch``, no per-example work) and the rows of each pool are
+    permuted -- the mixing of a ``shuffle(buffer)`` at the cost of one gather per pool.
+    """
+    num_blocks = -(-n // block)
+    dataset = dataset.shuffle(num_blocks, seed=seed, reshuffle_each_iteration=True)
+    pool = max(1, min(buffer, n) // block)
+    if pool > 1:
+        dataset = dataset.rebatch(pool * block)
+    noise = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
+
+    def permute(element, r):
+        features, labels = element
+        keys = tf.random.stateless_uniform([tf.shape(labels)[0]],
+                                           seed=tf.stack([r, tf.constant(seed, tf.int64)]))
+        idx = tf.argsort(keys)
+        return {k: tf.gather(v, idx) for k, v in features.items()}, tf.gather(labels, idx)
+
+    return tf.data.Dataset.zip((dataset, noise)).map(permute,
+                                                     num_parallel_calls=tf.data.AUTOTUNE)
+
+
 def make_classification_dataset(examples: ExampleSet, preprocess_fn: Callable[..., dict],
                                 data_cfg: DataConfig, *, batch_size: int, training: bool,
                                 seed: int,
@@ -207,55 +235,63 @@ def make_classification_dataset(examples: ExampleSet, preprocess_fn: Callable[..
             + f", fewer than one batch of {local_batch}; training drops incomplete batches, "
             "so lower data.batch_size or add data")
 
-    columns: dict[str, Any] = {"text": tf.constant(examples.texts, tf.string)}
+    # Tokenise several batches per call: per-call overhead amortised, then ``rebatch``
+    # splits the chunk into batches without touching single examples.
+    stored = bool(data_cfg.snapshot or data_cfg.cache)
+    chunk = local_batch * max(1, (STORE_BLOCK if stored else PREPROCESS_CHUNK) // local_batch)
+    shuffle = training and data_cfg.shuffle_buffer > 0
+    # Evaluation keeps example order (predictions line up with the rows); training may
+    # trade order for throughput unless data.deterministic asks for reproducibility.
+    ordered = data_cfg.deterministic or not training
+    deterministic = True if ordered else None
+
+    order = np.arange(len(examples))
+    if stored and training:
+        # Stored blocks are fixed; a fixed permutation (seed 0, part of the key) makes each
+        # block a random sample of the data even when the file is sorted by label.
+        order = np.random.default_rng(0).permutation(len(examples))
+    order = order[shard::n_shards]
+    columns: dict[str, Any] = {"text": tf.constant([examples.texts[i] for i in order],
+                                                   tf.string)}
     if examples.text_pairs is not None:
-        columns["text_pair"] = tf.constant(examples.text_pairs, tf.string)
-    columns["label"] = tf.constant(examples.labels)
+        columns["text_pair"] = tf.constant([examples.text_pairs[i] for i in order], tf.string)
+    columns["label"] = tf.constant(examples.labels[order])
     dataset = tf.data.Dataset.from_tensor_slices(columns)
-    if n_shards > 1:
-        dataset = dataset.shard(n_shards, shard)
 
     def preprocess(batch: dict[str, tf.Tensor]) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
         if "text_pair" in batch:
             features = preprocess_fn(batch["text"], batch["text_pair"])
         else:
             features = preprocess_fn(batch["text"])
-        # Tokenisers lose the static batch size; restore it (and check seq_length) so that
-        # drop_remainder batches reach the model as fully static shapes.
+        # Tokenisers lose the static batch size; restore it (and check seq_length).
         shape = [batch["label"].shape[0], data_cfg.seq_length]
         return {k: tf.ensure_shape(v, shape) for k, v in features.items()}, batch["label"]
 
-    # Evaluation keeps example order (predictions line up with the rows); training may
-    # trade order for throughput unless data.deterministic asks for reproducibility.
-    ordered = data_cfg.deterministic or not training
-    deterministic = True if ordered else None
-    stored = bool(data_cfg.snapshot or data_cfg.cache)
-    shuffle = training and data_cfg.shuffle_buffer > 0
-    buffer = min(data_cfg.shuffle_buffer, n_local)
     if stored:
-        # Preprocess once in chunks, store the per-example result, shuffle and batch after:
-        # the stored stream is the same every epoch and every run, never a random order.
-        dataset = dataset.batch(PREPROCESS_CHUNK).map(
-            preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
+        # Preprocess once into blocks of `chunk` examples and store those: replaying
+        # whole blocks is what makes a snapshot/cache much faster than tokenising again.
+        dataset = dataset.batch(chunk).map(preprocess, num_parallel_calls=tf.data.AUTOTUNE,
+                                           deterministic=True)
         key = stages.pipeline_key(
             examples=examples.fingerprint(), preprocess=_preprocess_fingerprint(preprocess_fn),
-            seq_length=data_cfg.seq_length, shard=[shard, n_shards],
-            pair=examples.text_pairs is not None)
+            seq_length=data_cfg.seq_length, shard=[shard, n_shards], chunk=chunk,
+            permuted=training, pair=examples.text_pairs is not None)
         if data_cfg.snapshot:
             dataset = stages.apply_snapshot(
                 dataset, data_cfg.snapshot, examples.name, key,
                 describe={"examples": len(examples), "shard": [shard, n_shards],
-                          "seq_length": data_cfg.seq_length})
+                          "seq_length": data_cfg.seq_length, "block": chunk})
         dataset = stages.apply_cache(dataset, data_cfg.cache, examples.name, key)
         if shuffle:
-            dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-        dataset = dataset.batch(local_batch, drop_remainder=training)
-    else:
-        # Shuffle the (cheap) raw strings, then batch and tokenise whole batches at once.
-        if shuffle:
-            dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-        dataset = dataset.batch(local_batch, drop_remainder=training).map(
-            preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+            dataset = _shuffle_blocks(dataset, data_cfg.shuffle_buffer, chunk, n_local, seed)
+    elif shuffle:
+        # Shuffle the (cheap) raw strings, then tokenise whole chunks at once.
+        dataset = dataset.shuffle(min(data_cfg.shuffle_buffer, n_local), seed=seed,
+                                  reshuffle_each_iteration=True)
+    if not stored:
+        dataset = dataset.batch(chunk).map(preprocess, num_parallel_calls=tf.data.AUTOTUNE,
+                                           deterministic=deterministic)
+    dataset = dataset.rebatch(local_batch, drop_remainder=training)
     dataset = stages.apply_service(dataset, data_cfg.service, examples.name)
     if data_cfg.prefetch:
         dataset = dataset.prefetch(tf.data.AUTOTUNE)
