@@ -183,6 +183,18 @@ def _preprocess_fingerprint(preprocess_fn: Callable) -> str:
     return f"{module}.{getattr(preprocess_fn, '__qualname__', repr(preprocess_fn))}"
 
 
+_NARROW_KEYS = ("input_mask", "input_type_ids")
+
+
+def _narrow(features, labels):
+    return {k: tf.cast(v, tf.uint8) if k in _NARROW_KEYS else v
+            for k, v in features.items()}, labels
+
+
+def _widen(features, labels):
+    return {k: tf.cast(v, tf.int32) for k, v in features.items()}, labels
+
+
 def _shuffle_blocks(dataset: tf.data.Dataset, buffer: int, block: int, n: int,
                     seed: int) -> tf.data.Dataset:
     """Shuffle stored blocks without unbatching them.
@@ -276,12 +288,16 @@ def make_classification_dataset(examples: ExampleSet, preprocess_fn: Callable[..
             examples=examples.fingerprint(), preprocess=_preprocess_fingerprint(preprocess_fn),
             seq_length=data_cfg.seq_length, shard=[shard, n_shards], chunk=chunk,
             permuted=training, pair=examples.text_pairs is not None)
+        # input_mask and input_type_ids are 0/1: stored as uint8 they shrink what a replay
+        # reads by half; widened back to int32 right after reading.
+        dataset = dataset.map(_narrow)
         if data_cfg.snapshot:
             dataset = stages.apply_snapshot(
                 dataset, data_cfg.snapshot, examples.name, key,
                 describe={"examples": len(examples), "shard": [shard, n_shards],
                           "seq_length": data_cfg.seq_length, "block": chunk})
         dataset = stages.apply_cache(dataset, data_cfg.cache, examples.name, key)
+        dataset = dataset.map(_widen)
         if shuffle:
             dataset = _shuffle_blocks(dataset, data_cfg.shuffle_buffer, chunk, n_local, seed)
     elif shuffle:

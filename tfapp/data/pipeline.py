@@ -42,7 +42,7 @@ __all__ = ["pipeline_key", "apply_snapshot", "apply_cache", "make_options",
 log = logging.getLogger("tfapp.data")
 
 # Bump when the layout of preprocessed elements changes, so old snapshots are not reused.
-SNAPSHOT_FORMAT_VERSION = 1
+SNAPSHOT_FORMAT_VERSION = 2
 _DONE = "tfapp_snapshot.json"
 
 
