@@ -6,11 +6,15 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("WANDB_MODE", "disabled")
+# builtin:tiny (the tiny Hub BERT) is built once per test session into a private cache,
+# never into the user's ~/.cache/tfapp.
+os.environ.setdefault("TFAPP_CACHE_DIR", tempfile.mkdtemp(prefix="tfapp-test-cache-"))
 
 import pytest
 

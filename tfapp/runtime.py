@@ -210,7 +210,7 @@ def setup(cfg: RuntimeConfig, env: Mapping[str, str] | None = None) -> Runtime:
                  num_replicas=strategy.num_replicas_in_sync, precision=precision,
                  device_kind=device_kind, is_chief=is_chief(task_type, task_id),
                  task_type=task_type, task_id=task_id)
-    log.info("runtime: %s", rt.describe())
+    log.debug("runtime: %s", rt.describe())
     return rt
 
 

@@ -35,6 +35,8 @@ class Inputs:
       test: test dataset, or None.
       num_train_examples: examples in one pass of the training data (after bad rows).
       num_validation_examples: examples in the validation data.
+      validation_steps: batches per validation pass when the dataset is distributed
+        (fit needs it then; None lets Keras run the dataset to its end).
       info: task-specific facts (label names, vocab paths, ...), saved with the run.
     """
 
@@ -43,6 +45,7 @@ class Inputs:
     test: Any = None
     num_train_examples: int = 0
     num_validation_examples: int = 0
+    validation_steps: int | None = None
     info: dict = field(default_factory=dict)
 
 

@@ -177,7 +177,7 @@ class TextSamples(tf.keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         optimizer = getattr(self.model, "optimizer", None)
-        if optimizer is not None and int(optimizer.iterations) == 0:  # not a resumed run
+        if optimizer is not None and int(optimizer.iterations.numpy()) == 0:  # not resumed
             # Step 0: the untrained model's text, to compare every epoch against.
             self.on_epoch_end(-1)
 

@@ -90,6 +90,7 @@ def plot_curves(history_csv: Path, out_png: Path) -> Path | None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     names = [k for k in rows[0] if k not in ("epoch", "lr", "learning_rate")
              and not k.startswith("val_")]
@@ -101,6 +102,7 @@ def plot_curves(history_csv: Path, out_png: Path) -> Path | None:
             ax.plot(epochs, [float(r[f"val_{name}"]) for r in rows], "s-", label="validation")
         ax.set_title(name)
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()

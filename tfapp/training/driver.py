@@ -36,6 +36,7 @@ class TrainResult:
     history: dict = field(default_factory=dict)
     seconds: float = 0.0
     lines: list = field(default_factory=list)
+    model: object = field(default=None, repr=False)  # the trained tf.keras model
 
     def summary(self) -> str:
         out = [f"run directory:   {self.run_dir}"]
@@ -134,11 +135,13 @@ def train(cfg: ExperimentConfig) -> TrainResult:
                           steps_per_execution=cfg.trainer.steps_per_execution)
         callbacks, cb_paths = standard_callbacks(
             cfg, run_dir, has_validation=inputs.validation is not None, write=True)
-        if not (cb_paths["backup"]).exists():  # a fresh start, not a resumed run
+        backup = cb_paths["backup"]
+        if not (backup.is_dir() and any(backup.iterdir())):  # a fresh start, not a resume
             cb_paths["history"].unlink(missing_ok=True)
         callbacks += task.callbacks(model, inputs)
         verbose = 1 if (rt.is_chief and sys.stderr.isatty()) else 2
         history = model.fit(inputs.train, validation_data=inputs.validation,
+                            validation_steps=inputs.validation_steps,
                             epochs=cfg.trainer.epochs, steps_per_epoch=spe,
                             callbacks=callbacks, verbose=verbose)
         nan_stop = callbacks[0]
@@ -154,12 +157,15 @@ def train(cfg: ExperimentConfig) -> TrainResult:
         _write_status(run_dir, state, error=str(err).splitlines()[0] if str(err) else state)
         raise
 
+    # BackupAndRestore deletes its checkpoint after a finished fit but leaves the folder.
+    if cb_paths["backup"].is_dir() and not any(cb_paths["backup"].iterdir()):
+        cb_paths["backup"].rmdir()
     paths.update({k: v for k, v in cb_paths.items() if k != "backup" and Path(v).exists()})
     curves = plot_curves(cb_paths["history"], run_dir / "curves.png")
     if curves:
         paths["curves"] = curves
     result = TrainResult(run_dir=run_dir, paths=paths, history=history.history,
-                         seconds=time.time() - started)
+                         seconds=time.time() - started, model=model)
     result.metrics = {k: v[-1] for k, v in history.history.items() if v}
     result.metrics.update(finished.pop("metrics", {}))
     result.lines = finished.pop("lines", [])

@@ -35,7 +35,8 @@ class ClassifierServing(tf.Module):
         super().__init__(name="classifier_serving")
         self.model = model
         self.preprocessor = preprocessor
-        self.label_names = tf.constant(label_names)
+        # A variable (not a constant) so it is saved and readable after tf.saved_model.load.
+        self.label_names = tf.Variable(label_names, trainable=False, name="label_names")
         self._seq_length = int(seq_length)
         self._mode = mode
         if text_pair:

@@ -1,0 +1,148 @@
+"""The BERT classifier end to end: train -> export -> reload elsewhere -> predict/evaluate,
+under the default strategy and two real MultiWorkerMirrored processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import REPO, free_ports, run_python, subprocess_env
+
+LOCAL = ["--config", "configs/classifier_local.yaml"]
+TEXTS = ["an absolutely wonderful film, I loved it", "terrible plot and awful acting",
+         "not bad at all"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One short in-process training run shared by the tests below."""
+    from tfapp.config import load_config
+    from tfapp.training.driver import train
+
+    out = tmp_path_factory.mktemp("runs")
+    cfg = load_config(REPO / "configs/classifier_local.yaml", [f"output_dir={out}"])
+    return train(cfg)
+
+
+def test_run_directory_holds_everything(trained):
+    run = trained.run_dir
+    for name in ("params.yaml", "labels.json", "history.csv", "curves.png",
+                 "validation_report.json", "export/saved_model.pb", "status.json"):
+        assert (run / name).exists(), name
+    assert json.loads((run / "status.json").read_text())["state"] == "finished"
+    assert list((run / "logs" / "train").glob("events.out.tfevents.*"))
+    assert list((run / "checkpoints").glob("best*"))
+    assert not (run / "backup").exists()  # BackupAndRestore cleans up after a finished run
+    assert not list(run.glob(".export*"))  # no temp export left behind
+    report = json.loads((run / "validation_report.json").read_text())
+    assert set(report["per_class"]) == {"negative", "positive"}
+
+
+def test_exported_model_reloads_without_tfapp_and_matches_keras(trained, tmp_path):
+    """The serving SavedModel on raw strings == the Keras model on preprocessed features."""
+    from tfapp.data.bert_preprocess import make_bert_preprocess_fn
+    from tfapp.hub.handles import resolve_hub_handle
+
+    import tensorflow as tf
+
+    _, pre = resolve_hub_handle("builtin:tiny")
+    features = make_bert_preprocess_fn(hub_preprocessor=pre, seq_length=32)(tf.constant(TEXTS))
+    expected = trained.model.predict(features, verbose=0)[:, 0]  # P(positive), sigmoid
+
+    code = (
+        "import json, sys, tensorflow as tf, tensorflow_text\n"
+        "assert 'tfapp' not in sys.modules\n"
+        f"m = tf.saved_model.load({str(trained.run_dir / 'export')!r})\n"
+        f"out = m.signatures['serving_default'](text=tf.constant({TEXTS!r}))\n"
+        "print(json.dumps({'p': out['probabilities'].numpy().tolist(),"
+        " 'label': [s.decode() for s in out['label'].numpy()]}))\n")
+    env = subprocess_env()
+    env.pop("PYTHONPATH")
+    proc = run_python(["-c", code], env=env, cwd=tmp_path, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    probs = np.array(got["p"])
+    np.testing.assert_allclose(probs[:, 1], expected, atol=1e-5)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-6)
+    assert got["label"] == [["negative", "positive"][int(p > 0.5)] for p in probs[:, 1]]
+
+
+def test_predict_and_evaluate_commands(trained, tmp_path):
+    proc = run_python(["-m", "tfapp.predict", "--model", str(trained.run_dir), "--json", *TEXTS])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in proc.stdout.strip().splitlines()]
+    assert [r["text"] for r in rows] == TEXTS
+    assert all(set(r["probabilities"]) == {"negative", "positive"} for r in rows)
+
+    data = tmp_path / "test.csv"
+    data.write_text("text,label\n" + "".join(f"\"{t}\",{lab}\n" for t, lab in zip(
+        TEXTS, ["positive", "negative", "positive"], strict=True)))
+    proc = run_python(["-m", "tfapp.evaluate", "--model", str(trained.run_dir), "--data",
+                       str(data), "--json"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["examples"] == 3 and 0.0 <= report["accuracy"] <= 1.0
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("text,label\nfine movie,positive\nodd one,sideways\n")
+    proc = run_python(["-m", "tfapp.evaluate", "--model", str(trained.run_dir), "--data",
+                       str(bad)])
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("tfapp: error:")
+    assert "bad.csv" in proc.stderr and "sideways" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("override,fragment", [
+    ("model.hub_handle=/no/such/encoder", "/no/such/encoder"),
+    ("data.label_column=stars", "stars"),
+    ("data.train_files=/no/such/file.csv", "/no/such/file.csv"),
+])
+def test_bad_inputs_are_one_line(tmp_path, override, fragment):
+    proc = run_python(["-m", "tfapp.train", *LOCAL, f"output_dir={tmp_path}", override])
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("tfapp: error:") and fragment in last
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "classifier_local" / "export").exists()
+
+
+def test_predict_without_export_is_one_line(tmp_path):
+    proc = run_python(["-m", "tfapp.predict", "--model", str(tmp_path), "hello"])
+    assert proc.returncode == 2 and "no exported model" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_two_worker_processes_train_the_classifier_and_agree(tmp_path):
+    ports = free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    procs = []
+    for i in range(2):
+        env = subprocess_env(TF_CONFIG=json.dumps({"cluster": cluster,
+                                                   "task": {"type": "worker", "index": i}}))
+        procs.append(subprocess.Popen(
+            [sys.executable, "tests/workers/classifier_fit.py", str(tmp_path / f"w{i}.npz"),
+             "runtime.strategy=multi_worker", f"output_dir={tmp_path / 'runs'}",
+             "data.seq_length=32", "data.batch_size=8", "trainer.epochs=2",
+             "trainer.steps_per_epoch=6", "trainer.steps_per_execution=2",
+             "optimizer.learning_rate=1e-3"],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=420)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("multi-worker classifier run did not finish in 420 s")
+        assert p.returncode == 0, err[-3000:]
+    w0, w1 = np.load(tmp_path / "w0.npz"), np.load(tmp_path / "w1.npz")
+    assert int(w0["replicas"]) == 2
+    for k in (k for k in w0.files if k.startswith("arr_")):
+        np.testing.assert_allclose(w0[k], w1[k], atol=1e-6)
+    run = tmp_path / "runs" / "classifier"
+    assert (run / "export" / "saved_model.pb").exists()  # the chief exported
+    assert not (run / ".workers").exists()  # the other worker cleaned its scratch dir
+    assert w0["losses"][-1] < w0["losses"][0]
