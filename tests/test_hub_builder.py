@@ -1,0 +1,167 @@
+"""`python -m tfapp.hub build-bert`, corpus reading, and model.hub_handle resolution
+(local builds, plain SavedModels, URLs, builtin:tiny built once under a lock)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import tfapp  # noqa: F401
+from tfapp.config import ConfigError
+from tfapp.hub.builder import read_corpus
+from tfapp.hub.handles import builtin_module_dir, resolve_hub_handle
+
+import pytest
+from conftest import REPO, run_python, subprocess_env
+
+CORPUS = """The movie was great and the acting was superb.
+I did not like the food, it was cold.
+What a wonderful day at the beach!
+Terrible battery life; the phone died twice.
+"""
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One build through the CLI, in a subprocess, as a user runs it."""
+    root = tmp_path_factory.mktemp("build")
+    (root / "corpus.txt").write_text(CORPUS, encoding="utf-8")
+    out = root / "hub"
+    proc = run_python(["-m", "tfapp.hub", "build-bert", "--corpus", str(root / "corpus.txt"),
+                       "--out", str(out), "--layers", "2", "--hidden", "32", "--heads", "2",
+                       "--intermediate", "64", "--max-positions", "64", "--vocab-size", "100",
+                       "--no-lower-case", "--seed", "3", "--seq-length", "16"], timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc.stdout
+
+
+def test_cli_build_bert_writes_both_modules(built):
+    out, stdout = built
+    assert "built BERT (2 layers, hidden 32, 2 heads" in stdout
+    assert f"model.hub_handle={out}" in stdout
+    meta = json.loads((out / "tfapp_hub.json").read_text())
+    assert meta["lower_case"] is False and meta["default_seq_length"] == 16
+    assert meta["bert_config"]["num_layers"] == 2 and meta["bert_config"]["hidden_size"] == 32
+    assert meta["build_params"]["seed"] == 3
+    vocab = (out / "vocab.txt").read_text().splitlines()
+    assert vocab[:4] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+    assert meta["vocab_size"] == meta["bert_config"]["vocab_size"] == len(vocab)
+    assert "T" in vocab and "W" in vocab  # cased: --no-lower-case kept capitals
+    for sub in ("encoder", "preprocessor"):
+        assert (out / sub / "saved_model.pb").is_file()
+
+
+def test_cli_build_runs_in_a_process_without_tfapp(built, tmp_path):
+    out, _ = built
+    script = f"""
+import sys
+import tensorflow as tf, tensorflow_hub as hub, tensorflow_text  # noqa
+pre = hub.load({str(out / 'preprocessor')!r})
+enc = hub.KerasLayer({str(out / 'encoder')!r}, trainable=True)
+x = pre(tf.constant(["The movie was cold"]))
+y = enc(x)
+assert "tfapp" not in sys.modules
+print(y["pooled_output"].shape, y["sequence_output"].shape, len(enc.trainable_weights))
+"""
+    proc = run_python(["-c", script], timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["(1,", "32)", "(1,", "16,", "32)", str(2 * 16 + 7)]
+
+
+def test_cli_user_errors_exit_2_with_one_line(tmp_path):
+    (tmp_path / "c.csv").write_text("review,label\nnice,pos\n")
+    cases = [
+        (["--corpus", str(tmp_path / "missing.txt")], "corpus file not found"),
+        (["--corpus", str(tmp_path / "c.csv")], "no column 'text' (columns: review, label)"),
+        (["--corpus", str(tmp_path / "c.csv"), "--text-column", "review", "--hidden", "30",
+          "--heads", "4"], "not divisible by num_heads"),
+    ]
+    for args, expected in cases:
+        proc = run_python(["-m", "tfapp.hub", "build-bert", "--out", str(tmp_path / "o"),
+                           *args], timeout=120)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("tfapp: error:")]
+        assert len(errors) == 1 and expected in errors[0], proc.stderr[-2000:]
+        assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_existing_output_is_refused(built):
+    out, _ = built
+    proc = run_python(["-m", "tfapp.hub", "build-bert", "--corpus", str(out / "vocab.txt"),
+                       "--out", str(out)], timeout=120)
+    assert proc.returncode == 2 and "already exists" in proc.stderr
+
+
+def test_read_corpus_formats(tmp_path):
+    (tmp_path / "a.txt").write_text("one\n\ntwo\n")
+    (tmp_path / "b.tsv").write_text("text\tlabel\nthree\tx\n")
+    (tmp_path / "c.jsonl").write_text('{"text": "four"}\n\n{"text": "five"}\n')
+    files = [tmp_path / n for n in ("a.txt", "b.tsv", "c.jsonl")]
+    assert read_corpus(files) == ["one", "two", "three", "four", "five"]
+    (tmp_path / "bad.jsonl").write_text('{"body": "x"}\n')
+    with pytest.raises(ConfigError, match=r"bad.jsonl:1: not a JSON object with key 'text'"):
+        read_corpus([tmp_path / "bad.jsonl"])
+    (tmp_path / "blank.txt").write_text("\n \n")
+    with pytest.raises(ConfigError, match="holds no text"):
+        read_corpus([tmp_path / "blank.txt"])
+
+
+def test_resolve_local_directories_and_urls(built, tmp_path):
+    out, _ = built
+    assert resolve_hub_handle(str(out)) == (str(out / "encoder"), str(out / "preprocessor"))
+    # The encoder/ directory of a build finds its sibling preprocessor.
+    assert resolve_hub_handle(str(out / "encoder")) == (str(out / "encoder"),
+                                                        str(out / "preprocessor"))
+    # A SavedModel without tfapp metadata: the encoder only.
+    assert resolve_hub_handle(str(out / "preprocessor")) == (str(out / "preprocessor"), "")
+    for url in ("https://tfhub.dev/tensorflow/bert_en_uncased_L-12_H-768_A-12/4",
+                "https://www.kaggle.com/models/tensorflow/bert/TensorFlow2/en-uncased-l-12-h-768-a-12/4",
+                "gs://bucket/bert/encoder"):
+        assert resolve_hub_handle(url) == (url, "")
+    with pytest.raises(ConfigError, match="does not exist"):
+        resolve_hub_handle(str(tmp_path / "nope"))
+    with pytest.raises(ConfigError, match="is empty"):
+        resolve_hub_handle("  ")
+    with pytest.raises(ConfigError, match="'builtin:huge' is unknown; builtin modules: "
+                                          "builtin:tiny"):
+        resolve_hub_handle("builtin:huge")
+
+
+def test_builtin_cache_key_follows_the_cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFAPP_CACHE_DIR", str(tmp_path / "c1"))
+    first = builtin_module_dir("tiny")
+    assert first.parent == tmp_path / "c1" / "hub" and first.name.startswith("tiny-bert-")
+    monkeypatch.setenv("TFAPP_CACHE_DIR", str(tmp_path / "c2"))
+    assert builtin_module_dir("tiny").name == first.name  # same params + corpus, same key
+
+
+@pytest.mark.slow
+def test_builtin_tiny_builds_once_even_when_two_processes_race(tmp_path):
+    env = subprocess_env(TFAPP_CACHE_DIR=str(tmp_path / "cache"))
+    code = ("import json, tfapp; from tfapp.hub.handles import resolve_hub_handle; "
+            "print(json.dumps(resolve_hub_handle('builtin:tiny')))")
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    results = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=400)
+        assert proc.returncode == 0, stderr[-3000:]
+        results.append(tuple(json.loads(stdout.strip().splitlines()[-1])))
+    assert results[0] == results[1]
+    encoder, preprocessor = results[0]
+    hub_dir = tmp_path / "cache" / "hub"
+    built = [p for p in hub_dir.iterdir() if not p.name.startswith(".")]
+    assert len(built) == 1 and built[0].name.startswith("tiny-bert-")
+    assert [p.name for p in hub_dir.iterdir() if ".tmp-" in p.name] == []
+    meta = json.loads((built[0] / "tfapp_hub.json").read_text())
+    assert meta["bert_config"]["num_layers"] == 2 and meta["bert_config"]["hidden_size"] == 128
+    assert meta["bert_config"]["num_heads"] == 2
+    assert meta["bert_config"]["intermediate_size"] == 256
+    assert encoder == str(built[0] / "encoder") and preprocessor == str(built[0] / "preprocessor")
+    # A third call is a cache hit: no build, same answer, fast.
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert tuple(json.loads(proc.stdout.strip().splitlines()[-1])) == results[0]
