@@ -15,7 +15,7 @@ from tfapp.models.classifier import MaskedMeanMaxPooling, build_classifier, outp
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import run_python
+from conftest import REPO, run_python, subprocess_env
 
 VOCAB, SEQ = 40, 12
 
@@ -217,10 +217,9 @@ def test_fine_tunes_under_mirrored_strategy_with_steps_per_execution(encoder_dir
             "n": len(before), "mirrored": type(var).__name__,
             "devices": sorted(v.device for v in var.values)}}))
     """)
+    # tests/ on the path: the child reuses learnable_data from this module.
     proc = run_python(["-c", script], timeout=300,
-                      env={**__import__("conftest").subprocess_env(),
-                           "PYTHONPATH": f"{tmp_path.parent}:{__import__('conftest').REPO}:"
-                                         f"{__import__('conftest').REPO / 'tests'}"})
+                      env=subprocess_env(PYTHONPATH=f"{REPO}:{REPO / 'tests'}"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["replicas"] == 2
