@@ -112,3 +112,19 @@ def test_two_real_workers_finish_with_equal_weights(tmp_path):
         np.testing.assert_array_equal(w0[k], w1[k])
     losses = w0["losses"]
     assert losses[-1] < losses[0], losses  # it trained
+
+
+@pytest.mark.parametrize("device,hub,configured,expected", [
+    ("CPU", False, None, False),   # XLA's CPU backend measured 2x slower
+    ("GPU", False, None, True),
+    ("GPU", True, None, False),    # Hub fine-tuning under XLA recompiles every step
+    ("TPU", True, None, True),
+    ("CPU", True, True, True),     # an explicit setting always wins
+    ("GPU", False, False, False),
+])
+def test_jit_compile_defaults(device, hub, configured, expected):
+    from tfapp.runtime import Runtime
+
+    rt = Runtime(strategy=None, kind="cpu", reason="test", num_replicas=1,
+                 precision="float32", device_kind=device)
+    assert rt.default_jit_compile(configured, hub_encoder=hub) is expected

@@ -240,8 +240,9 @@ class TrainerConfig:
       steps_per_epoch: optimizer steps per epoch (0 = one full pass of the data).
       steps_per_execution: batches run per tf.function call (fewer host round trips;
         large values pay on TPU).
-      jit_compile: compile the train step with XLA; null = auto (on for GPU/TPU, off on CPU,
-        where XLA measured 2x slower).
+      jit_compile: compile the train step with XLA; null = auto (on for TPU, and for GPU
+        except when fine-tuning a TF-Hub encoder, which XLA recompiles every step; off on
+        CPU, where XLA measured 2x slower).
       gradient_accumulation_steps: accumulate gradients over this many batches per update.
       monitor: validation metric that picks the best checkpoint and drives early stopping.
       monitor_mode: max or min for monitor; auto = min for losses, max otherwise.

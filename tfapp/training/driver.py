@@ -109,7 +109,8 @@ def train(cfg: ExperimentConfig) -> TrainResult:
     _write_status(run_dir, "running")
 
     global_batch = rt.global_batch_size(cfg.data.batch_size)
-    jit = rt.default_jit_compile(cfg.trainer.jit_compile)
+    jit = rt.default_jit_compile(cfg.trainer.jit_compile,
+                                 hub_encoder=cfg.model.kind == "bert")
     if jit and rt.kind == "mirrored" and rt.device_kind == "CPU":
         raise ConfigError("trainer.jit_compile: XLA cannot run MirroredStrategy over CPU "
                           "devices (its CPU backend binds one device); set "
