@@ -35,7 +35,7 @@ PROMPTS = ["the baker", "the old fisherman", "in the morning", "the little girl"
 def load_model(run_dir: Path):
     cfg = load_config(run_dir / "params.yaml")
     vocab = tl.load_vocabulary(run_dir / "vocab.txt")
-    model = seq2seq.build_seq2seq(cfg.model, len(vocab))
+    model = seq2seq.build_seq2seq(cfg.model, len(vocab), fused_lstm=False)  # XLA-friendly
     model.build_for(cfg.data.context_words, cfg.data.target_words)
     model.load_weights(str(run_dir / "checkpoints" / "best")).expect_partial()
     return cfg, vocab, model

@@ -84,24 +84,23 @@ class Seq2Seq(tf.keras.Model):
 
     def __init__(self, vocab_size: int, embedding_dim: int = 64, units: int = 64,
                  bidirectional: bool = False, attention: str = "bahdanau",
-                 dropout: float = 0.0, **kwargs: Any):
+                 dropout: float = 0.0, fused_lstm: bool = True, **kwargs: Any):
         super().__init__(**kwargs)
         if attention not in ("bahdanau", "luong"):
             raise ValueError(f"attention must be bahdanau or luong, got {attention!r}")
         self.vocab_size, self.embedding_dim, self.units = vocab_size, embedding_dim, units
         self.bidirectional, self.attention_kind, self.dropout_rate = (
             bidirectional, attention, dropout)
+        self.fused_lstm = fused_lstm
         # The decoder state must match the encoder state it starts from: a bidirectional
         # encoder hands over [forward; backward], twice as wide.
         self.decoder_units = units * (2 if bidirectional else 1)
         # One embedding for both sides: continuation examples read and write the same words.
         self.embedding = tf.keras.layers.Embedding(vocab_size, embedding_dim, name="embedding")
-        encoder = tf.keras.layers.LSTM(units, return_sequences=True, return_state=True,
-                                       name="encoder_lstm")
+        encoder = _lstm(units, fused_lstm, "encoder_lstm")
         self.encoder = (tf.keras.layers.Bidirectional(encoder, name="encoder")
                         if bidirectional else encoder)
-        self.decoder = tf.keras.layers.LSTM(self.decoder_units, return_sequences=True,
-                                            return_state=True, name="decoder_lstm")
+        self.decoder = _lstm(self.decoder_units, fused_lstm, "decoder_lstm")
         attention_cls = BahdanauAttention if attention == "bahdanau" else LuongAttention
         self.attention = attention_cls(self.decoder_units, name=f"{attention}_attention")
         self.combine = tf.keras.layers.Dense(self.decoder_units, activation="tanh",
@@ -159,14 +158,33 @@ class Seq2Seq(tf.keras.Model):
     def get_config(self) -> dict:
         return {"vocab_size": self.vocab_size, "embedding_dim": self.embedding_dim,
                 "units": self.units, "bidirectional": self.bidirectional,
-                "attention": self.attention_kind, "dropout": self.dropout_rate}
+                "attention": self.attention_kind, "dropout": self.dropout_rate,
+                "fused_lstm": self.fused_lstm}
 
 
-def build_seq2seq(model_cfg: Any, vocab_size: int) -> Seq2Seq:
-    """A ``Seq2Seq`` from ``cfg.model`` (kind, embedding_dim, units, bidirectional, ...)."""
+def _lstm(units: int, fused: bool, name: str) -> tf.keras.layers.Layer:
+    """The LSTM layer: ``fused`` = ``tf.keras.layers.LSTM`` (cuDNN on GPUs without XLA),
+    else ``RNN(LSTMCell)``, the same weights in a plain ``tf.while_loop``.
+
+    Measured with tf-keras 2.21: inside a ``jit_compile`` function the fused layer makes
+    XLA recompile whenever its weights change, i.e. at every training step (2-16 s/step
+    on CPU instead of milliseconds); ``RNN(LSTMCell)`` compiles once.
+    """
+    if fused:
+        return tf.keras.layers.LSTM(units, return_sequences=True, return_state=True, name=name)
+    return tf.keras.layers.RNN(tf.keras.layers.LSTMCell(units), return_sequences=True,
+                               return_state=True, name=name)
+
+
+def build_seq2seq(model_cfg: Any, vocab_size: int, *, fused_lstm: bool = True) -> Seq2Seq:
+    """A ``Seq2Seq`` from ``cfg.model`` (kind, embedding_dim, units, bidirectional, ...).
+
+    Pass ``fused_lstm=False`` when the model trains or decodes under XLA (``jit_compile``).
+    """
     return Seq2Seq(vocab_size=vocab_size, embedding_dim=model_cfg.embedding_dim,
                    units=model_cfg.units, bidirectional=model_cfg.bidirectional,
-                   attention=model_cfg.attention, dropout=model_cfg.dropout, name="seq2seq")
+                   attention=model_cfg.attention, dropout=model_cfg.dropout,
+                   fused_lstm=fused_lstm, name="seq2seq")
 
 
 # --------------------------------------------------------------------------- loss, metrics

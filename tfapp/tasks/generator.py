@@ -148,7 +148,9 @@ class TextGenerator(tf.Module):
 def serving_copy(model: seq2seq.Seq2Seq, context_words: int, target_words: int,
                  source: seq2seq.Seq2Seq | None = None) -> seq2seq.Seq2Seq:
     """A single-device ``Seq2Seq`` with ``model``'s weights (built outside any strategy)."""
-    copy = source or seq2seq.Seq2Seq(**model.get_config(), name="seq2seq")
+    # Unfused LSTMs: the decoding loop runs under XLA (see seq2seq._lstm).
+    copy = source or seq2seq.Seq2Seq(**{**model.get_config(), "fused_lstm": False},
+                                     name="seq2seq")
     if source is None:
         copy.build_for(context_words, target_words)
     copy.set_weights(model.get_weights())
@@ -224,7 +226,9 @@ class GeneratorTask(Task):
                       info={**data.info, "vocab": str(vocab_path)})
 
     def build_model(self, inputs: Inputs) -> seq2seq.Seq2Seq:
-        model = seq2seq.build_seq2seq(self.cfg.model, inputs.info["vocab_size"])
+        jit = self.runtime.default_jit_compile(self.cfg.trainer.jit_compile)
+        model = seq2seq.build_seq2seq(self.cfg.model, inputs.info["vocab_size"],
+                                      fused_lstm=not jit)
         return model.build_for(self.cfg.data.context_words, self.cfg.data.target_words)
 
     def build_losses(self) -> tf.keras.losses.Loss:
