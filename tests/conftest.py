@@ -48,6 +48,35 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
+def run_two_workers(script: str, args: list[str], out_dir: Path, timeout: int) -> list[Path]:
+    """Run ``python SCRIPT OUT_i.npz ARGS`` as two MultiWorkerMirrored workers on 127.0.0.1.
+
+    Each gets its own TF_CONFIG; both must exit 0 within ``timeout`` seconds (a worker that
+    hangs or dies fails the test, it never hangs the suite). Returns the two .npz paths.
+    """
+    import json
+
+    ports = free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    outs = [out_dir / f"w{i}.npz" for i in range(2)]
+    procs = []
+    for i in range(2):
+        env = subprocess_env(TF_CONFIG=json.dumps({"cluster": cluster,
+                                                   "task": {"type": "worker", "index": i}}))
+        procs.append(subprocess.Popen([sys.executable, script, str(outs[i]), *args], cwd=REPO,
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail(f"{script}: multi-worker run did not finish in {timeout} s")
+        assert p.returncode == 0, err[-3000:]
+    return outs
+
+
 @pytest.fixture
 def repo() -> Path:
     return REPO

@@ -4,12 +4,10 @@ under the default strategy and two real MultiWorkerMirrored processes."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from conftest import REPO, free_ports, run_python, subprocess_env
+from conftest import REPO, run_python, run_two_workers, subprocess_env
 
 LOCAL = ["--config", "configs/classifier_local.yaml"]
 TEXTS = ["an absolutely wonderful film, I loved it", "terrible plot and awful acting",
@@ -117,28 +115,12 @@ def test_predict_without_export_is_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_two_worker_processes_train_the_classifier_and_agree(tmp_path):
-    ports = free_ports(2)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    procs = []
-    for i in range(2):
-        env = subprocess_env(TF_CONFIG=json.dumps({"cluster": cluster,
-                                                   "task": {"type": "worker", "index": i}}))
-        procs.append(subprocess.Popen(
-            [sys.executable, "tests/workers/classifier_fit.py", str(tmp_path / f"w{i}.npz"),
-             "runtime.strategy=multi_worker", f"output_dir={tmp_path / 'runs'}",
-             "data.seq_length=32", "data.batch_size=8", "trainer.epochs=2",
-             "trainer.steps_per_epoch=6", "trainer.steps_per_execution=2",
-             "optimizer.learning_rate=1e-3"],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    for p in procs:
-        try:
-            _, err = p.communicate(timeout=420)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail("multi-worker classifier run did not finish in 420 s")
-        assert p.returncode == 0, err[-3000:]
-    w0, w1 = np.load(tmp_path / "w0.npz"), np.load(tmp_path / "w1.npz")
+    args = ["runtime.strategy=multi_worker", f"output_dir={tmp_path / 'runs'}",
+            "data.seq_length=32", "data.batch_size=8", "trainer.epochs=2",
+            "trainer.steps_per_epoch=6", "trainer.steps_per_execution=2",
+            "optimizer.learning_rate=1e-3"]
+    w0, w1 = (np.load(p) for p in run_two_workers("tests/workers/classifier_fit.py", args,
+                                                  tmp_path, timeout=420))
     assert int(w0["replicas"]) == 2
     for k in (k for k in w0.files if k.startswith("arr_")):
         np.testing.assert_allclose(w0[k], w1[k], atol=1e-6)

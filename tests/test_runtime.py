@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 from tfapp.config import ConfigError
 from tfapp.runtime import choose_precision, choose_strategy, is_chief, tpu_hinted
 
 import numpy as np
 import pytest
-from conftest import REPO, free_ports, run_python, subprocess_env
+from conftest import run_python, run_two_workers
 
 TWO_WORKERS = json.dumps({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
                           "task": {"type": "worker", "index": 0}})
@@ -87,24 +85,8 @@ def test_auto_on_this_machine_is_the_default_cpu_strategy():
 
 @pytest.mark.slow
 def test_two_real_workers_finish_with_equal_weights(tmp_path):
-    ports = free_ports(2)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    procs = []
-    for i in range(2):
-        env = subprocess_env(TF_CONFIG=json.dumps({"cluster": cluster,
-                                                   "task": {"type": "worker", "index": i}}))
-        procs.append(subprocess.Popen(
-            [sys.executable, "tests/workers/multi_worker_fit.py", str(tmp_path / f"w{i}.npz")],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    for p in procs:
-        try:
-            _, err = p.communicate(timeout=240)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail("multi-worker run did not finish in 240 s")
-        assert p.returncode == 0, err[-3000:]
-    w0, w1 = np.load(tmp_path / "w0.npz"), np.load(tmp_path / "w1.npz")
+    w0, w1 = (np.load(p) for p in run_two_workers("tests/workers/multi_worker_fit.py", [],
+                                                  tmp_path, timeout=240))
     assert int(w0["replicas"]) == 2
     assert bool(w0["chief"]) and not bool(w1["chief"])
     weights = [k for k in w0.files if k.startswith("arr_")]
