@@ -99,7 +99,7 @@ def test_two_real_workers_finish_with_equal_weights(tmp_path):
 @pytest.mark.parametrize("device,hub,configured,expected", [
     ("CPU", False, None, False),   # XLA's CPU backend measured 2x slower
     ("GPU", False, None, True),
-    ("GPU", True, None, False),    # Hub fine-tuning under XLA recompiles every step
+    ("GPU", True, None, False),    # Hub fine-tuning / LSTM under XLA recompile every step
     ("TPU", True, None, True),
     ("CPU", True, True, True),     # an explicit setting always wins
     ("GPU", False, False, False),
@@ -109,4 +109,4 @@ def test_jit_compile_defaults(device, hub, configured, expected):
 
     rt = Runtime(strategy=None, kind="cpu", reason="test", num_replicas=1,
                  precision="float32", device_kind=device)
-    assert rt.default_jit_compile(configured, hub_encoder=hub) is expected
+    assert rt.default_jit_compile(configured, recompiles_under_xla=hub) is expected

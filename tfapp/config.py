@@ -241,10 +241,11 @@ class TrainerConfig:
       steps_per_execution: batches run per tf.function call (fewer host round trips;
         large values pay on TPU).
       jit_compile: compile the train step with XLA; null = auto (on for TPU, and for GPU
-        except when fine-tuning a TF-Hub encoder, which XLA recompiles every step; off on
-        CPU, where XLA measured 2x slower).
+        except for a TF-Hub encoder or the rnn baseline, which XLA recompiles every step;
+        off on CPU, where XLA measured 2x slower).
       gradient_accumulation_steps: accumulate gradients over this many batches per update.
-      monitor: validation metric that picks the best checkpoint and drives early stopping.
+      monitor: validation metric that picks the best checkpoint and drives early stopping
+        ("" = the task's own: val_accuracy for classifier, val_loss for generator).
       monitor_mode: max or min for monitor; auto = min for losses, max otherwise.
       early_stopping_patience: epochs without improvement before stopping (0 = off).
       profile_steps: steps to capture with the TensorBoard profiler, e.g. "10,12" ("" = off).
@@ -257,7 +258,7 @@ class TrainerConfig:
     steps_per_execution: int = bounded(1, min=1)
     jit_compile: bool | None = None
     gradient_accumulation_steps: int = bounded(1, min=1)
-    monitor: str = "val_accuracy"
+    monitor: str = ""
     monitor_mode: str = choices("auto", "max", "min", default="auto")
     early_stopping_patience: int = bounded(0, min=0)
     profile_steps: str = ""

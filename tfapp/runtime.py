@@ -53,20 +53,21 @@ class Runtime:
     def scaled_learning_rate(self, lr: float, scale: bool) -> float:
         return lr * self.num_replicas if scale else lr
 
-    def default_jit_compile(self, configured: bool | None, *, hub_encoder: bool = False
-                            ) -> bool:
+    def default_jit_compile(self, configured: bool | None, *,
+                            recompiles_under_xla: bool = False) -> bool:
         """XLA pays on GPU/TPU; on this kind of CPU it measured 2x slower (DESIGN.md), and
         its CPU backend binds to one device, so it is off on CPUs.
 
-        Fine-tuning a restored TF-Hub module under XLA recompiled the train step at every
-        step (measured on CPU: ~10 s per step; docs/hub.md), so ``auto`` leaves XLA off for
-        Hub encoders on GPU too. TPUs compile everything regardless.
+        Fine-tuning a restored TF-Hub module, and tf-keras's fused ``LSTM`` layer, made XLA
+        recompile the train step at every step (measured on CPU: 2-16 s per step; see
+        docs/hub.md and docs/generator.md), so ``auto`` leaves XLA off for such models
+        (``recompiles_under_xla``) on GPU too. TPUs compile everything regardless.
         """
         if configured is not None:
             return configured
         if self.device_kind == "TPU":
             return True
-        return self.device_kind == "GPU" and not hub_encoder
+        return self.device_kind == "GPU" and not recompiles_under_xla
 
     def describe(self, per_replica_batch: int | None = None) -> str:
         parts = [f"strategy={self.kind}", f"replicas={self.num_replicas}",

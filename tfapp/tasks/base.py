@@ -52,6 +52,9 @@ class Inputs:
 class Task(abc.ABC):
     """One kind of model and its data."""
 
+    #: validation metric for the best checkpoint and early stopping when trainer.monitor is "".
+    default_monitor = "val_loss"
+
     def __init__(self, cfg: ExperimentConfig, runtime: Runtime, run_dir: Path):
         self.cfg = cfg
         self.runtime = runtime

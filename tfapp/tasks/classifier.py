@@ -41,6 +41,8 @@ def _vocab_size(module) -> int | None:
 class ClassifierTask(Task):
     """Fine-tunes ``model.hub_handle`` (or a baseline) on ``data`` and exports a serving model."""
 
+    default_monitor = "val_accuracy"
+
     def build_inputs(self) -> Inputs:
         d, m = self.cfg.data, self.cfg.model
         encoder, bundled_pre = resolve_hub_handle(m.hub_handle)

@@ -45,12 +45,13 @@ class NonFiniteLossStop(tf.keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-def standard_callbacks(cfg: ExperimentConfig, run_dir: Path, *, has_validation: bool,
-                       write: bool) -> tuple[list[tf.keras.callbacks.Callback], dict]:
+def standard_callbacks(cfg: ExperimentConfig, run_dir: Path, *, monitor: str,
+                       has_validation: bool
+                       ) -> tuple[list[tf.keras.callbacks.Callback], dict]:
     """Callbacks for ``cfg`` and a dict naming the paths they write.
 
-    ``write`` is False on non-chief workers: they still run BackupAndRestore (every worker
-    must take part in the collective save) but into their own scratch directory.
+    Every worker of a multi-worker run gets them all (saves are collective); a non-chief's
+    ``run_dir`` is its own scratch directory (``runtime.worker_dir``).
     """
     t = cfg.trainer
     paths = {"logs": run_dir / "logs", "checkpoints": run_dir / "checkpoints",
@@ -59,18 +60,18 @@ def standard_callbacks(cfg: ExperimentConfig, run_dir: Path, *, has_validation: 
         NonFiniteLossStop(),
         tf.keras.callbacks.BackupAndRestore(str(paths["backup"])),
     ]
-    monitor = t.monitor if has_validation else t.monitor.removeprefix("val_")
+    if not has_validation:
+        monitor = monitor.removeprefix("val_")
     mode = monitor_mode(monitor, t.monitor_mode)
-    if write:
-        cbs.append(tf.keras.callbacks.CSVLogger(str(paths["history"]), append=True))
-        if cfg.tracking.tensorboard:
-            cbs.append(tf.keras.callbacks.TensorBoard(
-                log_dir=str(paths["logs"]), histogram_freq=0, write_graph=True,
-                update_freq="epoch", profile_batch=parse_profile_steps(t.profile_steps)))
-        paths["best"] = paths["checkpoints"] / "best"
-        cbs.append(tf.keras.callbacks.ModelCheckpoint(
-            str(paths["best"]), monitor=monitor, mode=mode, save_best_only=True,
-            save_weights_only=True, verbose=0))
+    cbs.append(tf.keras.callbacks.CSVLogger(str(paths["history"]), append=True))
+    if cfg.tracking.tensorboard:
+        cbs.append(tf.keras.callbacks.TensorBoard(
+            log_dir=str(paths["logs"]), histogram_freq=0, write_graph=True,
+            update_freq="epoch", profile_batch=parse_profile_steps(t.profile_steps)))
+    paths["best"] = paths["checkpoints"] / "best"
+    cbs.append(tf.keras.callbacks.ModelCheckpoint(
+        str(paths["best"]), monitor=monitor, mode=mode, save_best_only=True,
+        save_weights_only=True, verbose=0))
     if t.early_stopping_patience > 0:
         cbs.append(tf.keras.callbacks.EarlyStopping(
             monitor=monitor, mode=mode, patience=t.early_stopping_patience,

@@ -109,8 +109,9 @@ def train(cfg: ExperimentConfig) -> TrainResult:
     _write_status(run_dir, "running")
 
     global_batch = rt.global_batch_size(cfg.data.batch_size)
+    # Hub encoders (bert) and the LSTM baseline (rnn) recompile every step under XLA.
     jit = rt.default_jit_compile(cfg.trainer.jit_compile,
-                                 hub_encoder=cfg.model.kind == "bert")
+                                 recompiles_under_xla=cfg.model.kind in ("bert", "rnn"))
     if jit and rt.kind == "mirrored" and rt.device_kind == "CPU":
         raise ConfigError("trainer.jit_compile: XLA cannot run MirroredStrategy over CPU "
                           "devices (its CPU backend binds one device); set "
@@ -135,7 +136,8 @@ def train(cfg: ExperimentConfig) -> TrainResult:
                           metrics=task.build_metrics(), jit_compile=jit,
                           steps_per_execution=cfg.trainer.steps_per_execution)
         callbacks, cb_paths = standard_callbacks(
-            cfg, run_dir, has_validation=inputs.validation is not None, write=True)
+            cfg, run_dir, monitor=cfg.trainer.monitor or task.default_monitor,
+            has_validation=inputs.validation is not None)
         backup = cb_paths["backup"]
         if not (backup.is_dir() and any(backup.iterdir())):  # a fresh start, not a resume
             cb_paths["history"].unlink(missing_ok=True)
