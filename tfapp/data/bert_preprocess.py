@@ -134,6 +134,17 @@ class _PackInputs(tf.Module):
         return call(inputs) if seq_length is None else call(inputs, seq_length=seq_length)
 
 
+def _read_bert_vocab(vocab_file: str | os.PathLike) -> tuple[list[str], dict[str, int]]:
+    """The vocab and its special-token ids; [PAD] [UNK] [CLS] [SEP] must be present."""
+    vocab = read_vocab(vocab_file)
+    index = {tok: i for i, tok in enumerate(vocab)}
+    missing = [tok for key, tok in _SPECIAL.items() if tok not in index and key != "mask_id"]
+    if missing:
+        raise DataError(f"{vocab_file}: vocab lacks the special token(s) {', '.join(missing)}; "
+                        "a BERT vocab needs [PAD] [UNK] [CLS] [SEP]")
+    return vocab, {k: index[t] for k, t in _SPECIAL.items() if t in index}
+
+
 class BertPreprocessor(tf.Module):
     """WordPiece tokenizer + BERT packer from a ``vocab.txt``, saveable as a TF-Hub module.
 
@@ -146,15 +157,9 @@ class BertPreprocessor(tf.Module):
     def __init__(self, vocab_file: str | os.PathLike, lower_case: bool = True,
                  seq_length: int = 128):
         super().__init__(name="bert_preprocessor")
-        vocab = read_vocab(vocab_file)
-        index = {tok: i for i, tok in enumerate(vocab)}
-        missing = [tok for key, tok in _SPECIAL.items() if tok not in index and key != "mask_id"]
-        if missing:
-            raise DataError(f"{vocab_file}: vocab lacks the special token(s) {', '.join(missing)}; "
-                            "a BERT vocab needs [PAD] [UNK] [CLS] [SEP]")
+        vocab, special = _read_bert_vocab(vocab_file)
         if seq_length < 3:
             raise DataError(f"seq_length {seq_length} is too small for [CLS] text [SEP]; use >= 3")
-        special = {k: index[t] for k, t in _SPECIAL.items() if t in index}
         self.seq_length = int(seq_length)
         self.vocab_size = len(vocab)
         self.special_ids = dict(special)
@@ -180,14 +185,9 @@ class FastBertPacker(tf.Module):
 
     def __init__(self, vocab_file: str | os.PathLike, lower_case: bool = True):
         super().__init__(name="fast_bert_packer")
-        vocab = read_vocab(vocab_file)
-        index = {tok: i for i, tok in enumerate(vocab)}
-        missing = [t for k, t in _SPECIAL.items() if t not in index and k != "mask_id"]
-        if missing:
-            raise DataError(f"{vocab_file}: vocab lacks the special token(s) "
-                            f"{', '.join(missing)}; a BERT vocab needs [PAD] [UNK] [CLS] [SEP]")
-        self._ids = dict(start_of_sequence_id=index["[CLS]"],
-                         end_of_segment_id=index["[SEP]"], padding_id=index["[PAD]"])
+        vocab, special = _read_bert_vocab(vocab_file)
+        self._ids = {k: special[k] for k in ("start_of_sequence_id", "end_of_segment_id",
+                                             "padding_id")}
         self._tokenizer = tf_text.FastBertTokenizer(
             vocab, token_out_type=tf.int32, unknown_token="[UNK]",
             lower_case_nfd_strip_accents=bool(lower_case))
