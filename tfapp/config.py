@@ -253,7 +253,9 @@ class TrainerConfig:
       export: write the serving SavedModel at the end of training.
     """
 
-    epochs: int = bounded(3, min=1)
+    # 6 epochs take the default run (tiny BERT, demo reviews) to ~0.86 validation accuracy
+    # in ~1.5 minutes on 2 CPU cores; 3 stopped at ~0.75.
+    epochs: int = bounded(6, min=1)
     steps_per_epoch: int = bounded(0, min=0)
     steps_per_execution: int = bounded(1, min=1)
     jit_compile: bool | None = None
