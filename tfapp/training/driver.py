@@ -175,6 +175,10 @@ def train(cfg: ExperimentConfig) -> TrainResult:
     result.paths.update(finished)
     _write_status(run_dir, "finished", metrics={k: float(v) for k, v in result.metrics.items()
                                                 if isinstance(v, int | float)})
-    if not rt.is_chief:
+    if not rt.is_chief:  # drop this worker's scratch copy and its empty parents
         shutil.rmtree(run_dir, ignore_errors=True)
+        for parent in (run_dir.parent, run_dir.parent.parent):
+            if parent.name.startswith((".workers", f"{rt.task_type}_")) and parent.is_dir() \
+                    and not any(parent.iterdir()):
+                parent.rmdir()
     return result
