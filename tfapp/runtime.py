@@ -18,7 +18,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
@@ -45,7 +45,6 @@ class Runtime:
     is_chief: bool = True
     task_type: str | None = None
     task_id: int | None = None
-    extra: dict = field(default_factory=dict)
 
     def global_batch_size(self, per_replica: int) -> int:
         return per_replica * self.num_replicas

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import math
 
 from tfapp.data.bert_preprocess import make_bert_preprocess_fn
@@ -22,8 +21,6 @@ from tfapp.training.metrics import (
 )
 
 import numpy as np
-
-log = logging.getLogger("tfapp")
 
 
 def _vocab_size(module) -> int | None:
