@@ -4,7 +4,9 @@ Every kind takes the same inputs -- ``{input_word_ids, input_mask, input_type_id
 int32 ``[batch, seq_length]`` -- so ``model.kind: bert|cnn|rnn`` switches models on
 one pipeline (the BERT preprocessor's WordPiece ids feed the baselines too):
 
-* ``bert``: ``hub.KerasLayer`` encoder (fine-tuned when ``model.trainable``), then
+* ``bert``: ``hub.KerasLayer`` encoder (fine-tuned when ``model.trainable``) -- under a
+  mixed-precision policy, the module's weights in the native ``BertEncoder`` instead,
+  where the module is covered (``native_encoder_from_hub``) -- then
   ``pooled_output`` or masked mean+max pooling of ``sequence_output``
   (``model.pooling``), dropout, dense;
 * ``cnn``: token (+ segment) embedding, Conv1D, global max pool over real tokens;
@@ -22,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from tfapp.config import ConfigError, ModelConfig
-from tfapp.models.hub_encoder import BERT_INPUT_KEYS, load_hub_encoder
+from tfapp.models.hub_encoder import BERT_INPUT_KEYS, load_hub_encoder, native_encoder_from_hub
 
 import tensorflow as tf
 
@@ -86,6 +88,10 @@ def _inputs(seq_length: int) -> dict[str, tf.Tensor]:
 
 def _bert_features(model_cfg: ModelConfig, inputs: dict[str, tf.Tensor], hub_handle: str,
                    encoder: tf.keras.layers.Layer | None) -> tf.Tensor:
+    if encoder is None and tf.keras.mixed_precision.global_policy().compute_dtype != "float32":
+        # A restored Hub graph stays float32 whatever the policy: read the module into the
+        # native encoder so bfloat16/float16 reach the encoder (None if not covered).
+        encoder = native_encoder_from_hub(hub_handle)
     if encoder is None:
         encoder = load_hub_encoder(hub_handle, trainable=model_cfg.trainable)
     else:

@@ -18,16 +18,18 @@ is free on any device (TPU included).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from typing import Any
 
 from tfapp.config import ConfigError
+from tfapp.models.bert import BertConfig, BertEncoder, stable_weight_name
 
 import tensorflow as tf
 import tensorflow_hub as hub
 
 __all__ = ["BERT_INPUT_KEYS", "BERT_OUTPUT_KEYS", "HubHandleError", "check_bert_interface",
-           "load_hub_encoder"]
+           "load_hub_encoder", "native_encoder_from_hub"]
 
 BERT_INPUT_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
 BERT_OUTPUT_KEYS = ("pooled_output", "sequence_output")
@@ -124,6 +126,45 @@ def load_hub_encoder(handle: str, trainable: bool) -> hub.KerasLayer:
                              "cannot be fine-tuned; set model.trainable=false or use a "
                              "reusable SavedModel (TF2 format)")
     return layer
+
+
+def native_encoder_from_hub(handle: str, name: str = "bert_encoder") -> BertEncoder | None:
+    """The module's weights read into a native ``BertEncoder``, or None if not covered.
+
+    Why: a restored Hub graph is fixed in float32, so a ``mixed_bfloat16`` /
+    ``mixed_float16`` policy never reaches inside ``hub.KerasLayer``; the native encoder
+    follows the policy (and compiles once under XLA). Covered: modules that carry
+    ``get_bert_config()`` (tfapp's own exports, ``tfapp.hub.export``) whose variables
+    map one to one, by stable name and shape, onto the encoder that config builds.
+    Anything else (official tf-models encoders, a bad handle) returns None, and the
+    caller keeps the Hub layer, which also reports bad handles.
+
+    The encoder is built under the current global policy: build it inside the strategy
+    scope, after the policy is set.
+    """
+    handle = str(handle or "").strip()
+    if not handle or handle.startswith("builtin:"):
+        return None
+    if not _is_remote(handle):
+        handle = os.path.expanduser(handle)
+        if not os.path.isfile(os.path.join(handle, "saved_model.pb")):
+            return None
+    try:
+        module = hub.load(handle)
+        get_config = getattr(module, "get_bert_config", None)
+        if get_config is None:
+            return None
+        cfg = BertConfig.from_dict(json.loads(get_config().numpy()))
+    except Exception:  # not loadable / not tfapp's format: the Hub layer path decides
+        return None
+    values = {stable_weight_name(v.name): v for v in module.variables}
+    encoder = BertEncoder(cfg, name=name)
+    own = encoder.named_weights()
+    if set(own) != set(values) or any(tuple(values[k].shape) != tuple(v.shape)
+                                      for k, v in own.items()):
+        return None
+    encoder.assign_named_weights(values)
+    return encoder
 
 
 def dummy_bert_inputs(batch: int = 1, seq_length: int = 8) -> dict[str, tf.Tensor]:
