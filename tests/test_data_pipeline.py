@@ -74,8 +74,12 @@ def ids_of(dataset) -> list[int]:
     return [int(r) - 5 for x, _ in dataset.as_numpy_iterator() for r in x["input_word_ids"][:, 1]]
 
 
-def test_training_batches_have_exact_static_shapes(pre):
-    ds = make_classification_dataset(examples(pairs=True), pre, data_cfg(), batch_size=16,
+@pytest.mark.parametrize("stored", [False, True])
+def test_training_batches_have_exact_static_shapes(pre, tmp_path, stored):
+    # Stored (snapshot) training batches are cut from shuffled blocks by a reshape: the
+    # same shapes, the same dropped remainder, every kept example once.
+    cfg = data_cfg(snapshot=str(tmp_path / "snap") if stored else "")
+    ds = make_classification_dataset(examples(pairs=True), pre, cfg, batch_size=16,
                                      training=True, seed=0)
     spec = ds.element_spec
     for key in ("input_word_ids", "input_mask", "input_type_ids"):
@@ -83,6 +87,8 @@ def test_training_batches_have_exact_static_shapes(pre):
     assert spec[1] == tf.TensorSpec([16], tf.int32)
     batches = list(ds.as_numpy_iterator())
     assert len(batches) == 3  # 50 // 16, remainder dropped
+    seen = [int(r) - 5 for x, _ in batches for r in x["input_word_ids"][:, 1]]
+    assert len(set(seen)) == 48 and set(seen) <= set(range(50))
     x, y = batches[0]
     i = int(x["input_word_ids"][0, 1]) - 5
     np.testing.assert_array_equal(x["input_word_ids"][0], [2, 5 + i, 6 + i, 3, 7 + i, 3, 0, 0])

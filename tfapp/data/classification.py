@@ -196,12 +196,16 @@ def _widen(features, labels):
 
 
 def _shuffle_blocks(dataset: tf.data.Dataset, buffer: int, block: int, n: int,
-                    seed: int) -> tf.data.Dataset:
-    """Shuffle stored blocks without unbatching them.
+                    seed: int, batch: int) -> tf.data.Dataset:
+    """Shuffle stored blocks into training batches of ``batch`` without unbatching them.
 
     Each epoch the blocks come in a new seeded order, are joined into pools of about
     ``buffer`` examples (``rebatch``, no per-example work) and the rows of each pool are
     permuted -- the mixing of a ``shuffle(buffer)`` at the cost of one gather per pool.
+    Each pool is then cut into whole batches by a reshape; ``unbatch`` hands them out one
+    by one, which costs less per batch than a ``rebatch`` over the pools. Blocks are
+    multiples of ``batch``, so only the last pool has a partial batch, and dropping it
+    drops exactly the remainder ``drop_remainder`` would.
     """
     num_blocks = -(-n // block)
     dataset = dataset.shuffle(num_blocks, seed=seed, reshuffle_each_iteration=True)
@@ -210,15 +214,20 @@ def _shuffle_blocks(dataset: tf.data.Dataset, buffer: int, block: int, n: int,
         dataset = dataset.rebatch(pool * block)
     noise = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
 
-    def permute(element, r):
+    def permute_and_cut(element, r):
         features, labels = element
         keys = tf.random.stateless_uniform([tf.shape(labels)[0]],
                                            seed=tf.stack([r, tf.constant(seed, tf.int64)]))
         idx = tf.argsort(keys)
-        return {k: tf.gather(v, idx) for k, v in features.items()}, tf.gather(labels, idx)
+        idx = idx[:tf.shape(idx)[0] // batch * batch]
 
-    return tf.data.Dataset.zip((dataset, noise)).map(permute,
-                                                     num_parallel_calls=tf.data.AUTOTUNE)
+        def cut(v):
+            return tf.reshape(tf.gather(v, idx), [-1, batch, *v.shape[1:]])
+
+        return {k: cut(v) for k, v in features.items()}, cut(labels)
+
+    return tf.data.Dataset.zip((dataset, noise)).map(
+        permute_and_cut, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
 
 
 def make_classification_dataset(examples: ExampleSet, preprocess_fn: Callable[..., dict],
@@ -299,7 +308,8 @@ def make_classification_dataset(examples: ExampleSet, preprocess_fn: Callable[..
         dataset = stages.apply_cache(dataset, data_cfg.cache, examples.name, key)
         dataset = dataset.map(_widen)
         if shuffle:
-            dataset = _shuffle_blocks(dataset, data_cfg.shuffle_buffer, chunk, n_local, seed)
+            dataset = _shuffle_blocks(dataset, data_cfg.shuffle_buffer, chunk, n_local, seed,
+                                      local_batch)
     elif shuffle:
         # Shuffle the (cheap) raw strings, then tokenise whole chunks at once.
         dataset = dataset.shuffle(min(data_cfg.shuffle_buffer, n_local), seed=seed,
@@ -307,7 +317,8 @@ def make_classification_dataset(examples: ExampleSet, preprocess_fn: Callable[..
     if not stored:
         dataset = dataset.batch(chunk).map(preprocess, num_parallel_calls=tf.data.AUTOTUNE,
                                            deterministic=deterministic)
-    dataset = dataset.rebatch(local_batch, drop_remainder=training)
+    if not (stored and shuffle):  # _shuffle_blocks already made the batches
+        dataset = dataset.rebatch(local_batch, drop_remainder=training)
     dataset = stages.apply_service(dataset, data_cfg.service, examples.name)
     if data_cfg.prefetch:
         dataset = dataset.prefetch(tf.data.AUTOTUNE)
