@@ -70,10 +70,11 @@ class ClassifierTask(Task):
             num_train_examples=len(s.train),
             num_validation_examples=len(validation) if validation is not None else 0,
             # Replicas past the end of their shard get empty batches (get_next_as_optional),
-            # so every replica runs the same number of validation steps.
+            # so every replica runs the same number of validation steps. Always given: a
+            # distributed dataset has no known size, and fit needs one for validation with
+            # steps_per_execution > 1 even on one replica.
             validation_steps=(math.ceil(len(validation) / global_batch)
-                              if validation is not None and self.runtime.num_replicas > 1
-                              else None),
+                              if validation is not None else None),
             info={"label_names": s.label_names, "multi_label": s.multi_label})
 
     @property
@@ -91,6 +92,25 @@ class ClassifierTask(Task):
 
     def build_metrics(self) -> list:
         return build_metrics(self.num_classes, self.splits.multi_label)
+
+    def callbacks(self, model, inputs: Inputs) -> list:
+        """The validation confusion matrix per epoch (TensorBoard Images tab), single-label
+        runs on one worker (predict over an extra dataset would need every worker)."""
+        s, d = self.splits, self.cfg.data
+        if (not self.cfg.tracking.tensorboard or s.multi_label or inputs.validation is None
+                or self.runtime.kind == "multi_worker"):
+            return []
+        from tfapp.training.tb_logging import ConfusionMatrixImage
+
+        def validation_dataset():
+            return make_classification_dataset(
+                s.validation, self.preprocess, d,
+                batch_size=self.runtime.global_batch_size(d.batch_size), training=False,
+                seed=self.cfg.runtime.seed)
+
+        return [ConfusionMatrixImage(validation_dataset, s.validation.labels, s.label_names,
+                                     self.run_dir / "logs" / "validation",
+                                     self.run_dir / "confusion_matrix.png")]
 
     def finish(self, model, inputs: Inputs) -> dict:
         """Export the serving model, then report per class on validation through it."""

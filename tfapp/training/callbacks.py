@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from tfapp.config import ExperimentConfig
+from tfapp.training.tb_logging import run_callbacks
 
 import tensorflow as tf
 
@@ -68,6 +69,8 @@ def standard_callbacks(cfg: ExperimentConfig, run_dir: Path, *, monitor: str,
         cbs.append(tf.keras.callbacks.TensorBoard(
             log_dir=str(paths["logs"]), histogram_freq=0, write_graph=True,
             update_freq="epoch", profile_batch=parse_profile_steps(t.profile_steps)))
+    # Throughput, HParams and the on-demand profiler server (trainer.profiler_port).
+    cbs += run_callbacks(cfg, paths["logs"])
     paths["best"] = paths["checkpoints"] / "best"
     cbs.append(tf.keras.callbacks.ModelCheckpoint(
         str(paths["best"]), monitor=monitor, mode=mode, save_best_only=True,
