@@ -9,6 +9,11 @@ writes ``hub/tiny/{encoder,preprocessor,vocab.txt,tfapp_hub.json}``; use it with
     python -m tfapp.hub resolve builtin:tiny
 
 prints the encoder and preprocessor a handle resolves to (building builtin:tiny once).
+
+    python -m tfapp.hub convert --from hf_checkpoint_dir --out hub/minilm
+
+turns a Hugging Face BERT checkpoint (config.json, model.safetensors, vocab.txt,
+tokenizer_config.json) into the same pair of modules (see docs/hub.md).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from tfapp.cli import run_main, setup_logging
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tfapp.hub",
-                                     description="Build and resolve TF-Hub BERT modules.")
+                                     description="Build, convert and resolve TF-Hub BERT modules.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     b = sub.add_parser("build-bert", help="random-init BERT + WordPiece vocab -> TF-Hub modules",
@@ -59,6 +64,23 @@ def _parser() -> argparse.ArgumentParser:
                    help="default sequence length of the preprocessor (default 128)")
     b.add_argument("--quiet", action="store_true", help="print only errors")
 
+    c = sub.add_parser("convert", help="Hugging Face BERT checkpoint -> TF-Hub modules",
+                       description="Convert a Hugging Face BERT checkpoint directory "
+                                   "(config.json, model.safetensors, vocab.txt, "
+                                   "tokenizer_config.json) into the same OUT/encoder + "
+                                   "OUT/preprocessor pair build-bert writes. Reads safetensors "
+                                   "only: pickle checkpoints (pytorch_model.bin) are refused.")
+    c.add_argument("--from", dest="src", required=True, metavar="DIR",
+                   help="Hugging Face checkpoint directory (save_pretrained layout)")
+    c.add_argument("--out", required=True, metavar="DIR", help="output directory (new)")
+    c.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    c.add_argument("--lower-case", action=argparse.BooleanOptionalAction, default=None,
+                   help="override the casing read from tokenizer_config.json")
+    c.add_argument("--seq-length", type=int, default=None,
+                   help="default sequence length of the preprocessor (default: 128, or the "
+                        "model's max_position_embeddings if shorter)")
+    c.add_argument("--quiet", action="store_true", help="print only errors")
+
     r = sub.add_parser("resolve", help="print the encoder and preprocessor a handle resolves to")
     r.add_argument("handle", help="builtin:tiny, a local directory, a URL or gs:// path")
     return parser
@@ -86,6 +108,25 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _convert(args: argparse.Namespace) -> int:
+    from tfapp.hub.convert import convert_hf_bert
+
+    start = time.monotonic()
+    out = convert_hf_bert(args.src, args.out, lower_case=args.lower_case,
+                          seq_length=args.seq_length, overwrite=args.overwrite)
+    if not args.quiet:
+        meta = json.loads((out / "tfapp_hub.json").read_text(encoding="utf-8"))
+        cfg = meta["bert_config"]
+        print(f"converted BERT ({cfg['num_layers']} layers, hidden {cfg['hidden_size']}, "
+              f"{cfg['num_heads']} heads, vocab {meta['vocab_size']}, "
+              f"{'uncased' if meta['lower_case'] else 'cased'}, "
+              f"{meta['num_parameters']:,} parameters) in {time.monotonic() - start:.1f}s")
+        print(f"  encoder:      {out / 'encoder'}")
+        print(f"  preprocessor: {out / 'preprocessor'}")
+        print(f"use it with: model.hub_handle={out}")
+    return 0
+
+
 def _resolve(args: argparse.Namespace) -> int:
     from tfapp.hub.handles import resolve_hub_handle
 
@@ -100,7 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging()
     # SavedModel writes log "Assets written to ..." at INFO for every module; not news.
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
-    return run_main(lambda: _build(args) if args.command == "build-bert" else _resolve(args))
+    commands = {"build-bert": _build, "convert": _convert, "resolve": _resolve}
+    return run_main(lambda: commands[args.command](args))
 
 
 if __name__ == "__main__":

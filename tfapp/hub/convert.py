@@ -1,0 +1,283 @@
+"""Convert a Hugging Face BERT checkpoint directory into tfapp's pair of TF-Hub modules.
+
+``convert_hf_bert`` is what ``python -m tfapp.hub convert --from DIR --out HUB_DIR`` runs.
+DIR is a Hugging Face checkpoint as ``save_pretrained`` writes it::
+
+    config.json               model_type "bert": sizes, hidden_act, layer_norm_eps, ...
+    model.safetensors         the weights (or model.safetensors.index.json + shards)
+    vocab.txt                 WordPiece vocabulary
+    tokenizer_config.json     do_lower_case (or tokenizer.json's normalizer)
+
+The weights are read with the ``safetensors`` package into numpy arrays (no torch),
+mapped onto tfapp's own ``BertEncoder`` (``tfapp.models.bert.hf_weight_name`` gives each
+Hugging Face name; Dense kernels are transposed) and exported with
+``tfapp.hub.export.export_bert_modules``, exactly as ``build-bert`` does, so the result
+works as ``model.hub_handle: HUB_DIR``.
+
+What is checked, because a silent mismatch would give a model that runs but is wrong:
+the architecture (plain post-LN BERT with absolute positions), the activation (HF
+``gelu`` is the exact erf form; ``gelu_new``/``gelu_pytorch_tanh`` the tanh one), the
+LayerNorm epsilon, every encoder weight present with the right shape, and the
+vocabulary fitting the word embedding. Pickle checkpoints (``pytorch_model.bin``,
+``*.pt``, ``*.ckpt``) are refused and never opened: unpickling runs arbitrary code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tfapp.config import ConfigError
+
+import numpy as np
+
+__all__ = ["HF_ACTIVATIONS", "convert_hf_bert", "read_hf_bert"]
+
+log = logging.getLogger("tfapp")
+
+# Hugging Face hidden_act -> tfapp BertConfig.activation.
+HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approx", "gelu_pytorch_tanh": "gelu_approx",
+                  "gelu_fast": "gelu_approx", "relu": "relu"}
+SUPPORTED_MODEL_TYPES = ("bert",)
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+# Prefixes of task models (BertForMaskedLM, BertForSequenceClassification, ...): their
+# encoder weights live under "bert."; heads ("cls.", "classifier.") are not the encoder.
+ENCODER_PREFIX = "bert."
+IGNORED = ("embeddings.position_ids",)  # a buffer, not a weight
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path} is not valid JSON ({err}); re-save the checkpoint with "
+                          "save_pretrained") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} is not a JSON object; expected a Hugging Face config")
+    return data
+
+
+def _bert_config(cfg: dict[str, Any], path: Path):
+    from tfapp.models.bert import BertConfig
+
+    model_type = cfg.get("model_type", "")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ConfigError(f"{path}: model_type '{model_type}' is not supported; tfapp converts "
+                          f"{', '.join(SUPPORTED_MODEL_TYPES)} checkpoints (BertModel and its task "
+                          "models, e.g. MiniLM/BERT-base/small BERTs)")
+    position = cfg.get("position_embedding_type", "absolute")
+    if position != "absolute":
+        raise ConfigError(f"{path}: position_embedding_type '{position}' is not supported; only "
+                          "absolute position embeddings (the original BERT) convert")
+    act = cfg.get("hidden_act", "gelu")
+    if act not in HF_ACTIVATIONS:
+        raise ConfigError(f"{path}: hidden_act '{act}' is not supported; expected one of "
+                          f"{', '.join(HF_ACTIVATIONS)}")
+    missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers",
+                           "num_attention_heads", "intermediate_size") if k not in cfg]
+    if missing:
+        raise ConfigError(f"{path}: lacks {', '.join(missing)}; not a BERT config.json")
+    try:
+        return BertConfig(
+            vocab_size=int(cfg["vocab_size"]), hidden_size=int(cfg["hidden_size"]),
+            num_layers=int(cfg["num_hidden_layers"]), num_heads=int(cfg["num_attention_heads"]),
+            intermediate_size=int(cfg["intermediate_size"]),
+            max_position_embeddings=int(cfg.get("max_position_embeddings", 512)),
+            type_vocab_size=int(cfg.get("type_vocab_size", 2)),
+            dropout=float(cfg.get("hidden_dropout_prob", 0.1)),
+            attention_dropout=float(cfg.get("attention_probs_dropout_prob", 0.1)),
+            initializer_range=float(cfg.get("initializer_range", 0.02)),
+            layer_norm_epsilon=float(cfg.get("layer_norm_eps", 1e-12)),
+            activation=HF_ACTIVATIONS[act])
+    except ValueError as err:
+        raise ConfigError(f"{path}: {err}") from None
+
+
+def _lower_case(src: Path) -> bool | None:
+    """do_lower_case from tokenizer_config.json, else tokenizer.json's normalizer."""
+    tok_cfg = src / "tokenizer_config.json"
+    if tok_cfg.is_file():
+        data = _read_json(tok_cfg)
+        if "do_lower_case" in data:
+            lower = bool(data["do_lower_case"])
+            strip = data.get("strip_accents")
+            if strip is not None and bool(strip) != lower:
+                # tensorflow-text lower-cases and strips accents together (or neither).
+                raise ConfigError(f"{tok_cfg}: do_lower_case={lower} with strip_accents={strip} "
+                                  "cannot be reproduced by the TF-Hub preprocessor (it lower-cases "
+                                  "and strips accents together); pass --lower-case or "
+                                  "--no-lower-case to choose")
+            return lower
+    tok_json = src / "tokenizer.json"
+    if tok_json.is_file():
+        normalizer = _read_json(tok_json).get("normalizer") or {}
+        if normalizer.get("type") == "BertNormalizer" and "lowercase" in normalizer:
+            return bool(normalizer["lowercase"])
+    return None
+
+
+def _load_safetensors(src: Path) -> dict[str, np.ndarray]:
+    try:
+        from safetensors.numpy import load_file
+    except ImportError:
+        raise ConfigError("converting needs the 'safetensors' package; pip install safetensors") \
+            from None
+    single, index = src / "model.safetensors", src / "model.safetensors.index.json"
+    if single.is_file():
+        files = [single]
+    elif index.is_file():
+        weight_map = _read_json(index).get("weight_map") or {}
+        files = [src / name for name in sorted(set(weight_map.values()))]
+        missing = [f.name for f in files if not f.is_file()]
+        if not files or missing:
+            raise ConfigError(f"{index} names missing shard(s): {', '.join(missing) or '-'}; "
+                              "copy the whole checkpoint directory")
+    else:
+        pickles = sorted(p.name for p in src.iterdir() if p.suffix in PICKLE_SUFFIXES)
+        if pickles:
+            raise ConfigError(f"{src} holds only a pickle checkpoint ({', '.join(pickles)}), which "
+                              "tfapp never loads (unpickling runs arbitrary code); save it as "
+                              "model.safetensors (transformers: model.save_pretrained(dir, "
+                              "safe_serialization=True)) and convert that")
+        raise ConfigError(f"{src} has no model.safetensors; expected a Hugging Face checkpoint "
+                          "directory (config.json, model.safetensors, vocab.txt)")
+    weights: dict[str, np.ndarray] = {}
+    for f in files:
+        try:
+            weights.update(load_file(str(f)))
+        except Exception as err:  # corrupt header, bfloat16 (numpy has no such dtype), ...
+            raise ConfigError(f"{f} cannot be read by safetensors.numpy ({str(err)[:200]}); "
+                              "re-save it in float32 or float16") from None
+    return weights
+
+
+def _encoder_weights(raw: dict[str, np.ndarray], cfg, src: Path
+                     ) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Stable tfapp weight name -> float32 array; also the names that had to be
+    initialised (the pooler, when a checkpoint was saved without it)."""
+    from tfapp.models.bert import BertEncoder, hf_weight_name
+
+    # Task models prefix the encoder with "bert."; old TF-converted checkpoints name
+    # LayerNorm parameters gamma/beta instead of weight/bias.
+    if any(k.startswith(ENCODER_PREFIX) for k in raw):
+        raw = {k[len(ENCODER_PREFIX):]: v for k, v in raw.items() if k.startswith(ENCODER_PREFIX)}
+    raw = {k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta",
+                                                                     "LayerNorm.bias"): v
+           for k, v in raw.items()}
+
+    from tfapp.hub.export import float32_policy
+
+    with float32_policy():
+        shapes = {n: tuple(v.shape) for n, v in BertEncoder(cfg).named_weights().items()}
+    out: dict[str, np.ndarray] = {}
+    missing, initialised = [], []
+    for name, shape in shapes.items():
+        hf_name, transpose = hf_weight_name(name)
+        if hf_name not in raw:
+            missing.append(hf_name)
+            continue
+        value = np.asarray(raw[hf_name], dtype=np.float32)
+        if transpose:
+            value = value.T
+        if name == "embeddings/word_embeddings" and value.shape[0] != shape[0]:
+            raise ConfigError(f"{src}: word embeddings have {value.shape[0]} rows but config.json "
+                              f"says vocab_size {shape[0]}; the files are from different models")
+        if tuple(value.shape) != shape:
+            raise ConfigError(f"{src}: weight {hf_name} has shape {tuple(value.shape)}, "
+                              f"config.json implies {shape}; the files are from different models")
+        out[name] = value
+    pooler = [m for m in missing if m.startswith("pooler.")]
+    if len(pooler) == len(missing) and pooler:
+        # BertForMaskedLM and some exports drop the pooler (add_pooling_layer=False). It
+        # only feeds pooled_output; start it as BERT does (random), and say so.
+        initialised = sorted(n for n in shapes if n.startswith("pooler/"))
+        log.warning("%s has no pooler weights; pooled_output comes from a randomly "
+                    "initialised pooler (fine-tuning trains it; or use model.pooling=mean_max)",
+                    src)
+    elif missing:
+        raise ConfigError(f"{src}: the checkpoint lacks {len(missing)} BERT encoder "
+                          f"weight(s), e.g. {', '.join(missing[:3])}; is it a BERT checkpoint? "
+                          f"(found e.g. {', '.join(sorted(raw)[:3])})")
+    return out, initialised
+
+
+def read_hf_bert(src: str | os.PathLike, *, lower_case: bool | None = None):
+    """(BertConfig, {stable name: array}, vocab path, lower_case, pooler names initialised)
+    from a Hugging Face BERT checkpoint directory; ``ConfigError`` for anything unusable."""
+    from tfapp.data.bert_preprocess import _read_bert_vocab
+    from tfapp.data.errors import DataError
+
+    src = Path(src).expanduser()
+    if not src.is_dir():
+        raise ConfigError(f"--from {src}: no such directory; give a Hugging Face checkpoint "
+                          "directory (config.json, model.safetensors, vocab.txt)")
+    if not (src / "config.json").is_file():
+        raise ConfigError(f"{src} has no config.json; expected a Hugging Face checkpoint directory "
+                          "(config.json, model.safetensors, vocab.txt)")
+    cfg = _bert_config(_read_json(src / "config.json"), src / "config.json")
+    vocab_file = src / "vocab.txt"
+    if not vocab_file.is_file():
+        raise ConfigError(f"{src} has no vocab.txt; a BERT checkpoint needs its WordPiece "
+                          "vocab (a tokenizer that only ships tokenizer.json: save_pretrained "
+                          "a BertTokenizer)")
+    try:
+        vocab, _ = _read_bert_vocab(vocab_file)
+    except DataError as err:
+        raise ConfigError(str(err)) from None
+    if len(vocab) > cfg.vocab_size:
+        raise ConfigError(f"{vocab_file} has {len(vocab)} tokens but the model only "
+                          f"{cfg.vocab_size} embeddings; the files are from different models")
+    if lower_case is None:
+        lower_case = _lower_case(src)
+    if lower_case is None:
+        raise ConfigError(f"{src}: casing unknown (no do_lower_case in tokenizer_config.json or "
+                          "tokenizer.json); pass --lower-case (uncased model) or --no-lower-case")
+    weights, initialised = _encoder_weights(_load_safetensors(src), cfg, src)
+    return cfg, weights, vocab_file, lower_case, initialised
+
+
+def convert_hf_bert(src: str | os.PathLike, out_dir: str | os.PathLike, *,
+                    lower_case: bool | None = None, seq_length: int | None = None,
+                    overwrite: bool = False, seed: int = 0) -> Path:
+    """Convert the checkpoint at ``src`` into OUT/{encoder,preprocessor,vocab.txt,
+    tfapp_hub.json} (written atomically; nothing is left behind on failure).
+
+    ``lower_case`` None reads the casing from the tokenizer config; ``seq_length`` (the
+    preprocessor's default length) None is 128 or the model's maximum if shorter.
+    """
+    from tfapp.hub.export import export_bert_modules, float32_policy
+    from tfapp.models.bert import BertEncoder
+
+    import tensorflow as tf
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not overwrite:
+        raise ConfigError(f"{out_dir} already exists; choose another --out or pass --overwrite")
+    if tf.distribute.has_strategy():
+        raise ConfigError("convert_hf_bert must run outside a distribution strategy scope")
+    cfg, weights, vocab_file, lower_case, initialised = read_hf_bert(src, lower_case=lower_case)
+    if seq_length is None:
+        seq_length = min(128, cfg.max_position_embeddings)
+    if not 3 <= seq_length <= cfg.max_position_embeddings:
+        raise ConfigError(f"--seq-length {seq_length} must be in [3, "
+                          f"{cfg.max_position_embeddings}] (the model's max_position_embeddings)")
+    with float32_policy():
+        encoder = BertEncoder(cfg, seed=seed).build_weights()
+    for name in initialised:  # keep the seeded random pooler
+        weights[name] = encoder.named_weights()[name].numpy()
+    encoder.assign_named_weights(weights)
+    with tempfile.TemporaryDirectory() as tmp:
+        # The vocab is copied through a temp file so the exported asset is named vocab.txt
+        # whatever the source directory is called.
+        vocab_copy = Path(tmp) / "vocab.txt"
+        vocab_copy.write_bytes(Path(vocab_file).read_bytes())
+        return export_bert_modules(
+            encoder, vocab_copy, out_dir, lower_case=lower_case, default_seq_length=seq_length,
+            overwrite=overwrite,
+            extra_metadata={"converted_from": {"source": str(Path(src).resolve()),
+                                               "format": "huggingface-safetensors",
+                                               "randomly_initialised": initialised}})
