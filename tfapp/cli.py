@@ -87,9 +87,9 @@ def run_main(body: Callable[[], int | None]) -> int:
     except ConfigError as err:
         print(f"tfapp: error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print("tfapp: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # Ctrl-C (130), or SIGTERM after a backup (Preempted)
+        print(f"tfapp: interrupted{': ' + str(err) if str(err) else ''}", file=sys.stderr)
+        return getattr(err, "exit_code", 130)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

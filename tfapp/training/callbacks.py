@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from tfapp.config import ExperimentConfig
+from tfapp.training.preemption import ResumableBackup
 from tfapp.training.tb_logging import run_callbacks
 
 import tensorflow as tf
@@ -59,7 +60,8 @@ def standard_callbacks(cfg: ExperimentConfig, run_dir: Path, *, monitor: str,
              "backup": run_dir / "backup", "history": run_dir / "history.csv"}
     cbs: list[tf.keras.callbacks.Callback] = [
         NonFiniteLossStop(),
-        tf.keras.callbacks.BackupAndRestore(str(paths["backup"])),
+        # Epoch-end backups + save-and-stop on SIGTERM; a rerun resumes (epoch, step).
+        ResumableBackup(paths["backup"]),
     ]
     if not has_validation:
         monitor = monitor.removeprefix("val_")

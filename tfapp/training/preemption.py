@@ -1,0 +1,149 @@
+"""Preemption: step-exact backups, resume on restart, and a clean exit on SIGTERM.
+
+``ResumableBackup`` is Keras's ``BackupAndRestore`` with two additions:
+
+* the backup records the epoch *and* the step it was written at, so a run resumes exactly
+  where it stopped -- model weights, optimizer slots and ``optimizer.iterations`` (which
+  is the learning-rate schedule's position), the epoch and the step within it;
+* SIGTERM -- what spot VMs, Cloud TPU maintenance, Kubernetes and Slurm send before they
+  kill a job -- makes training stop at the end of the current step (or
+  ``steps_per_execution`` block), write a backup and raise ``Preempted``: the run
+  directory says ``interrupted`` and the process exits with ``EXIT_PREEMPTED`` (143, the
+  shell's 128 + SIGTERM). Running the same command again resumes.
+
+A SIGKILL (no warning at all) loses only the work since the last backup: one is written
+at every epoch end.
+
+Multi-worker runs: every worker must write the backup together (saves are collective),
+so at each step end the workers all-reduce "has anyone been signalled" -- one scalar --
+and all stop at the same step even when only one of them got SIGTERM. TF's
+``tf.distribute.experimental.PreemptionCheckpointHandler`` does this agreement through the
+coordination service but drives its own training loop (``handler.run(step_fn)``); tf-keras
+wires it into ``fit`` only for MultiWorkerMirroredStrategy on GCP
+(``BackupAndRestore(save_before_preemption=True)`` is a silent no-op elsewhere), so tfapp
+does the equivalent in this callback for every strategy ``fit`` supports.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import threading
+
+import tensorflow as tf
+
+log = logging.getLogger("tfapp")
+
+EXIT_PREEMPTED = 128 + signal.SIGTERM  # 143: what shells and schedulers expect for SIGTERM
+
+
+class Preempted(KeyboardInterrupt):
+    """Training stopped on a termination signal after writing a backup to resume from.
+
+    A KeyboardInterrupt, like Ctrl-C: the driver marks the run ``interrupted`` and the
+    entry point exits with ``exit_code`` instead of printing a traceback.
+    """
+
+    exit_code = EXIT_PREEMPTED
+
+
+class ResumableBackup(tf.keras.callbacks.BackupAndRestore):
+    """Back up at every epoch end and on SIGTERM; restore (epoch, step) on restart.
+
+    Args:
+      backup_dir: where backups live (``<run>/backup``); deleted after a finished fit.
+      signals: the signals that mean "save and stop".
+    """
+
+    def __init__(self, backup_dir: str | os.PathLike,
+                 signals: tuple[int, ...] = (signal.SIGTERM,)):
+        # An integer save_freq makes Keras resume at the saved *step* (a string "epoch"
+        # makes it resume at the next epoch); when to save is decided below, not by it.
+        super().__init__(str(backup_dir), save_freq=1)
+        self._signals = signals
+        self._signalled = threading.Event()
+        self._previous: dict[int, object] = {}
+        self._active = False
+        self.resumed_from: dict | None = None
+
+    # -- signals ---------------------------------------------------------------------
+    def _on_signal(self, signum, frame):  # noqa: ARG002
+        if self._active:
+            log.warning("received signal %d: saving a backup at the end of this step, "
+                        "then stopping", signum)
+            self._signalled.set()
+            return
+        self._restore_handlers()  # a fit that ended abnormally: behave as if never here
+        os.kill(os.getpid(), signum)
+
+    def _install_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # Python delivers signals to the main thread only
+        for sig in self._signals:
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+        self._active = True
+
+    def _restore_handlers(self) -> None:
+        self._active = False
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous.clear()
+
+    def _stop_requested(self) -> bool:
+        strategy = self.model.distribute_strategy
+        if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            return self._signalled.is_set()
+        # All workers reach this point at the same step; agree on whether to stop.
+        flag = 1.0 if self._signalled.is_set() else 0.0
+        votes = strategy.reduce(tf.distribute.ReduceOp.SUM,
+                                strategy.run(lambda: tf.constant(flag)), axis=None)
+        return float(votes) > 0
+
+    # -- training hooks ----------------------------------------------------------------
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)  # restores the latest backup, if there is one
+        self._install_handlers()
+        state = self._training_state
+        epoch, step = int(state._ckpt_saved_epoch.numpy()), int(state._ckpt_saved_batch.numpy())
+        if epoch >= 0:
+            steps = self.params.get("steps") or 0
+            next_epoch, next_step = (epoch + 1, 0) if step >= steps - 1 else (epoch, step + 1)
+            optimizer = self.model.optimizer
+            iterations = int(optimizer.iterations.numpy())
+            lr = optimizer._learning_rate  # noqa: SLF001  (the schedule, not its last value)
+            lr = float(lr(optimizer.iterations)) if callable(lr) else float(lr)
+            self.resumed_from = {"epoch": next_epoch, "step": next_step,
+                                 "optimizer_step": iterations, "learning_rate": lr}
+            log.info("resuming from the backup in %s at epoch %d step %d (optimizer step %d, "
+                     "learning rate %.3g)", self.backup_dir, next_epoch + 1, next_step,
+                     iterations, lr)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        pass  # the step is recorded when a backup is written, not at every step
+
+    def on_train_batch_end(self, batch, logs=None):
+        # ``batch`` is the last step this call covered (steps_per_execution > 1 included).
+        if self._stop_requested():
+            self._save(self._current_epoch, batch)
+            self._restore_handlers()
+            raise Preempted(f"stopped by a termination signal at epoch {self._current_epoch + 1} "
+                            f"step {batch + 1}; a backup is in {self.backup_dir}: run the same "
+                            "command again to resume")
+
+    def on_epoch_end(self, epoch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            return  # never back up weights a non-finite loss has broken
+        self._save(epoch, self.params["steps"] - 1)
+
+    def on_train_end(self, logs=None):
+        self._restore_handlers()
+        super().on_train_end(logs)
+
+    def _save(self, epoch: int, step: int) -> None:
+        state = self._training_state
+        state._ckpt_saved_epoch.assign(epoch)
+        state._ckpt_saved_batch.assign(step)
+        state.back_up(epoch=epoch, batch=step)
