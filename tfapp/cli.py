@@ -23,6 +23,7 @@ EXIT_USER_ERROR = 2
 # `tfapp <command>` -> module whose main(argv) runs it.
 COMMANDS = {
     "train": "tfapp.train",
+    "lr_find": "tfapp.lr_find",
     "predict": "tfapp.predict",
     "evaluate": "tfapp.evaluate",
     "generate": "tfapp.generate",

@@ -213,22 +213,33 @@ class OptimizerConfig:
 
     Attributes:
       name: adamw (weight decay skips biases and LayerNorm), adam or sgd.
-      learning_rate: peak learning rate.
+      learning_rate: peak learning rate, or auto: run the LR range finder (python -m
+        tfapp.lr_find) on the model and data first and use its suggestion.
       scale_lr_by_replicas: multiply learning_rate by the number of replicas (linear scaling
         rule for a larger global batch).
       weight_decay: decoupled weight decay for adamw.
       schedule: linear (warmup then linear decay to 0), one_cycle, or constant.
       warmup_ratio: fraction of the optimizer steps spent warming up.
       clipnorm: clip gradients to this global norm (0 = off).
+      lr_find_steps: LR range finder: most optimizer steps of the exponential sweep (it stops
+        earlier once the loss diverges).
+      lr_find_min: LR range finder: learning rate the sweep starts at.
+      lr_find_max: LR range finder: learning rate the sweep ends at.
     """
 
     name: str = choices("adamw", "adam", "sgd", default="adamw")
-    learning_rate: float = bounded(5e-4, gt=0.0)
+    # A number or the string "auto"; validate() turns numbers (and numeric strings such as
+    # PyYAML's "1e-3") into floats, so code past load_config sees a float or "auto".
+    learning_rate: float | int | str = field(
+        default=5e-4, metadata={"gt": 0.0, "type_name": "float|auto"})
     scale_lr_by_replicas: bool = False
     weight_decay: float = bounded(0.01, min=0.0)
     schedule: str = choices("linear", "one_cycle", "constant", default="linear")
     warmup_ratio: float = bounded(0.1, min=0.0, max=1.0)
     clipnorm: float = bounded(1.0, min=0.0)
+    lr_find_steps: int = bounded(100, min=5)
+    lr_find_min: float = bounded(1e-7, gt=0.0)
+    lr_find_max: float = bounded(1.0, gt=0.0)
 
 
 @dataclass
@@ -236,8 +247,15 @@ class TrainerConfig:
     """The training loop.
 
     Attributes:
-      epochs: passes over the training data.
-      steps_per_epoch: optimizer steps per epoch (0 = one full pass of the data).
+      epochs: passes over the training data (ignored when max_steps is set).
+      steps_per_epoch: batches per epoch (0 = one full pass of the data).
+      max_steps: train exactly this many optimizer steps, repeating the data as needed
+        (0 = epochs decide). With gradient accumulation one step is that many batches.
+      eval_every_steps: evaluate every this many optimizer steps instead of at epoch ends;
+        the best checkpoint and early stopping then count evaluations (0 = at epoch ends,
+        or once at max_steps). The total steps must be a multiple of it.
+      log_every_steps: log the training loss, metrics and learning rate every this many
+        optimizer steps, to the console and TensorBoard (0 = only at evaluations).
       steps_per_execution: batches run per tf.function call (fewer host round trips;
         large values pay on TPU).
       jit_compile: compile the train step with XLA; null = auto (on for TPU, and for GPU
@@ -247,7 +265,8 @@ class TrainerConfig:
       monitor: validation metric that picks the best checkpoint and drives early stopping
         ("" = the task's own: val_accuracy for classifier, val_loss for generator).
       monitor_mode: max or min for monitor; auto = min for losses, max otherwise.
-      early_stopping_patience: epochs without improvement before stopping (0 = off).
+      early_stopping_patience: evaluations (epochs, or eval_every_steps intervals) without
+        improvement before stopping (0 = off).
       profile_steps: steps to capture with the TensorBoard profiler, e.g. "10,12" ("" = off).
       profiler_port: start a profiler server on this port for on-demand capture (0 = off).
       export: write the serving SavedModel at the end of training.
@@ -257,6 +276,9 @@ class TrainerConfig:
     # in ~1.5 minutes on 2 CPU cores; 3 stopped at ~0.75.
     epochs: int = bounded(6, min=1)
     steps_per_epoch: int = bounded(0, min=0)
+    max_steps: int = bounded(0, min=0)
+    eval_every_steps: int = bounded(0, min=0)
+    log_every_steps: int = bounded(0, min=0)
     steps_per_execution: int = bounded(1, min=1)
     jit_compile: bool | None = None
     gradient_accumulation_steps: int = bounded(1, min=1)
@@ -443,6 +465,8 @@ def _unknown_key_message(full_key: str, source: str) -> str:
         hint = f"; did you mean '{(parent + '.') if parent else ''}{close[0]}'?"
     allowed = f" Allowed keys{where}: {', '.join(keys)}." if keys else ""
     return f"unknown config key '{full_key}' ({source}){hint}{allowed}"
+    if f.metadata.get("type_name"):
+        return f.metadata["type_name"]
 
 
 def _translate(err: Exception, source: str) -> ConfigError:
@@ -582,3 +606,31 @@ def save_params(cfg: ExperimentConfig, run_dir: str | os.PathLike) -> Path:
     os.replace(tmp, target)
     return target
 
+def _normalize_learning_rate(o: OptimizerConfig) -> None:
+    """optimizer.learning_rate: numbers and numeric strings -> float; "auto" stays."""
+    value = o.learning_rate
+    if isinstance(value, str):
+        if value.strip().lower() == "auto":
+            o.learning_rate = "auto"
+            return
+        try:
+            value = float(value)
+        except ValueError:
+            raise ConfigError(f"optimizer.learning_rate: '{o.learning_rate}' is not a number; "
+                              "give one such as 1e-3, or auto to run the LR range "
+                              "finder") from None
+    o.learning_rate = float(value)
+
+
+    _normalize_learning_rate(cfg.optimizer)
+    o, t = cfg.optimizer, cfg.trainer
+    if o.lr_find_min >= o.lr_find_max:
+        raise ConfigError(f"optimizer.lr_find_min ({o.lr_find_min}) must be below "
+                          f"optimizer.lr_find_max ({o.lr_find_max})")
+    if t.max_steps and t.eval_every_steps and t.max_steps % t.eval_every_steps:
+        # Each evaluation ends one Keras epoch of eval_every_steps steps (see driver).
+        lower = t.max_steps // t.eval_every_steps * t.eval_every_steps
+        upper = lower + t.eval_every_steps
+        raise ConfigError(f"trainer.max_steps={t.max_steps} is not a multiple of "
+                          f"trainer.eval_every_steps={t.eval_every_steps}; set "
+                          f"trainer.max_steps={upper}" + (f" or {lower}" if lower else ""))

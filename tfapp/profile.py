@@ -62,7 +62,6 @@ def _pick(run: str, name: str):
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    profiler.quiet_native_logs()
     cli.setup_logging()
 
     def body() -> int:

@@ -18,7 +18,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = cli.config_parser(
         "python -m tfapp.train",
         "Train the experiment a config describes; writes params.yaml, TensorBoard logs, "
-        "checkpoints and the exported model into output_dir/name.")
+        "checkpoints and the exported model into output_dir/name. Train by steps with "
+        "trainer.max_steps, trainer.eval_every_steps and trainer.log_every_steps; the run "
+        "header (run_header.txt) and lr_schedule.png show the plan before the first step. "
+        "Pick a learning rate with python -m tfapp.lr_find, or optimizer.learning_rate=auto.")
     args = parser.parse_args(argv)
     cli.setup_logging(args.verbose)
 

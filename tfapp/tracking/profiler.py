@@ -11,7 +11,6 @@ shows, not estimates.
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 from pathlib import Path
@@ -39,8 +38,6 @@ def find_sessions(path: str | Path) -> list[Path]:
 def capture(address: str, logdir: str | Path, duration_ms: int, attempts: int = 3) -> Path:
     """Capture ``duration_ms`` of the job whose profiler server listens at ``address``
     (``host:port``, i.e. ``trainer.profiler_port``) into ``logdir``; returns the session."""
-    import tensorflow as tf
-
     host, _, port = address.removeprefix("grpc://").rpartition(":")
     if not host or not port.isdigit():
         raise ConfigError(f"--address {address}: expected HOST:PORT, e.g. localhost:6009")
@@ -50,6 +47,8 @@ def capture(address: str, logdir: str | Path, duration_ms: int, attempts: int = 
         raise ConfigError(f"--address {address}: nothing listens there ({err.strerror or err}); "
                           "start the job with trainer.profiler_port=PORT (its log prints the "
                           "address)") from None
+    import tensorflow as tf
+
     logdir = Path(logdir)
     before = set(find_sessions(logdir)) if logdir.exists() else set()
     service = address if address.startswith("grpc://") else f"grpc://{address}"
@@ -202,8 +201,3 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append("by op type: " + ", ".join(
             f"{t['type']} {t['self_percent']:.1f}%" for t in s["top_op_types"][:6]))
     return "\n".join(lines)
-
-
-def quiet_native_logs() -> None:
-    """xprof's converters log every stage at INFO to stderr; keep warnings and errors."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -10,6 +10,8 @@ updates only.
 
 from __future__ import annotations
 
+from tfapp.config import ConfigError
+
 import tensorflow as tf
 
 
@@ -78,3 +80,21 @@ class AccumulatingModel(tf.keras.Model):
         config = super().get_config()
         config["accumulation_steps"] = self.accumulation_steps
         return config
+
+
+def wrap_for_accumulation(model: tf.keras.Model, steps: int, num_replicas: int
+                          ) -> tf.keras.Model:
+    """``model`` itself for ``steps <= 1``, else an ``AccumulatingModel`` of it; a
+    ConfigError where accumulation cannot work."""
+    if steps <= 1:
+        return model
+    if num_replicas > 1:
+        # Applying inside a tf.cond would need a cross-replica merge_call there, which
+        # MirroredStrategy does not support; with several replicas the global batch is
+        # already replicas x data.batch_size.
+        raise ConfigError(f"trainer.gradient_accumulation_steps={steps} runs on one replica; "
+                          f"with {num_replicas} replicas raise data.batch_size instead")
+    if not getattr(model, "_is_graph_network", False):
+        raise ConfigError("trainer.gradient_accumulation_steps > 1 needs a functional model "
+                          f"({type(model).__name__} has its own train_step); set it to 1")
+    return AccumulatingModel.wrap(model, steps)

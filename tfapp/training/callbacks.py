@@ -70,7 +70,9 @@ def standard_callbacks(cfg: ExperimentConfig, run_dir: Path, *, monitor: str,
     if cfg.tracking.tensorboard:
         cbs.append(tf.keras.callbacks.TensorBoard(
             log_dir=str(paths["logs"]), histogram_freq=0, write_graph=True,
-            update_freq="epoch", profile_batch=parse_profile_steps(t.profile_steps)))
+            # log_every_steps counts optimizer steps; Keras's update_freq counts batches.
+            update_freq=t.log_every_steps * t.gradient_accumulation_steps or "epoch",
+            profile_batch=parse_profile_steps(t.profile_steps)))
     # Throughput, HParams and the on-demand profiler server (trainer.profiler_port).
     cbs += run_callbacks(cfg, paths["logs"])
     paths["best"] = paths["checkpoints"] / "best"

@@ -19,6 +19,7 @@ from pathlib import Path
 from tfapp import runtime as runtime_lib
 from tfapp.config import ConfigError, ExperimentConfig, save_params
 from tfapp.tasks import get_task
+from tfapp.tracking import wandb_run
 from tfapp.training.accumulation import AccumulatingModel
 from tfapp.training.callbacks import plot_curves, standard_callbacks
 from tfapp.training.optimizers import build_optimizer
@@ -120,6 +121,8 @@ def train(cfg: ExperimentConfig) -> TrainResult:
     log.info("runtime: %s", rt.describe(cfg.data.batch_size))
 
     task = get_task(cfg.task)(cfg, rt, run_dir)
+    # Before any TensorBoard writer exists, so tracking.wandb.sync_tensorboard sees them all.
+    tracker = wandb_run.start(cfg, run_dir, rt.is_chief)  # None unless tracking.wandb.enabled
     try:
         inputs = task.build_inputs()
         spe = steps_per_epoch(cfg, inputs.num_train_examples, global_batch)
@@ -142,6 +145,7 @@ def train(cfg: ExperimentConfig) -> TrainResult:
         if not (backup.is_dir() and any(backup.iterdir())):  # a fresh start, not a resume
             cb_paths["history"].unlink(missing_ok=True)
         callbacks += task.callbacks(model, inputs)
+        callbacks += tracker.callbacks(cfg) if tracker else []
         verbose = 1 if (rt.is_chief and sys.stderr.isatty()) else 2
         history = model.fit(inputs.train, validation_data=inputs.validation,
                             validation_steps=inputs.validation_steps,
@@ -158,6 +162,8 @@ def train(cfg: ExperimentConfig) -> TrainResult:
     except BaseException as err:
         state = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
         _write_status(run_dir, state, error=str(err).splitlines()[0] if str(err) else state)
+        if tracker:
+            tracker.finish(failed=True)
         raise
 
     # BackupAndRestore deletes its checkpoint after a finished fit but leaves the folder.
@@ -173,6 +179,8 @@ def train(cfg: ExperimentConfig) -> TrainResult:
     result.metrics.update(finished.pop("metrics", {}))
     result.lines = finished.pop("lines", [])
     result.paths.update(finished)
+    if tracker:  # summary metrics, the exported model as an artifact
+        result.lines += tracker.finish(result)
     _write_status(run_dir, "finished", metrics={k: float(v) for k, v in result.metrics.items()
                                                 if isinstance(v, int | float)})
     if not rt.is_chief:  # drop this worker's scratch copy and its empty parents

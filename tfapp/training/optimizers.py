@@ -56,22 +56,53 @@ class WarmupSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
                 "warmup_steps": self.warmup_steps, "decay": self.decay, "name": self.name}
 
 
+@tf.keras.utils.register_keras_serializable(package="tfapp")
+class ExponentialSweep(tf.keras.optimizers.schedules.LearningRateSchedule):
+    """The LR range test's schedule: ``start`` at step 0 growing geometrically to ``end``
+    at step ``steps - 1`` (equal steps in log(lr), as in Smith 2017)."""
+
+    def __init__(self, start: float, end: float, steps: int, name: str = "lr_sweep"):
+        super().__init__()
+        self.start, self.end, self.steps = float(start), float(end), max(int(steps), 2)
+        self.name = name
+
+    def __call__(self, step):
+        fraction = tf.cast(step, tf.float32) / float(self.steps - 1)
+        return self.start * tf.pow(self.end / self.start, fraction)
+
+    def value(self, step: int) -> float:
+        """The rate at ``step`` in float64 (reports; ``__call__`` is float32)."""
+        return self.start * (self.end / self.start) ** (step / (self.steps - 1))
+
+    def get_config(self) -> dict:
+        return {"start": self.start, "end": self.end, "steps": self.steps, "name": self.name}
+
+
+def warmup_steps(cfg: OptimizerConfig, total_steps: int) -> int:
+    """Optimizer steps spent warming up (one_cycle warms up 30% when warmup_ratio is 0)."""
+    warmup_ratio = cfg.warmup_ratio
+    if cfg.schedule == "one_cycle" and warmup_ratio == 0:
+        warmup_ratio = 0.3
+    return int(round(total_steps * warmup_ratio))
+
+
 def build_schedule(cfg: OptimizerConfig, *, peak: float, total_steps: int
                    ) -> tf.keras.optimizers.schedules.LearningRateSchedule:
     """linear: warmup + linear decay; one_cycle: warmup + cosine annealing (30% warmup
     if warmup_ratio is 0); constant: warmup then flat."""
-    warmup_ratio = cfg.warmup_ratio
-    if cfg.schedule == "one_cycle" and warmup_ratio == 0:
-        warmup_ratio = 0.3
-    warmup = int(round(total_steps * warmup_ratio))
     decay = {"linear": "linear", "one_cycle": "cosine", "constant": "constant"}[cfg.schedule]
-    return WarmupSchedule(peak, total_steps, warmup, decay, name=cfg.schedule)
+    return WarmupSchedule(peak, total_steps, warmup_steps(cfg, total_steps), decay,
+                          name=cfg.schedule)
 
 
-def build_optimizer(cfg: OptimizerConfig, *, peak: float, total_steps: int
+def build_optimizer(cfg: OptimizerConfig, *, peak: float = 0.0, total_steps: int = 0,
+                    schedule: tf.keras.optimizers.schedules.LearningRateSchedule | None = None
                     ) -> tf.keras.optimizers.Optimizer:
-    """The optimizer for ``cfg`` with its schedule; build it inside the strategy scope."""
-    schedule = build_schedule(cfg, peak=peak, total_steps=total_steps)
+    """The optimizer for ``cfg`` with its schedule (``build_schedule(peak, total_steps)``
+    unless ``schedule`` is given, as the LR finder does); build it inside the strategy
+    scope."""
+    if schedule is None:
+        schedule = build_schedule(cfg, peak=peak, total_steps=total_steps)
     clip = {"global_clipnorm": cfg.clipnorm} if cfg.clipnorm > 0 else {}
     if cfg.name == "adamw":
         opt = tf.keras.optimizers.AdamW(learning_rate=schedule, weight_decay=cfg.weight_decay,

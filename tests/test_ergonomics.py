@@ -1,0 +1,237 @@
+"""Training ergonomics: step-based training, the run header, the LR range finder and the
+schedule plot, through the real driver on a tiny CNN classifier."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO, run_python
+
+from tfapp.config import ConfigError, load_config
+from tfapp.training.plan import plan_training
+
+N_TRAIN, N_VAL, BATCH = 64, 16, 4
+
+
+def _write_csv(path: Path, rows: list[dict]) -> Path:
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["text", "label"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    with (REPO / "tfapp/demo/reviews_train.csv").open() as fh:
+        rows = list(csv.DictReader(fh))[:N_TRAIN + N_VAL]
+    d = tmp_path_factory.mktemp("data")
+    _write_csv(d / "train.csv", rows[:N_TRAIN])
+    _write_csv(d / "val.csv", rows[N_TRAIN:])
+    return d
+
+
+def _overrides(data_dir: Path, out: Path, *extra: str) -> list[str]:
+    return [f"output_dir={out}", f"data.train_files={data_dir / 'train.csv'}",
+            f"data.validation_files={data_dir / 'val.csv'}", f"data.batch_size={BATCH}",
+            "data.seq_length=16", "data.shuffle_buffer=64", "model.kind=cnn",
+            "model.embedding_dim=16", "model.units=16", "trainer.export=false",
+            "trainer.steps_per_epoch=0", *extra]
+
+
+def _scalars(log_dir: Path, tag: str) -> dict[int, float]:
+    import tensorflow as tf
+
+    out = {}
+    for events in sorted(log_dir.glob("events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(str(events)):
+            for value in event.summary.value:
+                if value.tag == tag:
+                    out[event.step] = float(tf.make_ndarray(value.tensor))
+    return out
+
+
+# --------------------------------------------------------------------------- plan (no TF)
+
+
+def test_plan_epochs_and_steps():
+    cfg = load_config(None, ["trainer.epochs=3", "trainer.gradient_accumulation_steps=2"])
+    plan = plan_training(cfg, num_train_examples=100, global_batch=8)  # 12 batches/pass
+    assert (plan.fit_epochs, plan.fit_steps_per_epoch, plan.total_steps) == (3, 12, 18)
+    assert not plan.step_mode and plan.effective_batch == 16
+
+    cfg = load_config(None, ["trainer.max_steps=12", "trainer.eval_every_steps=4",
+                             "trainer.gradient_accumulation_steps=3"])
+    plan = plan_training(cfg, num_train_examples=10, global_batch=8)  # data repeats
+    assert (plan.fit_epochs, plan.fit_steps_per_epoch, plan.total_steps) == (3, 12, 12)
+
+    # eval_every_steps without max_steps: the epochs' steps (2 x 12 = 24) in chunks of 8.
+    cfg = load_config(None, ["trainer.epochs=2", "trainer.eval_every_steps=8"])
+    plan = plan_training(cfg, num_train_examples=100, global_batch=8)
+    assert (plan.fit_epochs, plan.fit_steps_per_epoch, plan.total_steps) == (3, 8, 24)
+    cfg = load_config(None, ["trainer.epochs=2", "trainer.eval_every_steps=5"])
+    with pytest.raises(ConfigError, match="not a multiple of it; set trainer.max_steps=25"):
+        plan_training(cfg, num_train_examples=100, global_batch=8)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["trainer.max_steps=10", "trainer.eval_every_steps=4"],
+     "trainer.max_steps=10 is not a multiple of trainer.eval_every_steps=4; set "
+     "trainer.max_steps=12 or 8"),
+    (["optimizer.learning_rate=fast"], "optimizer.learning_rate: 'fast' is not a number"),
+    (["optimizer.learning_rate=-1"], "optimizer.learning_rate: -1.0 must be > 0"),
+    (["optimizer.lr_find_min=1", "optimizer.lr_find_max=0.1"], "must be below"),
+])
+def test_bad_step_and_lr_settings(overrides, message):
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
+        load_config(None, overrides)
+
+
+def test_learning_rate_is_a_float_or_auto(tmp_path):
+    # PyYAML reads 1e-3 (no dot) as a string; it must still become a float.
+    (tmp_path / "c.yaml").write_text("optimizer:\n  learning_rate: 1e-3\n")
+    assert load_config(tmp_path / "c.yaml").optimizer.learning_rate == 1e-3
+    assert load_config(None, ["optimizer.learning_rate=2"]).optimizer.learning_rate == 2.0
+    assert load_config(None, ["optimizer.learning_rate=AUTO"]).optimizer.learning_rate == "auto"
+
+
+# --------------------------------------------------------------------------- real training
+
+
+@pytest.fixture(scope="module")
+def step_run(data_dir, tmp_path_factory):
+    """max_steps=6, evaluation every 3 steps, accumulation 2, steps_per_execution 4."""
+    from tfapp.training.driver import train
+
+    out = tmp_path_factory.mktemp("runs")
+    cfg = load_config(None, _overrides(
+        data_dir, out, "name=steps", "trainer.max_steps=6", "trainer.eval_every_steps=3",
+        "trainer.log_every_steps=2", "trainer.gradient_accumulation_steps=2",
+        "trainer.steps_per_execution=4", "optimizer.learning_rate=1e-2",
+        "optimizer.warmup_ratio=0.5"))
+    return train(cfg)
+
+
+def test_max_steps_is_exact_and_evaluations_happen_at_the_configured_steps(step_run):
+    model = step_run.model
+    assert int(model.optimizer.iterations) == 6  # 12 batches, accumulated in pairs
+    assert len(step_run.history["val_loss"]) == 2  # one evaluation per 3 steps
+    logs = step_run.run_dir / "logs"
+    # Keras logs each evaluation at the optimizer step it happened.
+    assert sorted(_scalars(logs / "validation", "evaluation_loss_vs_iterations")) == [3, 6]
+    with (step_run.run_dir / "history.csv").open() as fh:
+        assert len(list(csv.DictReader(fh))) == 2
+
+
+def test_learning_rate_logged_per_optimizer_step_and_plotted(step_run):
+    from tfapp.training.optimizers import WarmupSchedule
+
+    lrs = _scalars(step_run.run_dir / "logs" / "train", "learning_rate")
+    assert sorted(lrs) == list(range(6))  # every step, also between executions of 4 batches
+    expected = WarmupSchedule(1e-2, total_steps=6, warmup_steps=3)
+    for step, lr in lrs.items():
+        assert lr == pytest.approx(float(expected(step)), rel=1e-5)
+    assert max(lrs.values()) == pytest.approx(1e-2)
+    png = step_run.run_dir / "lr_schedule.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_run_header_one_replica(step_run):
+    header = json.loads((step_run.run_dir / "run_header.json").read_text())
+    assert header["examples"] == {"train": N_TRAIN, "validation": N_VAL}
+    assert (header["num_replicas"], header["global_batch"], header["batch_per_replica"]) == (
+        1, BATCH, BATCH)
+    assert header["gradient_accumulation_steps"] == 2 and header["effective_batch"] == 2 * BATCH
+    assert (header["total_steps"], header["warmup_steps"], header["evaluations"]) == (6, 3, 2)
+    assert header["steps_per_execution"] == 4 and header["precision"] == "float32"
+    text = (step_run.run_dir / "run_header.txt").read_text()
+    assert "optimizer steps:      6" in text and "effective batch:      8" in text
+
+
+def test_lr_finder_suggests_inside_the_range_and_restores_weights():
+    """A real sweep on a small regression problem whose SGD diverges above lr ~ 1."""
+    import tensorflow as tf
+
+    from tfapp.config import OptimizerConfig
+    from tfapp.training.lr_finder import find_lr
+
+    tf.keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(512, 8)).astype("float32")
+    y = (x @ rng.normal(size=(8, 1)) + 0.1 * rng.normal(size=(512, 1))).astype("float32")
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat()
+    inp = tf.keras.Input((8,))
+    model = tf.keras.Model(inp, tf.keras.layers.Dense(1)(tf.keras.layers.Dense(16)(inp)))
+    before = [w.copy() for w in model.get_weights()]
+    cfg = OptimizerConfig(name="sgd", clipnorm=0.0, lr_find_steps=60, lr_find_min=1e-5,
+                          lr_find_max=10.0)
+    result = find_lr(model, data, optimizer_cfg=cfg, loss="mse",
+                     strategy=tf.distribute.get_strategy())
+    for a, b in zip(before, model.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert 1e-5 <= result.suggestion <= 10.0
+    assert result.diverged and len(result.lrs) < 60  # stopped once the loss blew up
+    # The suggested rate trains: from the same start it lowers the loss far more than the
+    # sweep's starting rate does.
+    losses = {}
+    for lr in (1e-5, result.suggestion):
+        model.set_weights(before)
+        model.compile(optimizer=tf.keras.optimizers.SGD(lr, momentum=0.9), loss="mse")
+        losses[lr] = model.fit(data, steps_per_epoch=30, verbose=0).history["loss"][-1]
+    assert losses[result.suggestion] < 0.5 * losses[1e-5]
+
+
+def test_learning_rate_auto_runs_the_finder_first(data_dir, tmp_path):
+    from tfapp.training.driver import train
+
+    cfg = load_config(None, _overrides(
+        data_dir, tmp_path, "name=auto", "trainer.epochs=1", "optimizer.learning_rate=auto",
+        "optimizer.lr_find_steps=8", "optimizer.lr_find_min=1e-4", "optimizer.lr_find_max=1"))
+    result = train(cfg)
+    run = result.run_dir
+    found = json.loads((run / "lr_find.json").read_text())
+    header = json.loads((run / "run_header.json").read_text())
+    assert 1e-4 <= found["suggestion"] <= 1
+    assert header["peak_learning_rate"] == pytest.approx(found["suggestion"])
+    # Epoch mode, one replica: one pass of 64 examples in batches of 4.
+    assert header["total_steps"] == N_TRAIN // BATCH == int(result.model.optimizer.iterations)
+    assert (run / "lr_find.png").is_file()
+
+
+# --------------------------------------------------------------------------- subprocesses
+
+
+@pytest.mark.slow
+def test_run_header_two_replicas(data_dir, tmp_path):
+    args = ["-m", "tfapp.train", *_overrides(
+        data_dir, tmp_path, "name=two", "runtime.strategy=mirrored", "runtime.cpu_devices=2",
+        "trainer.epochs=2", "tracking.tensorboard=false")]
+    proc = run_python(args, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    header = json.loads((tmp_path / "two" / "run_header.json").read_text())
+    assert (header["num_replicas"], header["global_batch"]) == (2, 2 * BATCH)
+    assert header["total_steps"] == 2 * (N_TRAIN // (2 * BATCH))  # 2 epochs x 8 batches
+    assert "run header" in proc.stderr and "global batch:         8" in proc.stderr
+
+
+@pytest.mark.slow
+def test_lr_find_cli_leaves_the_run_directory_alone(data_dir, tmp_path):
+    png = tmp_path / "sweep.png"
+    args = ["-m", "tfapp.lr_find", *_overrides(
+        data_dir, tmp_path / "runs", "optimizer.lr_find_steps=10"), "--output", str(png)]
+    proc = run_python(args, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "suggested learning rate:" in proc.stdout
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert json.loads(png.with_suffix(".json").read_text())["suggestion"] > 0
+    assert not (tmp_path / "runs").exists()
+
+    bad = run_python(["-m", "tfapp.lr_find", "--output", str(tmp_path / "no" / "x.png")])
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        f"tfapp: error: --output {tmp_path / 'no' / 'x.png'}: folder {tmp_path / 'no'} does "
+        "not exist"]

@@ -1,0 +1,176 @@
+"""Weights & Biases tracking of one training run (``tracking.wandb``).
+
+The driver calls ``start`` before training and ``WandbRun.finish`` after the export; the
+``WandbLogger`` callback logs metrics per step (``train/*`` against ``train/step``, the
+optimizer step) and per epoch (``epoch/*`` against ``epoch/epoch``) into the active run.
+
+It never waits for a person: without an API key (``WANDB_API_KEY`` or a ``wandb login``
+netrc entry) an ``online`` request runs ``offline`` instead, the run lives in
+``RUN_DIR/wandb/offline-run-*`` and ``wandb sync`` uploads it later. The key is read by
+wandb itself from the environment; tfapp never copies it into the config, params.yaml,
+the run's config on W&B or any report.
+"""
+
+from __future__ import annotations
+
+import logging
+import netrc
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from tfapp.config import ExperimentConfig
+
+import tensorflow as tf
+
+log = logging.getLogger("tfapp")
+
+
+def has_api_key() -> bool:
+    """An API key wandb would use: WANDB_API_KEY, or a netrc entry for its host."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = re.sub(r"^https?://", "", os.environ.get("WANDB_BASE_URL", "api.wandb.ai"))
+    try:
+        return netrc.netrc().authenticators(host.split("/")[0]) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def resolve_mode(requested: str) -> str:
+    if requested == "online" and not has_api_key():
+        log.warning("tracking.wandb.mode=online but no W&B API key (WANDB_API_KEY or `wandb "
+                    "login`): logging offline; upload later with `wandb sync`")
+        return "offline"
+    return requested
+
+
+def run_config(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The resolved config as a plain dict (what params.yaml holds; it has no secrets)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+
+
+class WandbRun:
+    """An active W&B run of one tfapp training run."""
+
+    def __init__(self, run, mode: str):
+        self.run, self.mode = run, mode
+
+    def callbacks(self, cfg: ExperimentConfig) -> list[tf.keras.callbacks.Callback]:
+        return [WandbLogger(every=getattr(cfg.trainer, "log_every_steps", 0) or 1)]
+
+    @property
+    def directory(self) -> Path:
+        """The run's local folder (``RUN_DIR/wandb/offline-run-...`` offline)."""
+        return Path(self.run.dir).parent
+
+    def finish(self, result=None, *, failed: bool = False) -> list[str]:
+        """Summary metrics and the exported model (artifact), then close the run.
+
+        Returns lines for the train command's summary (where the run is, how to upload).
+        """
+        import wandb
+
+        if result is not None:
+            for key, value in result.metrics.items():
+                if isinstance(value, int | float):
+                    self.run.summary[key] = float(value)
+            images = {name: wandb.Image(str(path)) for name, path in
+                      (("curves", result.paths.get("curves")),
+                       ("confusion_matrix", result.run_dir / "confusion_matrix.png"))
+                      if path and Path(path).is_file()}
+            if images:
+                self.run.log(images)
+            exported = result.paths.get("exported")
+            if exported and Path(exported).is_dir():
+                name = re.sub(r"[^\w.\-]", "_", f"{self.run.config.get('name', 'model')}-model")
+                artifact = wandb.Artifact(name, type="model",
+                                          metadata={"task": self.run.config.get("task")})
+                artifact.add_dir(str(exported))
+                self.run.log_artifact(artifact)
+        directory, url = self.directory, self.run.get_url() if self.mode == "online" else None
+        self.run.finish(exit_code=1 if failed else 0)
+        if self.mode == "offline":
+            return [f"W&B (offline):   {directory}; upload with: wandb sync {directory}"]
+        return [f"W&B:             {url}"] if url else []
+
+
+def start(cfg: ExperimentConfig, run_dir: Path, is_chief: bool = True) -> WandbRun | None:
+    """Start the W&B run ``cfg.tracking.wandb`` asks for (None when off or not the chief)."""
+    w = cfg.tracking.wandb
+    if not w.enabled or w.mode == "disabled" or not is_chief:
+        return None
+    # No prompts, no console capture, no banner: CI has no TTY and the log stays readable.
+    os.environ.setdefault("WANDB_SILENT", "true")
+    os.environ.setdefault("WANDB_CONSOLE", "off")
+    import wandb
+
+    mode = resolve_mode(w.mode)
+    # Tuner trials carry a "search:NAME" tag (tfapp.tuning): one W&B group per search.
+    group = next((t.split(":", 1)[1] for t in w.tags if t.startswith("search:")), None)
+    args = dict(
+        project=w.project, entity=w.entity or None, name=cfg.name, group=group,
+        tags=list(w.tags) or None, config=run_config(cfg), dir=str(run_dir),
+        job_type="train", sync_tensorboard=bool(w.sync_tensorboard and cfg.tracking.tensorboard),
+        reinit="finish_previous",
+        settings=wandb.Settings(console="off", silent=True, init_timeout=90))
+    try:
+        run = wandb.init(mode=mode, **args)
+    except Exception as err:  # noqa: BLE001 (wandb raises several kinds on network trouble)
+        if mode != "online":
+            raise
+        log.warning("W&B online start failed (%s); logging offline instead", err)
+        mode = "offline"
+        run = wandb.init(mode=mode, **args)
+    run.define_metric("train/step")
+    run.define_metric("train/*", step_metric="train/step")
+    run.define_metric("epoch/epoch")
+    run.define_metric("epoch/*", step_metric="epoch/epoch")
+    log.info("W&B %s run '%s' in %s", mode, cfg.name, Path(run.dir).parent)
+    return WandbRun(run, mode)
+
+
+class WandbLogger(tf.keras.callbacks.Callback):
+    """Logs Keras's running metrics every ``every`` optimizer steps and each epoch's
+    metrics (validation included) into the active W&B run; a no-op without one."""
+
+    def __init__(self, every: int = 1):
+        super().__init__()
+        self.every = max(1, every)
+        self._last = -1
+
+    def _run(self):
+        import wandb
+
+        return wandb.run
+
+    def on_train_batch_end(self, batch, logs=None):
+        run = self._run()
+        step = int(self.model.optimizer.iterations.numpy())
+        if run is None or step == self._last or step % self.every:
+            return
+        self._last = step
+        row = {f"train/{k}": float(v) for k, v in (logs or {}).items()
+               if isinstance(v, int | float) or getattr(v, "shape", None) == ()}
+        row["train/learning_rate"] = _learning_rate(self.model.optimizer)
+        row["train/step"] = step
+        run.log(row)
+
+    def on_epoch_end(self, epoch, logs=None):
+        run = self._run()
+        if run is None:
+            return
+        row = {f"epoch/{k}": float(v) for k, v in (logs or {}).items()
+               if isinstance(v, int | float) or getattr(v, "shape", None) == ()}
+        row["epoch/epoch"] = epoch + 1
+        run.log(row)
+
+
+def _learning_rate(optimizer) -> float:
+    lr = getattr(optimizer, "_learning_rate", None) or optimizer.learning_rate
+    if isinstance(lr, tf.keras.optimizers.schedules.LearningRateSchedule):
+        return float(lr(optimizer.iterations))
+    return float(tf.keras.backend.get_value(lr))

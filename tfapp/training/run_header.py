@@ -1,0 +1,105 @@
+"""The run header: the numbers a user checks before waiting an hour.
+
+Printed when training starts and saved as ``RUN_DIR/run_header.txt`` (as printed) and
+``RUN_DIR/run_header.json`` (machine-readable, same keys).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tfapp.config import ExperimentConfig
+from tfapp.runtime import Runtime
+from tfapp.training.plan import TrainingPlan
+
+# key -> label, in print order.
+LABELS = {
+    "task": "task / model",
+    "examples": "examples",
+    "length": "length",
+    "evaluation": "evaluation",
+    "batch_per_replica": "batch per replica",
+    "replicas": "replicas",
+    "global_batch": "global batch",
+    "gradient_accumulation_steps": "grad. accumulation",
+    "effective_batch": "effective batch",
+    "total_steps": "optimizer steps",
+    "warmup_steps": "warmup steps",
+    "schedule": "lr schedule",
+    "precision": "precision",
+    "jit_compile": "jit_compile",
+    "steps_per_execution": "steps/execution",
+}
+
+
+def build_header(cfg: ExperimentConfig, rt: Runtime, plan: TrainingPlan, *,
+                 examples: dict[str, int], warmup: int, peak_lr: float,
+                 lr_source: str, jit_compile: bool) -> dict[str, Any]:
+    """The header as a dict (the JSON file's content)."""
+    t = cfg.trainer
+    examples_seen = plan.total_steps * plan.effective_batch
+    passes = examples_seen / examples["train"] if examples.get("train") else 0.0
+    if t.max_steps:
+        length = f"max_steps={t.max_steps} (epochs ignored)"
+    else:
+        length = f"{t.epochs} epochs x {plan.batches_per_pass} batches"
+    length += f"; {examples_seen} examples = {passes:.2f} passes over train"
+    if plan.step_mode:
+        evaluation = (f"every {plan.eval_every_steps} optimizer steps "
+                      f"({plan.fit_epochs} evaluations)")
+    else:
+        evaluation = f"at each epoch end ({plan.fit_epochs} evaluations)"
+    if t.log_every_steps:
+        evaluation += f"; train logs every {t.log_every_steps} steps"
+    return {
+        "task": f"{cfg.task} / {cfg.model.kind}",
+        "examples": {k: int(v) for k, v in examples.items()},
+        "epochs": 0 if t.max_steps else t.epochs,
+        "max_steps": t.max_steps,
+        "length": length,
+        "evaluation": evaluation,
+        "eval_every_steps": plan.eval_every_steps,
+        "evaluations": plan.fit_epochs,
+        "batches_per_pass": plan.batches_per_pass,
+        "batch_per_replica": cfg.data.batch_size,
+        "replicas": f"{rt.num_replicas} ({rt.kind} strategy on {rt.device_kind})",
+        "num_replicas": rt.num_replicas,
+        "strategy": rt.kind,
+        "global_batch": plan.global_batch,
+        "gradient_accumulation_steps": plan.accumulation,
+        "effective_batch": plan.effective_batch,
+        "total_steps": plan.total_steps,
+        "warmup_steps": warmup,
+        "schedule": f"{cfg.optimizer.schedule}, peak {peak_lr:.3g} ({lr_source})",
+        "peak_learning_rate": peak_lr,
+        "precision": rt.precision,
+        "jit_compile": bool(jit_compile),
+        "steps_per_execution": t.steps_per_execution,
+    }
+
+
+def format_header(header: dict[str, Any]) -> str:
+    lines = ["=" * 72, "run header"]
+    for key, label in LABELS.items():
+        value = header[key]
+        if isinstance(value, dict):
+            value = ", ".join(f"{k} {v}" for k, v in value.items())
+        lines.append(f"  {label + ':':21} {value}")
+    lines.append("=" * 72)
+    return "\n".join(lines)
+
+
+def save_header(header: dict[str, Any], run_dir: str | os.PathLike) -> dict[str, Path]:
+    """Write run_header.txt and run_header.json (each atomically: temp file + rename)."""
+    run_dir = Path(run_dir)
+    out = {}
+    for name, text in (("run_header.txt", format_header(header) + "\n"),
+                       ("run_header.json", json.dumps(header, indent=1) + "\n")):
+        tmp = run_dir / f".{name}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, run_dir / name)
+        out[name] = run_dir / name
+    return out
