@@ -7,12 +7,12 @@ import csv
 import json
 from pathlib import Path
 
+from tfapp.config import ConfigError, load_config
+from tfapp.training.plan import plan_training
+
 import numpy as np
 import pytest
 from conftest import REPO, run_python
-
-from tfapp.config import ConfigError, load_config
-from tfapp.training.plan import plan_training
 
 N_TRAIN, N_VAL, BATCH = 64, 16, 4
 
@@ -154,10 +154,10 @@ def test_run_header_one_replica(step_run):
 
 def test_lr_finder_suggests_inside_the_range_and_restores_weights():
     """A real sweep on a small regression problem whose SGD diverges above lr ~ 1."""
-    import tensorflow as tf
-
     from tfapp.config import OptimizerConfig
     from tfapp.training.lr_finder import find_lr
+
+    import tensorflow as tf
 
     tf.keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)

@@ -20,9 +20,14 @@ from tfapp import runtime as runtime_lib
 from tfapp.config import ConfigError, ExperimentConfig, save_params
 from tfapp.tasks import get_task
 from tfapp.tracking import wandb_run
-from tfapp.training.accumulation import AccumulatingModel
+from tfapp.training.accumulation import wrap_for_accumulation
 from tfapp.training.callbacks import plot_curves, standard_callbacks
-from tfapp.training.optimizers import build_optimizer
+from tfapp.training.lr_finder import LRFindResult, find_lr, plot_lr_find
+from tfapp.training.optimizers import build_optimizer, build_schedule
+from tfapp.training.plan import TrainingPlan, plan_training, resolve_jit_compile
+from tfapp.training.run_header import build_header, format_header, save_header
+from tfapp.training.schedule_plot import plot_schedule
+from tfapp.training.step_logs import LearningRateLogger, StepLogger
 
 log = logging.getLogger("tfapp")
 
@@ -41,7 +46,8 @@ class TrainResult:
 
     def summary(self) -> str:
         out = [f"run directory:   {self.run_dir}"]
-        labels = {"params": "config", "logs": "TensorBoard", "checkpoints": "checkpoints",
+        labels = {"params": "config", "header": "run header", "schedule": "lr schedule",
+                  "logs": "TensorBoard", "checkpoints": "checkpoints",
                   "exported": "exported model", "curves": "curves", "history": "history"}
         for key, label in labels.items():
             if self.paths.get(key):
@@ -75,29 +81,44 @@ def _write_status(run_dir: Path, state: str, **extra) -> None:
     os.replace(tmp, run_dir / "status.json")
 
 
-def steps_per_epoch(cfg: ExperimentConfig, num_examples: int, global_batch: int) -> int:
-    if cfg.trainer.steps_per_epoch:
-        return cfg.trainer.steps_per_epoch
-    steps = num_examples // global_batch
-    if steps < 1:
-        raise ConfigError(f"data.batch_size: the training split has {num_examples} examples, "
-                          f"fewer than one global batch ({global_batch}); lower data.batch_size")
-    return steps
-
-
 def _with_accumulation(model, steps: int, rt: runtime_lib.Runtime):
-    if steps <= 1:
-        return model
-    if rt.num_replicas > 1:
-        # Applying inside a tf.cond would need a cross-replica merge_call there, which
-        # MirroredStrategy does not support; with several replicas the global batch is
-        # already replicas x data.batch_size.
-        raise ConfigError(f"trainer.gradient_accumulation_steps={steps} runs on one replica; "
-                          f"with {rt.num_replicas} replicas raise data.batch_size instead")
-    if not getattr(model, "_is_graph_network", False):
-        raise ConfigError("trainer.gradient_accumulation_steps > 1 needs a functional model "
-                          f"({type(model).__name__} has its own train_step); set it to 1")
-    return AccumulatingModel.wrap(model, steps)
+    return wrap_for_accumulation(model, steps, rt.num_replicas)
+
+
+def _peak_learning_rate(cfg: ExperimentConfig, rt: runtime_lib.Runtime, *, model, inputs,
+                        task, run_dir: Path, jit: bool, resuming: bool) -> tuple[float, str]:
+    """The schedule's peak and where it came from; ``auto`` runs the LR range test first
+    on the real model (weights restored after) at the real global batch, so its
+    suggestion is used as is (no replica scaling). A resumed run reuses its suggestion."""
+    o = cfg.optimizer
+    if o.learning_rate != "auto":
+        lr = rt.scaled_learning_rate(o.learning_rate, o.scale_lr_by_replicas)
+        scaled = o.scale_lr_by_replicas and rt.num_replicas > 1
+        return lr, (f"optimizer.learning_rate x {rt.num_replicas} replicas" if scaled
+                    else "optimizer.learning_rate")
+    saved = run_dir / "lr_find.json"
+    if resuming and saved.is_file():
+        found = LRFindResult.load_json(saved)
+    else:
+        found = find_lr(model, inputs.train, optimizer_cfg=o, loss=task.build_losses(),
+                        strategy=rt.strategy,
+                        accumulation=cfg.trainer.gradient_accumulation_steps, jit_compile=jit)
+        found.save_json(saved)
+        plot_lr_find(found, run_dir / "lr_find.png", title=f"{cfg.name}: LR range test")
+    log.info("optimizer.learning_rate=auto: %s", found.describe())
+    return found.suggestion, "auto: LR range test, lr_find.png"
+
+
+def _step_callbacks(cfg: ExperimentConfig, plan: TrainingPlan, schedule,
+                    log_dir: Path) -> list:
+    """Per-optimizer-step learning rate in TensorBoard; a log line every log_every_steps."""
+    cbs: list = []
+    if cfg.tracking.tensorboard:
+        cbs.append(LearningRateLogger(log_dir / "train", schedule))
+    if cfg.trainer.log_every_steps:
+        cbs.append(StepLogger(cfg.trainer.log_every_steps, plan.total_steps,
+                              plan.effective_batch))
+    return cbs
 
 
 def train(cfg: ExperimentConfig) -> TrainResult:
@@ -110,14 +131,7 @@ def train(cfg: ExperimentConfig) -> TrainResult:
     _write_status(run_dir, "running")
 
     global_batch = rt.global_batch_size(cfg.data.batch_size)
-    # Hub encoders (bert) and the LSTM baseline (rnn) recompile every step under XLA.
-    jit = rt.default_jit_compile(cfg.trainer.jit_compile,
-                                 recompiles_under_xla=cfg.model.kind in ("bert", "rnn"))
-    if jit and rt.kind == "mirrored" and rt.device_kind == "CPU":
-        raise ConfigError("trainer.jit_compile: XLA cannot run MirroredStrategy over CPU "
-                          "devices (its CPU backend binds one device); set "
-                          "trainer.jit_compile=false")
-    lr = rt.scaled_learning_rate(cfg.optimizer.learning_rate, cfg.optimizer.scale_lr_by_replicas)
+    jit = resolve_jit_compile(cfg, rt)
     log.info("runtime: %s", rt.describe(cfg.data.batch_size))
 
     task = get_task(cfg.task)(cfg, rt, run_dir)
@@ -125,31 +139,45 @@ def train(cfg: ExperimentConfig) -> TrainResult:
     tracker = wandb_run.start(cfg, run_dir, rt.is_chief)  # None unless tracking.wandb.enabled
     try:
         inputs = task.build_inputs()
-        spe = steps_per_epoch(cfg, inputs.num_train_examples, global_batch)
-        total_steps = spe * cfg.trainer.epochs // cfg.trainer.gradient_accumulation_steps
-        log.info("training: %d examples, %d epochs x %d steps, global batch %d, "
-                 "%d optimizer steps, lr %.3g, jit_compile=%s, steps_per_execution=%d",
-                 inputs.num_train_examples, cfg.trainer.epochs, spe, global_batch,
-                 total_steps, lr, jit, cfg.trainer.steps_per_execution)
-        with rt.strategy.scope():
-            model = task.build_model(inputs)
-            model = _with_accumulation(model, cfg.trainer.gradient_accumulation_steps, rt)
-            optimizer = build_optimizer(cfg.optimizer, peak=lr, total_steps=total_steps)
-            model.compile(optimizer=optimizer, loss=task.build_losses(),
-                          metrics=task.build_metrics(), jit_compile=jit,
-                          steps_per_execution=cfg.trainer.steps_per_execution)
+        # Epochs, or max_steps / eval_every_steps as "virtual epochs" (see plan.py).
+        plan = plan_training(cfg, inputs.num_train_examples, global_batch)
         callbacks, cb_paths = standard_callbacks(
             cfg, run_dir, monitor=cfg.trainer.monitor or task.default_monitor,
             has_validation=inputs.validation is not None)
         backup = cb_paths["backup"]
-        if not (backup.is_dir() and any(backup.iterdir())):  # a fresh start, not a resume
+        resuming = backup.is_dir() and any(backup.iterdir())
+        if not resuming:
             cb_paths["history"].unlink(missing_ok=True)
+        with rt.strategy.scope():
+            model = task.build_model(inputs)
+            model = _with_accumulation(model, cfg.trainer.gradient_accumulation_steps, rt)
+        lr, lr_source = _peak_learning_rate(cfg, rt, model=model, inputs=inputs, task=task,
+                                            run_dir=run_dir, jit=jit, resuming=resuming)
+        schedule = build_schedule(cfg.optimizer, peak=lr, total_steps=plan.total_steps)
+        with rt.strategy.scope():
+            optimizer = build_optimizer(cfg.optimizer, schedule=schedule)
+            model.compile(optimizer=optimizer, loss=task.build_losses(),
+                          metrics=task.build_metrics(), jit_compile=jit,
+                          steps_per_execution=cfg.trainer.steps_per_execution)
+        examples = {"train": inputs.num_train_examples,
+                    "validation": inputs.num_validation_examples}
+        header = build_header(cfg, rt, plan, examples=examples, warmup=schedule.warmup_steps,
+                              peak_lr=lr, lr_source=lr_source, jit_compile=jit)
+        log.info("%s", format_header(header))
+        header_paths = save_header(header, run_dir)
+        paths["header"] = header_paths["run_header.txt"]
+        evals = [(i + 1) * plan.fit_steps_per_epoch // plan.accumulation
+                 for i in range(plan.fit_epochs)]
+        paths["schedule"] = plot_schedule(schedule, plan.total_steps,
+                                          run_dir / "lr_schedule.png",
+                                          warmup_steps=schedule.warmup_steps, eval_steps=evals)
+        callbacks += _step_callbacks(cfg, plan, schedule, cb_paths["logs"])
         callbacks += task.callbacks(model, inputs)
         callbacks += tracker.callbacks(cfg) if tracker else []
         verbose = 1 if (rt.is_chief and sys.stderr.isatty()) else 2
         history = model.fit(inputs.train, validation_data=inputs.validation,
                             validation_steps=inputs.validation_steps,
-                            epochs=cfg.trainer.epochs, steps_per_epoch=spe,
+                            epochs=plan.fit_epochs, steps_per_epoch=plan.fit_steps_per_epoch,
                             callbacks=callbacks, verbose=verbose)
         nan_stop = callbacks[0]
         if nan_stop.bad_batch is not None:

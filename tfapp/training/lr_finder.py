@@ -147,7 +147,8 @@ def find_lr(model: tf.keras.Model, dataset: Any, *, optimizer_cfg: OptimizerConf
                           f"optimizer.lr_find_min={o.lr_find_min}; lower it")
     sm = smooth(losses)
     return LRFindResult(lrs=lrs, losses=losses, smoothed=sm, suggestion=lrs[suggest(lrs, sm)],
-                        min_loss_lr=lrs[int(np.argmin(sm))], lr_min=o.lr_find_min, lr_max=o.lr_find_max,
+                        min_loss_lr=lrs[int(np.argmin(sm))], lr_min=o.lr_find_min,
+                        lr_max=o.lr_find_max,
                         max_steps=steps, diverged=recorder.diverged)
 
 
