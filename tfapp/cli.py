@@ -24,6 +24,7 @@ EXIT_USER_ERROR = 2
 COMMANDS = {
     "train": "tfapp.train",
     "lr_find": "tfapp.lr_find",
+    "tune": "tfapp.tune",
     "predict": "tfapp.predict",
     "evaluate": "tfapp.evaluate",
     "generate": "tfapp.generate",

@@ -353,6 +353,63 @@ class GenerationConfig:
 
 
 @dataclass
+class HyperParamConfig:
+    """One hyperparameter of a search space: the value of one ``tune.space`` entry.
+
+    Attributes:
+      type: float or int (both need min and max), choice (needs values) or boolean.
+      min: float/int: smallest value (inclusive).
+      max: float/int: largest value (inclusive).
+      step: int: distance between values (null = 1); float: optional grid step (null =
+        continuous). With log sampling the step multiplies instead of adds.
+      sampling: float/int: linear, log (min > 0; even over orders of magnitude) or reverse_log.
+      values: choice: the values to pick from, each valid for the config key.
+    """
+
+    type: str = choices("float", "int", "choice", "boolean", default="float")
+    min: float | None = None
+    max: float | None = None
+    step: float | None = None
+    sampling: str = choices("linear", "log", "reverse_log", default="linear")
+    values: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class TuneConfig:
+    """Hyperparameter search with KerasTuner (python -m tfapp.tune; train ignores it).
+
+    Attributes:
+      tuner: random, bayesian (Gaussian process), hyperband (successive halving over epochs)
+        or grid (every combination in order; floats need a step).
+      objective: logged metric to optimise, e.g. val_accuracy or val_loss ("" = the
+        trainer's monitor, else the task's own).
+      direction: max or min for objective; auto = min for losses, max otherwise.
+      max_trials: most hyperparameter combinations to try (hyperband sizes itself from
+        epochs and hyperband_factor instead).
+      executions_per_trial: training runs per combination (seeds runtime.seed + i), averaged.
+      epochs: epochs per trial (0 = trainer.epochs); hyperband: most epochs one model gets.
+      early_stopping_patience: stop a trial after this many epochs without improvement of
+        the objective (0 = trainer.early_stopping_patience).
+      hyperband_factor: hyperband: reduction factor of models and epochs between rounds.
+      seed: seed of the search algorithm (0 = runtime.seed).
+      space: the search space: dotted config key -> hyperparameter with type, min, max, step,
+        sampling, values (see docs/tuning.md), e.g. optimizer.learning_rate: {type: float,
+        min: 1.0e-4, max: 1.0e-2, sampling: log}.
+    """
+
+    tuner: str = choices("random", "bayesian", "hyperband", "grid", default="random")
+    objective: str = ""
+    direction: str = choices("auto", "max", "min", default="auto")
+    max_trials: int = bounded(10, min=1)
+    executions_per_trial: int = bounded(1, min=1)
+    epochs: int = bounded(0, min=0)
+    early_stopping_patience: int = bounded(0, min=0)
+    hyperband_factor: int = bounded(3, min=2)
+    seed: int = 0
+    space: dict[str, HyperParamConfig] = field(default_factory=dict)
+
+
+@dataclass
 class ExperimentConfig:
     """One experiment.
 
@@ -368,6 +425,7 @@ class ExperimentConfig:
       trainer: the training loop.
       tracking: TensorBoard and W&B.
       generation: how the generator writes text (task=generator).
+      tune: hyperparameter search (python -m tfapp.tune).
     """
 
     task: str = choices(*TASKS, default="classifier")
@@ -380,6 +438,7 @@ class ExperimentConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
+    tune: TuneConfig = field(default_factory=TuneConfig)
 
     @property
     def run_dir(self) -> Path:
@@ -584,6 +643,81 @@ def validate(cfg: ExperimentConfig) -> None:
                           f"got '{cfg.model.kind}'")
     if cfg.task == "classifier" and cfg.model.kind == "seq2seq":
         raise ConfigError("model.kind: task 'classifier' takes bert, cnn or rnn, not seq2seq")
+    if cfg.tune.space:
+        _validate_space(cfg)
+
+
+# --------------------------------------------------------------------------- search spaces
+
+# Keys a search must not vary: they name the run or the task, not a model/training choice.
+_NOT_TUNABLE = ("task", "name", "output_dir")
+# hyperparameter type -> the config field types it can set
+_HP_FIELD_TYPES = {"float": ("float",), "int": ("int",), "boolean": ("bool",)}
+
+
+def with_values(cfg: ExperimentConfig, values: dict[str, Any],
+                source: str = "tune.space") -> ExperimentConfig:
+    """A copy of ``cfg`` with dotted ``key: value`` pairs set, type-checked and validated."""
+    conf = OmegaConf.structured(cfg)
+    try:
+        for key, value in values.items():
+            OmegaConf.update(conf, key, value, merge=False)
+        obj: ExperimentConfig = OmegaConf.to_object(conf)
+    except oc_errors.OmegaConfBaseException as err:
+        raise _translate(err, source) from None
+    validate(obj)
+    return obj
+
+
+def _validate_space(cfg: ExperimentConfig) -> None:
+    """Each ``tune.space`` key is a real leaf config key whose type the hyperparameter fits,
+    with a consistent range, and every value it can take passes the key's own checks."""
+    # Values are tried on a copy without the space, so validate() does not recurse.
+    base = dataclasses.replace(cfg, tune=dataclasses.replace(cfg.tune, space={}))
+    for key, hp in cfg.tune.space.items():
+        where = f"tune.space.{key}"
+        node, leaf = _node_for(key), key.split(".")[-1]
+        spec = {f.name: f for f in dataclasses.fields(node)}.get(leaf) \
+            if dataclasses.is_dataclass(node) else None
+        if spec is not None and dataclasses.is_dataclass(getattr(node, leaf)):
+            raise ConfigError(f"{where}: '{key}' is a config group; name one of its keys: "
+                              f"{', '.join(_keys_at(getattr(node, leaf)))}")
+        if spec is None or key.split(".")[0] == "tune":
+            raise ConfigError(_unknown_key_message(key, "tune.space"))
+        if key in _NOT_TUNABLE:
+            raise ConfigError(f"{where}: '{key}' names the run, it cannot be tuned")
+        field_type = spec.type if isinstance(spec.type, str) else spec.type.__name__
+        parts = {t.strip() for t in field_type.split("|")}  # e.g. "float | int | str"
+        allowed = _HP_FIELD_TYPES.get(hp.type)
+        if allowed and not parts & set(allowed):
+            fits = [t for t, types in _HP_FIELD_TYPES.items() if parts & set(types)]
+            raise ConfigError(f"{where}: type {hp.type} does not fit {key} ({field_type}); "
+                              f"use type {fits[0] if fits else 'choice'}")
+        if hp.type in ("float", "int"):
+            if hp.min is None or hp.max is None:
+                raise ConfigError(f"{where}: type {hp.type} needs min and max")
+            if hp.min > hp.max:
+                raise ConfigError(f"{where}: min {hp.min:g} > max {hp.max:g}")
+            if hp.sampling != "linear" and hp.min <= 0:
+                raise ConfigError(f"{where}: {hp.sampling} sampling needs min > 0, "
+                                  f"got {hp.min:g}")
+            if hp.step is not None and hp.step <= 0:
+                raise ConfigError(f"{where}: step must be > 0, got {hp.step:g}")
+            if hp.type == "int" and any(v is not None and v != int(v)
+                                        for v in (hp.min, hp.max, hp.step)):
+                raise ConfigError(f"{where}: type int needs whole min, max and step")
+            candidates = [int(v) if hp.type == "int" else v for v in (hp.min, hp.max)]
+        elif hp.type == "choice":
+            if not hp.values:
+                raise ConfigError(f"{where}: type choice needs a non-empty values list")
+            candidates = list(hp.values)
+        else:
+            candidates = [False, True]
+        for value in candidates:
+            try:
+                with_values(base, {key: value}, source=where)
+            except ConfigError as err:
+                raise ConfigError(f"{where}: value {value!r} is not valid here ({err})") from None
 
 
 # --------------------------------------------------------------------------- saving

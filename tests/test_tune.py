@@ -1,0 +1,208 @@
+"""KerasTuner searches: config-declared spaces, the oracles, resume after SIGKILL, a chief
+with two workers, results and best_params.yaml."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tfapp.config import ConfigError, load_config
+
+import pytest
+import yaml
+from conftest import REPO, free_ports, run_python, subprocess_env
+
+SPACE = ("tune.space={optimizer.learning_rate: {type: float, min: 1e-4, max: 1e-2, "
+         "sampling: log}, model.dropout: {type: float, min: 0.0, max: 0.3, step: 0.1}}")
+# configs/classifier_local.yaml shrunk further: the CNN baseline on the tiny BERT's
+# tokens, a few steps per epoch, no export.
+TINY = ["--config", "configs/classifier_local.yaml", "model.kind=cnn", "model.units=32",
+        "model.embedding_dim=32", "trainer.export=false", "trainer.steps_per_epoch=4",
+        "tune.objective=val_loss", SPACE]
+
+
+@pytest.mark.parametrize("space,fragment", [
+    ("{optimizer.learnin_rate: {type: float, min: 1e-4, max: 1e-2}}",
+     "unknown config key 'optimizer.learnin_rate' (tune.space); "
+     "did you mean 'optimizer.learning_rate'?"),
+    ("{model.dropout: {type: float, min: 0.5, max: 0.1}}",
+     "tune.space.model.dropout: min 0.5 > max 0.1"),
+    ("{model.units: {type: float, min: 16, max: 64}}",
+     "tune.space.model.units: type float does not fit model.units (int); use type int"),
+    ("{model.pooling: {type: choice, values: [pooled, max]}}",
+     "tune.space.model.pooling: value 'max' is not valid here"),
+    ("{model.dropout: {type: float, min: 0.0, max: 0.99}}", "must be <= 0.95"),
+    ("{optimizer.learning_rate: {type: float, min: 0.0, max: 1e-2, sampling: log}}",
+     "log sampling needs min > 0"),
+    ("{model: {type: boolean}}", "'model' is a config group"),
+    ("{model.units: {type: int, min: 8}}", "type int needs min and max"),
+])
+def test_bad_space_is_one_clear_error(space, fragment):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [f"tune.space={space}"])
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+def test_cli_errors_are_one_line_exit_2(tmp_path):
+    bad = run_python(["-m", "tfapp.tune", *TINY[:2], f"output_dir={tmp_path}",
+                      "tune.space={model.unitz: {type: int, min: 8, max: 32}}"], timeout=120)
+    empty = run_python(["-m", "tfapp.tune", *TINY[:2], f"output_dir={tmp_path}"], timeout=120)
+    for proc, fragment in ((bad, "did you mean 'model.units'"), (empty, "tune.space is empty")):
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("tfapp: error: ") and fragment in lines[0]
+    assert not any(tmp_path.iterdir())  # nothing half-written
+
+
+def test_a_search_dir_resumes_only_its_own_search(tmp_path):
+    from tfapp.tune import _check_same_search
+
+    cfg = load_config(None, [f"output_dir={tmp_path}", "name=s", SPACE])
+    _check_same_search(cfg, "local", overwrite=False)
+    _check_same_search(cfg, "local", overwrite=False)  # the same search: resumes
+    changed = load_config(None, [f"output_dir={tmp_path}", "name=s", SPACE,
+                                 "tune.max_trials=99"])
+    with pytest.raises(ConfigError, match="holds a different search.*--overwrite"):
+        _check_same_search(changed, "local", overwrite=False)
+    _check_same_search(changed, "local", overwrite=True)
+
+
+def test_oracles_sample_the_config_space_into_trial_configs(tmp_path):
+    from tfapp.tuning.space import objective, trial_config
+    from tfapp.tuning.tuner import build_oracle
+
+    grid_space = ("tune.space={model.units: {type: int, min: 16, max: 48, step: 16}, "
+                  "model.pooling: {type: choice, values: [pooled, mean_max]}}")
+    cfg = load_config(None, [f"output_dir={tmp_path}", "name=g", "tune.tuner=grid",
+                             "tune.max_trials=50", grid_space])
+    obj = objective(cfg, "val_accuracy")
+    oracle = build_oracle(cfg, obj)
+    oracle._set_project_dir(str(tmp_path), "g")
+    seen = []
+    while True:
+        trial = oracle.create_trial("t0")
+        if trial.status != "RUNNING":
+            break
+        run = trial_config(cfg, trial.hyperparameters.values, trial.trial_id, 0, obj)
+        seen.append((run.model.units, run.model.pooling))
+        assert run.run_dir == tmp_path / "g" / f"trial_{trial.trial_id}" / "run_0"
+        assert run.data.snapshot == str(tmp_path / "g" / "snapshot")  # shared by all trials
+        assert run.trainer.monitor == "val_accuracy" and run.trainer.monitor_mode == "max"
+        oracle.update_trial(trial.trial_id, {"val_accuracy": run.model.units / 100})
+        trial.status = "COMPLETED"
+        oracle.end_trial(trial)
+    assert sorted(seen) == sorted((u, p) for u in (16, 32, 48) for p in ("pooled", "mean_max"))
+    assert oracle.get_best_trials(1)[0].hyperparameters.values["model.units"] == 48
+
+    cfg = load_config(None, [f"output_dir={tmp_path}", "name=h", "tune.tuner=hyperband",
+                             "tune.epochs=4", "tune.hyperband_factor=2", SPACE])
+    obj = objective(cfg, "val_accuracy")
+    oracle = build_oracle(cfg, obj)
+    oracle._set_project_dir(str(tmp_path), "h")
+    trial = oracle.create_trial("t0")
+    run = trial_config(cfg, trial.hyperparameters.values, trial.trial_id, 0, obj)
+    assert run.trainer.epochs == trial.hyperparameters.values["tuner/epochs"] <= 4
+    assert 1e-4 <= run.optimizer.learning_rate <= 1e-2
+    assert min(abs(run.model.dropout - v) for v in (0.0, 0.1, 0.2, 0.3)) < 1e-9
+
+
+def _trial_status(search: Path, trial_id: str) -> str | None:
+    path = search / f"trial_{trial_id}" / "trial.json"
+    try:
+        return json.loads(path.read_text())["status"]
+    except (OSError, ValueError):
+        return None
+
+
+def _tune(args: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tfapp.tune", *args], cwd=REPO,
+                            env=subprocess_env(PYTHONUNBUFFERED="1"),
+                            stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+@pytest.mark.slow
+def test_killed_search_resumes_and_best_config_trains(tmp_path):
+    search = tmp_path / "search"
+    args = [*TINY, f"output_dir={tmp_path}", "name=search", "trainer.epochs=3",
+            "tune.max_trials=3"]
+    proc = _tune(args, tmp_path / "first.log")
+    history = search / "trial_1" / "run_0" / "history.csv"
+    deadline = time.time() + 300
+    # SIGKILL once trial 0 is done and trial 1 has finished (and checkpointed) one epoch.
+    while not (_trial_status(search, "0") == "COMPLETED" and history.is_file()
+               and len(history.read_text().splitlines()) >= 2):
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        assert time.time() < deadline, "trial 1 never finished an epoch"
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    assert _trial_status(search, "1") == "RUNNING"  # killed mid-trial
+
+    proc = _tune(args, tmp_path / "second.log")
+    assert proc.wait(timeout=300) == 0, (tmp_path / "second.log").read_text()[-3000:]
+    out = (tmp_path / "second.log").read_text()
+    assert "trial 0 [" not in out  # finished trials are kept, not run again
+    resumed = out[out.index("trial 1 ["):out.index("trial 1 done")]
+    assert "resuming from its checkpoint" in resumed
+    # Its own BackupAndRestore checkpoint: training continues after the finished epoch(s).
+    assert re.search(r"Epoch [23]/3", resumed) and "Epoch 1/3" not in resumed, resumed
+    assert [r.split(",")[0] for r in history.read_text().splitlines()[1:]] == ["0", "1", "2"]
+
+    results = json.loads((search / "results.json").read_text())
+    assert sorted(t["trial"] for t in results["trials"]) == ["0", "1", "2"]
+    assert all(t["status"] == "COMPLETED" for t in results["trials"])
+    values = [t["objective"] for t in results["trials"]]
+    assert values == sorted(values)  # best (lowest val_loss) first
+    assert (search / "results.csv").read_text().count("\n") == 4
+    assert "val_loss (min)" in out and "best_params.yaml" in out
+
+    best = load_config(search / "best_params.yaml")
+    chosen = results["trials"][0]["values"]
+    assert best.optimizer.learning_rate == pytest.approx(chosen["optimizer.learning_rate"])
+    assert best.model.dropout == pytest.approx(chosen["model.dropout"])
+    assert best.optimizer.learning_rate != load_config(REPO / "configs/classifier_local.yaml"
+                                                       ).optimizer.learning_rate
+    assert best.name == "search_best" and best.model.kind == "cnn"
+
+    # Each trial's TensorBoard logs carry its hyperparameters for the HParams dashboard.
+    events = list((search / "trial_0" / "run_0" / "logs").glob("events.out.tfevents.*"))
+    assert any(b"hparams" in e.read_bytes() for e in events)
+
+    train = run_python(["-m", "tfapp.train", "--config", str(search / "best_params.yaml")],
+                       timeout=300)
+    assert train.returncode == 0, train.stderr[-3000:]
+    assert (tmp_path / "search_best" / "params.yaml").is_file()
+
+
+@pytest.mark.slow
+def test_chief_and_two_workers_run_every_trial_once(tmp_path):
+    search = tmp_path / "dist"
+    oracle = f"127.0.0.1:{free_ports(1)[0]}"
+    args = [*TINY, f"output_dir={tmp_path}", "name=dist", "trainer.epochs=1",
+            "tune.max_trials=4"]
+    procs = {"chief": _tune([*args, "--chief", "--oracle", oracle], tmp_path / "chief.log")}
+    for i in range(2):
+        procs[f"w{i}"] = _tune([*args, "--worker", str(i), "--oracle", oracle],
+                               tmp_path / f"w{i}.log")
+    try:
+        for name, proc in procs.items():
+            assert proc.wait(timeout=400) == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    worker_out = "".join((tmp_path / f"w{i}.log").read_text() for i in range(2))
+    for trial_id in "0123":
+        assert worker_out.count(f"trial {trial_id} [") == 1  # handed out exactly once
+    records = [json.loads(p.read_text()) for p in search.glob("trial_*/tfapp_trial.json")]
+    assert sorted(r["trial_id"] for r in records) == ["0", "1", "2", "3"]
+    assert {r["tuner_id"] for r in records} == {"tuner-0", "tuner-1"}  # both worked
+    # All results reached the chief, which writes the table and best_params.yaml.
+    results = json.loads((search / "results.json").read_text())
+    assert [t["status"] for t in results["trials"]] == ["COMPLETED"] * 4
+    assert "val_loss (min)" in (tmp_path / "chief.log").read_text()
+    assert yaml.safe_load((search / "best_params.yaml").read_text())["name"] == "dist_best"

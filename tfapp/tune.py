@@ -1,0 +1,118 @@
+"""Search hyperparameters with KerasTuner: ``python -m tfapp.tune --config FILE``.
+
+The search space is the config's ``tune.space`` (dotted config key -> hyperparameter);
+every trial is an ordinary training run of the config with the sampled values. The search
+directory (output_dir/name) keeps the oracle state: re-running the same command continues
+an interrupted search. See docs/tuning.md.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+
+import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from tfapp import cli
+from tfapp.config import ConfigError, ExperimentConfig, to_yaml
+
+
+def _check_same_search(cfg: ExperimentConfig, role: str, overwrite: bool) -> None:
+    """A search directory resumes only the search that made it (same config)."""
+    search_dir = cfg.run_dir
+    if overwrite and role != "worker":
+        shutil.rmtree(search_dir, ignore_errors=True)
+    stored = search_dir / "search.yaml"
+    current = to_yaml(cfg)
+    if stored.is_file():
+        if stored.read_text() != current:
+            raise ConfigError(f"{search_dir} holds a different search (its search.yaml differs "
+                              "from this config); pass --overwrite to start it again, or set "
+                              "name= for a new search")
+    elif role != "worker":
+        search_dir.mkdir(parents=True, exist_ok=True)
+        tmp = search_dir / f".search.yaml.{os.getpid()}"
+        tmp.write_text(current)
+        os.replace(tmp, stored)  # workers may read it at any moment
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = cli.config_parser(
+        "python -m tfapp.tune",
+        "Search the config's tune.space with KerasTuner; each trial trains the config with "
+        "the sampled values. Writes oracle state, trials, results.csv/json and "
+        "best_params.yaml into output_dir/name; re-running continues a stopped search.")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="delete the search directory first and start a new search")
+    parser.add_argument("--chief", action="store_true",
+                        help="distributed: serve the oracle (run no trials) at --oracle")
+    parser.add_argument("--worker", metavar="ID",
+                        help="distributed: run trials for the chief at --oracle as worker ID")
+    parser.add_argument("--oracle", metavar="HOST:PORT",
+                        help="distributed: the chief's address (sets KERASTUNER_ORACLE_IP/PORT)")
+    parser.add_argument("--top", type=int, default=10, metavar="N",
+                        help="trials shown in the results table (default 10)")
+    args = parser.parse_args(argv)
+    cli.setup_logging(args.verbose)
+
+    def body() -> int:
+        cfg = cli.resolve_config(args)
+        if args.print_config:
+            print(to_yaml(cfg), end="")
+            return 0
+        if not cfg.tune.space:
+            raise ConfigError("tune.space is empty: declare what to search, e.g. "
+                              "tune.space={optimizer.learning_rate: {type: float, min: 1e-4, "
+                              "max: 1e-2, sampling: log}} (see configs/classifier_tune.yaml)")
+        from tfapp.tuning import distributed
+
+        role = distributed.configure(args.chief, args.worker, args.oracle)
+        _check_same_search(cfg, role, args.overwrite)
+        return _search(cfg, role, args.top)
+
+    return cli.run_main(body)
+
+
+def _search(cfg: ExperimentConfig, role: str, top: int) -> int:
+    # TensorFlow and KerasTuner load only past the config checks.
+    from tfapp.tasks import get_task
+    from tfapp.tuning import results
+    from tfapp.tuning.space import objective
+    from tfapp.tuning.tuner import ConfigTuner, build_oracle
+
+    from keras_tuner import errors as kt_errors
+
+    obj = objective(cfg, get_task(cfg.task).default_monitor)
+    tuner = ConfigTuner(cfg, build_oracle(cfg, obj))
+    try:
+        tuner.search()
+    except kt_errors.FatalError as err:
+        raise ConfigError(str(err).strip().splitlines()[-1]) from None
+    except RuntimeError as err:
+        if "consecutive failures" not in str(err):
+            raise
+        lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+        raise ConfigError(f"{lines[0]}; the last trial failed with: {lines[-1].strip()}"
+                          ) from None
+    if role == "worker":
+        print(f"worker {tuner.tuner_id}: no trials left; the chief writes the results")
+        return 0
+    search_dir = cfg.run_dir
+    rows = results.collect(tuner.oracle, search_dir)
+    print(f"\nsearch {cfg.name}: {cfg.tune.tuner}, {len(rows)} trials, best first")
+    print(results.format_table(rows, obj, top))
+    paths = results.write_results(rows, obj, search_dir)
+    best = results.write_best_params(cfg, rows, obj, search_dir)
+    print(f"\nresults:         {paths['csv']}, {paths['json']}")
+    if best:
+        print(f"best config:     {best}  (python -m tfapp.train --config {best})")
+        exported = next((r["exported"] for r in rows[0]["runs"] if r.get("exported")), None)
+        if exported:
+            print(f"best model:      {exported}")
+    print(f"TensorBoard:     tensorboard --logdir {search_dir}  (HParams tab)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

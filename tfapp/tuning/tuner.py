@@ -1,0 +1,151 @@
+"""The KerasTuner ``BaseTuner`` subclass whose trials are ordinary tfapp training runs.
+
+KerasTuner's ``Tuner`` rejects tf-keras models (it uses Keras 3 whenever Keras 3 is
+installed), but its oracles and ``BaseTuner`` are framework-agnostic: ``BaseTuner`` asks
+the oracle for a trial, calls ``run_trial``, reports the returned metrics and saves the
+oracle state after every trial. So every search algorithm, resume and distributed tuning
+(workers talking to a chief oracle over gRPC) come from KerasTuner, and each trial is
+``tfapp.training.driver.train(cfg)`` on the sampled config.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from tfapp.config import ConfigError, ExperimentConfig
+from tfapp.training.driver import train
+from tfapp.tuning import distributed
+from tfapp.tuning.space import build_hyperparameters, config_values, trial_config
+
+import keras_tuner as kt
+import tensorflow as tf
+from keras_tuner import errors as kt_errors
+from keras_tuner.engine import base_tuner
+
+RECORD = "tfapp_trial.json"
+
+
+class SearchError(kt_errors.FatalError):
+    """A mistake that would fail every trial alike (e.g. an objective no run logs): it stops
+    the search instead of being recorded as one failed trial."""
+
+
+def build_oracle(cfg: ExperimentConfig, objective: kt.Objective) -> kt.Oracle:
+    t = cfg.tune
+    common = dict(objective=objective, hyperparameters=build_hyperparameters(t.space),
+                  seed=t.seed or cfg.runtime.seed,
+                  # The space is the config's, complete up front.
+                  allow_new_entries=False, tune_new_entries=False)
+    if t.tuner == "hyperband":
+        return kt.oracles.HyperbandOracle(max_epochs=t.epochs or cfg.trainer.epochs,
+                                          factor=t.hyperband_factor, **common)
+    oracle_cls = {"random": kt.oracles.RandomSearchOracle,
+                  "bayesian": kt.oracles.BayesianOptimizationOracle,
+                  "grid": kt.oracles.GridSearchOracle}[t.tuner]
+    return oracle_cls(max_trials=t.max_trials, **common)
+
+
+def best_epoch_metrics(history: dict[str, list], final: dict[str, Any],
+                       objective: kt.Objective) -> dict[str, float]:
+    """Every logged metric at the epoch where the objective was best (what KerasTuner's own
+    ``Tuner`` reports), plus the run's end-of-training metrics (e.g. val_report_macro_f1)."""
+    finals = {k: float(v) for k, v in final.items()
+              if k not in history and isinstance(v, int | float)}
+    if objective.name in history and history[objective.name]:
+        values = history[objective.name]
+        pick = max if objective.direction == "max" else min
+        best = values.index(pick(values))
+        return {**{k: float(v[best]) for k, v in history.items() if len(v) > best}, **finals}
+    if objective.name in finals:
+        return {**{k: float(v[-1]) for k, v in history.items() if v}, **finals}
+    logged = ", ".join(sorted({*history, *finals}))
+    raise SearchError(f"tune.objective: '{objective.name}' is not a metric the runs log; "
+                      f"choose one of: {logged}")
+
+
+class ConfigTuner(base_tuner.BaseTuner):
+    """Runs each trial as ``executions_per_trial`` tfapp training runs of the trial's config.
+
+    The oracle state, ``trial_*/trial.json`` and the runs all live in the search directory
+    ``output_dir/name``; each run in ``trial_ID/run_N``, a stable place, so a killed trial
+    resumes from its BackupAndRestore checkpoint when the oracle hands it out again.
+    """
+
+    def __init__(self, cfg: ExperimentConfig, oracle: kt.Oracle):
+        self.cfg = cfg
+        self.last_value: float | None = None
+        super().__init__(oracle=oracle, directory=cfg.output_dir, project_name=cfg.name)
+
+    def search(self, *args, **kwargs) -> None:
+        if distributed.is_chief():
+            # The chief only serves the oracle (BaseTuner.search would too, but polls for
+            # the end every 20 s).
+            self.oracle.verbose = 0
+            self.save()
+            distributed.serve_oracle(self.oracle)
+            return
+        # verbose=0: KerasTuner's own display; the tuner prints one line per trial instead.
+        super().search(*args, verbose=0, **kwargs)
+
+    def on_trial_begin(self, trial) -> None:
+        shown = ", ".join(f"{k}={_fmt(v)}" for k, v in config_values(
+            trial.hyperparameters.values).items())
+        epochs = trial.hyperparameters.values.get("tuner/epochs")
+        resumed = any((Path(self.get_trial_dir(trial.trial_id)) / "run_0" / "backup").glob("*"))
+        print(f"trial {trial.trial_id} [{self.tuner_id}]: {shown}"
+              + (f" ({epochs} epochs)" if epochs else "")
+              + (" -- resuming from its checkpoint" if resumed else ""), flush=True)
+
+    def on_trial_end(self, trial) -> None:
+        super().on_trial_end(trial)
+        if trial.status == "COMPLETED":
+            print(f"trial {trial.trial_id} done: {self.oracle.objective.name}="
+                  f"{_fmt(self.last_value)}", flush=True)
+        else:
+            last = (trial.message or "").strip().splitlines()
+            print(f"trial {trial.trial_id} {trial.status}: {last[-1] if last else ''}",
+                  flush=True)
+
+    def run_trial(self, trial, *args, **kwargs) -> list[dict[str, float]]:
+        started = time.time()
+        values = trial.hyperparameters.values
+        objective = self.oracle.objective
+        results, runs = [], []
+        for execution in range(self.cfg.tune.executions_per_trial):
+            try:
+                run_cfg = trial_config(self.cfg, values, trial.trial_id, execution, objective)
+                result = train(run_cfg)
+            except ConfigError as err:  # e.g. a NaN loss at this learning rate
+                raise kt_errors.FailedTrialError(str(err)) from None
+            finally:
+                tf.keras.backend.clear_session()  # free the last model before the next
+            # Each run's TensorBoard logs already hold an HParams session with its config
+            # values (tfapp.training.tb_logging), so `tensorboard --logdir SEARCH_DIR`
+            # compares the trials in the HParams tab.
+            metrics = best_epoch_metrics(result.history, result.metrics, objective)
+            results.append(metrics)
+            runs.append({"run_dir": str(result.run_dir), "metrics": metrics,
+                         "exported": str(result.paths.get("exported", "")) or None})
+        self.last_value = float(sum(r[objective.name] for r in results) / len(results))
+        record = {"trial_id": trial.trial_id, "tuner_id": self.tuner_id,
+                  "values": config_values(values), "objective": objective.name,
+                  "value": self.last_value, "seconds": round(time.time() - started, 2),
+                  "runs": runs}
+        path = Path(self.get_trial_dir(trial.trial_id)) / RECORD
+        path.write_text(json.dumps(record, indent=1, default=str))
+        return results
+
+
+def read_record(search_dir: Path, trial_id: str) -> dict:
+    path = Path(search_dir) / f"trial_{trial_id}" / RECORD
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float) and not math.isnan(value):
+        return f"{value:.4g}"
+    return str(value)
