@@ -52,7 +52,9 @@ class LearningRateLogger(tf.keras.callbacks.Callback):
         now = _iterations(self.model)
         if now <= self._logged:  # inside an accumulation window: no update yet
             return
-        with self._writer.as_default():
+        # record_if(True): Keras's TensorBoard callback sets its own update_freq condition
+        # for everything recorded during a train batch.
+        with self._writer.as_default(), tf.summary.record_if(True):
             for step, lr in zip(range(self._logged, now), self.lr_at(self._logged, now),
                                 strict=True):
                 tf.summary.scalar(self.tag, float(lr), step=step)
