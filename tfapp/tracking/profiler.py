@@ -11,7 +11,6 @@ shows, not estimates.
 from __future__ import annotations
 
 import json
-import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -116,36 +115,58 @@ def summarize(session: str | Path, top: int = 10) -> dict[str, Any]:
         out["input_bound"] = ("high" if out["input_percent"] >= HIGHLY_INPUT_BOUND else
                               "moderate" if out["input_percent"] >= MODERATELY_INPUT_BOUND
                               else "no")
-        out["advice"] = _advice(out["input_percent"], _rows(input_ops_table),
-                                input_ops_table.get("p", {}))
+        out["advice"] = _advice(out["input_percent"], input_ops_table.get("p", {}),
+                                _run_data_config(session))
     op_table = _tables(paths, "framework_op_stats")[0]
     out["top_ops"] = _top_ops(op_table, top)
     out["top_op_types"] = _top_op_types(op_table, top)
     return out
 
 
-def _advice(input_percent: float, input_ops: list[dict], times: dict) -> list[str]:
-    """What to change in the tf.data pipeline, from the input-op breakdown xprof made."""
+def _run_data_config(session: Path) -> dict | None:
+    """The ``data`` group of the run that holds ``session`` (its params.yaml), if any."""
+    import yaml
+
+    for parent in session.parents:
+        params = parent / "params.yaml"
+        if params.is_file():
+            return (yaml.safe_load(params.read_text()) or {}).get("data") or {}
+    return None
+
+
+def _advice(input_percent: float, times: dict, data: dict | None) -> list[str]:
+    """What to change, from xprof's split of the input time (file reads vs preprocessing)
+    and, for a tfapp run, what its data config already does (``data`` from params.yaml;
+    None for other captures: then every remedy is listed)."""
     if input_percent < MODERATELY_INPUT_BOUND:
         return ["not input-bound: the pipeline keeps up; speed up the model itself (top ops "
                 "below; runtime.precision=mixed_bfloat16, a larger data.batch_size)"]
-    advice = []
-    names = [str(r.get("opName", "")) for r in input_ops]
-    if any(re.search(r"::Map(\b|$|\[)", n) for n in names):
-        advice.append("a map stage runs on one thread: map with "
-                      "num_parallel_calls=tf.data.AUTOTUNE (parallel map)")
-    if names and not any("Prefetch" in n for n in names):
-        advice.append("no prefetch: set data.prefetch=true so input overlaps the step")
     us = {k: float(v) for k, v in times.items() if k.endswith("_us")}
     read = us.get("demanded_file_read_us", 0.0) + us.get("advanced_file_read_us", 0.0)
+    data = data if data is not None else {}
+    tfapp_run = bool(data)
+    advice = []
     if read > us.get("preprocessing_us", 0.0):
-        advice.append("reading files dominates: data.cache=memory (or a file prefix) after "
-                      "the first epoch, interleave/prefetch reads, or faster storage")
-    advice.append("preprocessing every epoch costs the same work again: data.cache=memory "
-                  "when the preprocessed data fits in RAM, else data.snapshot=DIR (written "
-                  "once, reused across runs)")
-    advice.append("if the host CPUs are saturated, move preprocessing to other machines "
-                  "with the tf.data service (data.service.*)")
+        advice.append(f"reading files takes {read / 1e3:.1f} ms vs preprocessing "
+                      f"{us.get('preprocessing_us', 0.0) / 1e3:.1f} ms: read ahead "
+                      "(interleave + prefetch), or keep the data local / in data.cache")
+    if not tfapp_run:  # tfapp's own pipelines always map in parallel
+        advice.append("map with num_parallel_calls=tf.data.AUTOTUNE (parallel map), "
+                      "deterministic=False where order does not matter")
+    if not data.get("prefetch", False):
+        advice.append("prefetch(tf.data.AUTOTUNE) at the end of the pipeline "
+                      "(data.prefetch=true) so input overlaps the train step")
+    if not data.get("cache"):
+        advice.append("cache the preprocessed data (data.cache=memory when it fits in RAM, "
+                      "else a file prefix) so later epochs skip the work")
+    if not data.get("snapshot"):
+        advice.append("snapshot it (data.snapshot=DIR): preprocessed once, reused by later "
+                      "runs and tuner trials")
+    if not (data.get("service") or {}).get("address"):
+        advice.append("if the host CPUs are saturated, move preprocessing to other machines "
+                      "with the tf.data service (data.service.address)")
+    else:
+        advice.append("the tf.data service is on: add service workers")
     return advice
 
 

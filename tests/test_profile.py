@@ -1,0 +1,143 @@
+"""Profiler captures (trainer.profile_steps, on demand from a second process) and their
+summaries through the profile plugin's own converters."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from tfapp.tracking import profiler
+
+import pytest
+from conftest import REPO, free_ports, run_python, subprocess_env
+
+
+def _fit_under_profiler(logdir, dataset, steps: int) -> None:
+    import tensorflow as tf
+
+    model = tf.keras.Sequential([tf.keras.layers.Dense(32, activation="relu"),
+                                 tf.keras.layers.Dense(1)])
+    model.compile("adam", "mse")
+    model.fit(dataset, epochs=1, steps_per_epoch=3, verbose=0)  # trace outside the capture
+    tf.profiler.experimental.start(str(logdir))
+    model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)
+    tf.profiler.experimental.stop()
+
+
+def test_summary_calls_a_slow_sequential_pipeline_input_bound(tmp_path):
+    import tensorflow as tf
+
+    def slow(x):  # ~ms of work per element, in a map without num_parallel_calls
+        m = tf.eye(96) + tf.reduce_mean(x)
+        for _ in range(6):
+            m = tf.linalg.matmul(m, m) / 96.0
+        return x + tf.reduce_sum(m) * 0.0, tf.reduce_sum(x, keepdims=True)
+
+    ds = tf.data.Dataset.from_tensor_slices(tf.random.normal([4096, 16])).map(slow) \
+        .batch(16).repeat()
+    _fit_under_profiler(tmp_path, ds, steps=12)
+    (session,) = profiler.find_sessions(tmp_path)
+    s = profiler.summarize(session)
+
+    assert s["steps"] >= 8
+    assert s["step_time_ms"]["mean"] > 0
+    assert s["input_bound"] == "high", s
+    assert s["input_percent"] >= profiler.HIGHLY_INPUT_BOUND
+    assert "HIGHLY input-bound" in s["xprof_conclusion"]  # the plugin's own verdict agrees
+    advice = " ".join(s["advice"])
+    # Not a tfapp run (no params.yaml): every remedy, starting with the parallel map.
+    assert "parallel map" in advice and "data.cache" in advice and "data.snapshot" in advice
+    assert "tf.data service" in advice
+    assert {op["type"] for op in s["top_op_types"]} & {"MatMul", "_FusedMatMul"}
+
+
+def test_summary_calls_a_cached_prefetched_pipeline_not_input_bound(tmp_path):
+    import tensorflow as tf
+
+    x = tf.random.normal([256, 256])
+    ds = tf.data.Dataset.from_tensor_slices((x, tf.reduce_sum(x, 1, keepdims=True))) \
+        .batch(256).cache().repeat().prefetch(4)
+
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1024, activation="relu"),
+                                 tf.keras.layers.Dense(1024, activation="relu"),
+                                 tf.keras.layers.Dense(1)])
+    model.compile("adam", "mse")
+    model.fit(ds, epochs=1, steps_per_epoch=3, verbose=0)
+    tf.profiler.experimental.start(str(tmp_path))
+    model.fit(ds, epochs=1, steps_per_epoch=10, verbose=0)
+    tf.profiler.experimental.stop()
+    s = profiler.summarize(profiler.find_sessions(tmp_path)[-1])
+
+    assert s["steps"] >= 6
+    assert s["input_bound"] == "no", s
+    assert s["advice"][0].startswith("not input-bound")
+    assert s["top_ops"][0]["type"] in ("MatMul", "_FusedMatMul")
+    text = profiler.format_summary(s)
+    assert "step time: mean" in text and "-> not input-bound" in text
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    (tmp_path / "run").mkdir()
+    out = run_python(["-m", "tfapp.profile", "summary", str(tmp_path / "run")], timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        f"tfapp: error: no profiler capture under '{tmp_path / 'run'}'; train with "
+        "trainer.profile_steps=START,STOP or capture a running job with "
+        "`python -m tfapp.profile capture`"]
+    port = free_ports(1)[0]
+    out = run_python(["-m", "tfapp.profile", "capture", "--address", f"localhost:{port}",
+                      "--logdir", str(tmp_path / "logs")], timeout=60)
+    assert out.returncode == 2, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith(f"tfapp: error: --address localhost:{port}: nothing listens there")
+    assert "trainer.profiler_port" in line
+    assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.slow
+def test_profile_steps_and_capture_from_a_second_process(tmp_path):
+    """One training process: trainer.profile_steps captures steps 2..6 through the
+    TensorBoard callback; later `tfapp.profile capture` records it from another process
+    through trainer.profiler_port. Both land where TensorBoard's profile plugin reads them
+    (RUN/logs/plugins/profile/SESSION/HOST.xplane.pb) and both summarise."""
+    port = free_ports(1)[0]
+    run = tmp_path / "run"
+    train = subprocess.Popen(
+        [sys.executable, "-m", "tfapp.train", "--config", "configs/classifier_local.yaml",
+         f"output_dir={tmp_path}", "name=run", "trainer.profile_steps=2,6",
+         f"trainer.profiler_port={port}", "trainer.epochs=100", "trainer.steps_per_epoch=10",
+         "trainer.export=false"],
+        cwd=REPO, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        deadline = time.time() + 240
+        history = run / "history.csv"
+        # After the first epoch the train step is traced and steady.
+        while not (history.is_file() and len(history.read_text().splitlines()) >= 2):
+            assert train.poll() is None, train.stderr.read()[-3000:]
+            assert time.time() < deadline, "training did not finish an epoch in time"
+            time.sleep(0.5)
+        captured = run_python(["-m", "tfapp.profile", "capture", "--address",
+                               f"localhost:{port}", "--duration-ms", "2000",
+                               "--logdir", str(run / "logs"), "--summary"], timeout=180)
+        assert captured.returncode == 0, captured.stderr[-3000:]
+    finally:
+        train.kill()
+        train.wait(timeout=60)
+
+    sessions = profiler.find_sessions(run)
+    assert len(sessions) == 2, sessions
+    assert all(s.parent == run / "logs" / "plugins" / "profile" for s in sessions)
+    assert str(sessions[-1]) in captured.stdout
+    by_steps, on_demand = (profiler.summarize(s) for s in sessions)
+    assert by_steps["steps"] == 3  # the steps strictly inside 2..6 (start/stop cut the ends)
+    assert on_demand["steps"] >= 3  # 2 s of ~50-100 ms steps
+    for s in (by_steps, on_demand):
+        assert s["step_time_ms"]["mean"] > 1.0
+        assert s["input_bound"] in ("high", "moderate", "no")
+        assert "MatMul" in {op["type"] for op in s["top_op_types"]}
+
+    # --summary printed the new capture's summary (the CLI's `summary RUN` reads the newest).
+    assert f"profile: {sessions[-1]}" in captured.stdout
+    assert "waiting on input:" in captured.stdout and "top ops by self time" in captured.stdout
