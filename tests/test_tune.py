@@ -109,6 +109,14 @@ def test_oracles_sample_the_config_space_into_trial_configs(tmp_path):
     assert 1e-4 <= run.optimizer.learning_rate <= 1e-2
     assert min(abs(run.model.dropout - v) for v in (0.0, 0.1, 0.2, 0.3)) < 1e-9
 
+    for tuner in ("random", "bayesian"):  # bayesian needs keras-tuner[bayesian] installed
+        cfg = load_config(None, [f"output_dir={tmp_path}", f"name={tuner}",
+                                 f"tune.tuner={tuner}", SPACE])
+        oracle = build_oracle(cfg, objective(cfg, "val_loss"))
+        oracle._set_project_dir(str(tmp_path), tuner)
+        values = oracle.create_trial("t0").hyperparameters.values
+        assert 1e-4 <= values["optimizer.learning_rate"] <= 1e-2
+
 
 def _trial_status(search: Path, trial_id: str) -> str | None:
     path = search / f"trial_{trial_id}" / "trial.json"

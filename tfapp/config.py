@@ -380,7 +380,7 @@ class TuneConfig:
 
     Attributes:
       tuner: random, bayesian (Gaussian process), hyperband (successive halving over epochs)
-        or grid (every combination in order; floats need a step).
+        or grid (every combination in order; a float without a step gives 10 values).
       objective: logged metric to optimise, e.g. val_accuracy or val_loss ("" = the
         trainer's monitor, else the task's own).
       direction: max or min for objective; auto = min for losses, max otherwise.
