@@ -64,11 +64,13 @@ def test_a_search_dir_resumes_only_its_own_search(tmp_path):
     cfg = load_config(None, [f"output_dir={tmp_path}", "name=s", SPACE])
     _check_same_search(cfg, "local", overwrite=False)
     _check_same_search(cfg, "local", overwrite=False)  # the same search: resumes
-    changed = load_config(None, [f"output_dir={tmp_path}", "name=s", SPACE,
-                                 "tune.max_trials=99"])
+    more = load_config(None, [f"output_dir={tmp_path}", "name=s", SPACE, "tune.max_trials=99"])
+    _check_same_search(more, "local", overwrite=False)  # more trials: continues the search
+    changed = load_config(None, [f"output_dir={tmp_path}", "name=s", SPACE, "tune.tuner=grid"])
     with pytest.raises(ConfigError, match="holds a different search.*--overwrite"):
         _check_same_search(changed, "local", overwrite=False)
     _check_same_search(changed, "local", overwrite=True)
+    assert load_config(tmp_path / "s" / "search.yaml").tune.tuner == "grid"
 
 
 def test_oracles_sample_the_config_space_into_trial_configs(tmp_path):

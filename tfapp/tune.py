@@ -8,6 +8,7 @@ an interrupted search. See docs/tuning.md.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -15,22 +16,29 @@ from collections.abc import Sequence
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import cli
-from tfapp.config import ConfigError, ExperimentConfig, to_yaml
+from tfapp.config import ConfigError, ExperimentConfig, load_config, to_yaml
+
+
+def _same_but_max_trials(cfg: ExperimentConfig) -> str:
+    return to_yaml(dataclasses.replace(cfg, tune=dataclasses.replace(cfg.tune, max_trials=1)))
 
 
 def _check_same_search(cfg: ExperimentConfig, role: str, overwrite: bool) -> None:
-    """A search directory resumes only the search that made it (same config)."""
+    """A search directory resumes only the search that made it (same config; a larger
+    tune.max_trials is fine: it runs that many trials in all)."""
     search_dir = cfg.run_dir
     if overwrite and role != "worker":
         shutil.rmtree(search_dir, ignore_errors=True)
     stored = search_dir / "search.yaml"
     current = to_yaml(cfg)
     if stored.is_file():
-        if stored.read_text() != current:
+        if stored.read_text() == current:
+            return
+        if _same_but_max_trials(load_config(stored)) != _same_but_max_trials(cfg):
             raise ConfigError(f"{search_dir} holds a different search (its search.yaml differs "
-                              "from this config); pass --overwrite to start it again, or set "
-                              "name= for a new search")
-    elif role != "worker":
+                              "from this config in more than tune.max_trials); pass --overwrite "
+                              "to start it again, or set name= for a new search")
+    if role != "worker":
         search_dir.mkdir(parents=True, exist_ok=True)
         tmp = search_dir / f".search.yaml.{os.getpid()}"
         tmp.write_text(current)
