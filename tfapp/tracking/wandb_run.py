@@ -1,8 +1,8 @@
 """Weights & Biases tracking of one training run (``tracking.wandb``).
 
 The driver calls ``start`` before training and ``WandbRun.finish`` after the export; the
-``WandbLogger`` callback logs metrics per step (``train/*`` against ``train/step``, the
-optimizer step) and per epoch (``epoch/*`` against ``epoch/epoch``) into the active run.
+``WandbLogger`` callback logs metrics per step (``batch/*`` against ``optimizer_step``)
+and per epoch (``epoch/*`` against ``epoch``, validation included) into the active run.
 
 It never waits for a person: without an API key (``WANDB_API_KEY`` or a ``wandb login``
 netrc entry) an ``online`` request runs ``offline`` instead, the run lives in
@@ -125,10 +125,12 @@ def start(cfg: ExperimentConfig, run_dir: Path, is_chief: bool = True) -> WandbR
         log.warning("W&B online start failed (%s); logging offline instead", err)
         mode = "offline"
         run = wandb.init(mode=mode, **args)
-    run.define_metric("train/step")
-    run.define_metric("train/*", step_metric="train/step")
-    run.define_metric("epoch/epoch")
-    run.define_metric("epoch/*", step_metric="epoch/epoch")
+    # Own prefixes: "train/..." and "validation/..." are the TensorBoard runs that
+    # sync_tensorboard brings in (and a glob step metric would be stamped onto those too).
+    run.define_metric("optimizer_step")
+    run.define_metric("batch/*", step_metric="optimizer_step")
+    run.define_metric("epoch")
+    run.define_metric("epoch/*", step_metric="epoch")
     log.info("W&B %s run '%s' in %s", mode, cfg.name, Path(run.dir).parent)
     return WandbRun(run, mode)
 
@@ -153,10 +155,10 @@ class WandbLogger(tf.keras.callbacks.Callback):
         if run is None or step == self._last or step % self.every:
             return
         self._last = step
-        row = {f"train/{k}": float(v) for k, v in (logs or {}).items()
+        row = {f"batch/{k}": float(v) for k, v in (logs or {}).items()
                if isinstance(v, int | float) or getattr(v, "shape", None) == ()}
-        row["train/learning_rate"] = _learning_rate(self.model.optimizer)
-        row["train/step"] = step
+        row["batch/learning_rate"] = _learning_rate(self.model.optimizer)
+        row["optimizer_step"] = step
         run.log(row)
 
     def on_epoch_end(self, epoch, logs=None):
@@ -165,7 +167,7 @@ class WandbLogger(tf.keras.callbacks.Callback):
             return
         row = {f"epoch/{k}": float(v) for k, v in (logs or {}).items()
                if isinstance(v, int | float) or getattr(v, "shape", None) == ()}
-        row["epoch/epoch"] = epoch + 1
+        row["epoch"] = epoch + 1
         run.log(row)
 
 

@@ -1,0 +1,179 @@
+"""What a run leaves for TensorBoard (scalars, graph, HParams, confusion matrix) and for W&B
+(an offline run, read back from its own log file)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+from conftest import run_python, subprocess_env
+
+FAKE_KEY = "0123456789abcdef-not-a-real-wandb-key"
+
+
+@pytest.fixture(scope="module")
+def classifier_run(tmp_path_factory) -> Path:
+    """One tiny classifier run (2 epochs x 8 steps) tracked to W&B offline, with an API key
+    in the environment that must not leak anywhere."""
+    out = tmp_path_factory.mktemp("runs")
+    env = subprocess_env(WANDB_API_KEY=FAKE_KEY)
+    env.pop("WANDB_MODE", None)  # conftest disables W&B; here the config decides
+    proc = run_python(["-m", "tfapp.train", "--config", "configs/classifier_local.yaml",
+                       f"output_dir={out}", "name=tracked", "tracking.wandb.enabled=true",
+                       "tracking.wandb.mode=offline", "tracking.wandb.tags=[smoke,ci]"],
+                      env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = out / "tracked"
+    (run / "train_stdout.txt").write_text(proc.stdout + proc.stderr)
+    return run
+
+
+def _events(logdir: Path):
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    acc = ea.EventAccumulator(str(logdir), size_guidance={ea.TENSORS: 0, ea.IMAGES: 0})
+    acc.Reload()
+    return acc
+
+
+def _scalars(acc, tag: str) -> list[float]:
+    import tensorflow as tf
+
+    return [float(tf.make_ndarray(e.tensor_proto)) for e in acc.Tensors(tag)]
+
+
+def test_tensorboard_scalars_graph_hparams_and_confusion_matrix(classifier_run):
+    logs = classifier_run / "logs"
+    train, validation = _events(logs / "train"), _events(logs / "validation")
+    train_tags = train.Tags()["tensors"]
+    for tag in ("epoch_loss", "epoch_accuracy", "epoch_examples_per_second",
+                "epoch_step_time_ms"):
+        assert len(_scalars(train, tag)) == 2, (tag, train_tags)
+    assert "learning_rate" in train_tags or "epoch_learning_rate" in train_tags
+    assert all(v > 0 for v in _scalars(train, "epoch_examples_per_second"))
+    # examples/s and step time describe the same steps: batch 16 = eps * step time.
+    for eps, ms in zip(_scalars(train, "epoch_examples_per_second"),
+                       _scalars(train, "epoch_step_time_ms"), strict=True):
+        assert eps * ms / 1000.0 == pytest.approx(16, rel=1e-3)
+    assert len(_scalars(validation, "epoch_loss")) == 2
+    assert train.Graph() is not None and len(train.Graph().node) > 10  # the model graph
+
+    # HParams: one session in the logs root, holding the config's scalar values.
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    root = _events(logs)
+    (start,) = [e for e in root.Tensors("_hparams_/session_start_info")]
+    data = plugin_data_pb2.HParamsPluginData.FromString(
+        root.summary_metadata["_hparams_/session_start_info"].plugin_data.content)
+    hp = data.session_start_info.hparams
+    assert start is not None
+    assert hp["optimizer.learning_rate"].number_value == pytest.approx(1e-3)
+    assert hp["data.batch_size"].number_value == 16
+    assert hp["model.kind"].string_value == "bert" and hp["task"].string_value == "classifier"
+
+    # Confusion matrix: one image per epoch, decodable, also saved for the share report.
+    import tensorflow as tf
+
+    images = [e for e in validation.Tensors("confusion_matrix")]
+    assert [e.step for e in images] == [0, 1]
+    png = tf.make_ndarray(images[-1].tensor_proto)[2]  # [width, height, png bytes]
+    assert tf.image.decode_png(png).shape[-1] == 4
+    assert (classifier_run / "confusion_matrix.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _wandb_records(run_dir: Path) -> list:
+    """The records of an offline run's ``run-ID.wandb`` file: wandb's LevelDB-log format
+    (32 KiB blocks; 7-byte file header, 7-byte record headers, records split across
+    blocks as FIRST/MIDDLE/LAST), each a ``wandb_internal_pb2.Record``."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    (path,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    records, pos, block, parts = [], 7, 32768, b""
+    while pos + 7 <= len(data):
+        room = block - pos % block
+        if room < 7:  # a block's tail too short for a header is padding
+            pos += room
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0:
+            pos += room
+            continue
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        parts = chunk if kind in (1, 2) else parts + chunk
+        if kind in (1, 4):  # FULL or LAST: a whole record
+            records.append(pb.Record.FromString(parts))
+    return records
+
+
+def test_wandb_offline_run_holds_config_metrics_summary_and_model(classifier_run):
+    records = _wandb_records(classifier_run)
+    by_kind: dict[str, list] = {}
+    for r in records:
+        by_kind.setdefault(r.WhichOneof("record_type"), []).append(r)
+
+    (run,) = by_kind["run"]
+    assert run.run.display_name == classifier_run.name
+    assert list(run.run.tags) == ["smoke", "ci"]
+    config = {i.key: json.loads(i.value_json) for i in run.run.config.update}
+    assert config["optimizer"]["learning_rate"] == pytest.approx(1e-3)
+    assert config["task"] == "classifier"
+
+    history = [{i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                for i in r.history.item} for r in by_kind["history"]]
+    steps = [h for h in history if "batch/loss" in h]
+    assert [h["optimizer_step"] for h in steps] == list(range(1, 17))  # every step
+    assert all(h["batch/loss"] > 0 for h in steps)
+    lrs = [h["batch/learning_rate"] for h in steps]  # the linear schedule's decay
+    assert lrs[0] == pytest.approx(1e-3) and lrs == sorted(lrs, reverse=True) and lrs[-1] < 1e-4
+    epochs = [h for h in history if "epoch/loss" in h]
+    assert [h["epoch"] for h in epochs] == [1, 2]
+    assert all("epoch/val_loss" in h and "epoch/val_accuracy" in h for h in epochs)
+
+    summary = {}
+    for r in by_kind["summary"]:
+        summary.update({i.key or "/".join(i.nested_key): i.value_json
+                        for i in r.summary.update})
+    assert float(summary["val_accuracy"]) == pytest.approx(epochs[-1]["epoch/val_accuracy"])
+
+    (artifact,) = by_kind["artifact"]
+    assert artifact.artifact.type == "model"
+    assert artifact.artifact.name == f"{classifier_run.name}-model"
+    files = {e.path for e in artifact.artifact.manifest.contents}
+    assert "saved_model.pb" in files
+
+    printed = (classifier_run / "train_stdout.txt").read_text()
+    assert "W&B (offline):" in printed and "wandb sync" in printed
+
+
+def test_api_key_is_never_written(classifier_run):
+    leaks = [p for p in classifier_run.rglob("*") if p.is_file()
+             and FAKE_KEY.encode() in p.read_bytes()]
+    assert leaks == []
+
+
+def test_online_without_a_key_runs_offline_and_never_prompts(tmp_path, monkeypatch):
+    from tfapp.config import load_config
+    from tfapp.tracking import wandb_run
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = load_config(None, ["tracking.wandb.enabled=true", "tracking.wandb.mode=online",
+                             f"output_dir={tmp_path}", "name=nokey"])
+    assert not wandb_run.has_api_key()
+    tracker = wandb_run.start(cfg, tmp_path / "nokey")
+    try:
+        assert tracker is not None and tracker.mode == "offline"
+        assert tracker.directory.name.startswith("offline-run-")
+    finally:
+        lines = tracker.finish() if tracker else []
+    assert "wandb sync" in lines[0]
+
+    off = load_config(None, ["tracking.wandb.enabled=true", "tracking.wandb.mode=disabled"])
+    assert wandb_run.start(off, tmp_path) is None
+    assert wandb_run.start(cfg, tmp_path, is_chief=False) is None
