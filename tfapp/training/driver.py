@@ -182,10 +182,12 @@ def train(cfg: ExperimentConfig) -> TrainResult:
         nan_stop = callbacks[0]
         if nan_stop.bad_batch is not None:
             raise ConfigError(
-                f"training stopped: the loss became NaN/inf at epoch "
-                f"{len(history.history.get('loss', []))} batch {nan_stop.bad_batch}; lower "
-                "optimizer.learning_rate or set optimizer.clipnorm; checkpoints from earlier "
-                f"epochs are kept in {cb_paths['checkpoints']}")
+                f"training stopped: the loss became NaN/inf near optimizer step "
+                f"{int(model.optimizer.iterations)} (epoch "
+                f"{len(history.history.get('loss', []))} batch {nan_stop.bad_batch}); lower "
+                "optimizer.learning_rate (python -m tfapp.lr_find suggests one) or set "
+                "optimizer.clipnorm; checkpoints from earlier evaluations are kept in "
+                f"{cb_paths['checkpoints']}")
         finished = task.finish(model, inputs)
     except BaseException as err:
         state = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
