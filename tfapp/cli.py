@@ -30,6 +30,8 @@ COMMANDS = {
     "generate": "tfapp.generate",
     "hub": "tfapp.hub.__main__",
     "data_service": "tfapp.data_service",
+    "profile": "tfapp.profile",
+    "share": "tfapp.share",
 }
 
 

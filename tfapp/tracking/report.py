@@ -1,0 +1,297 @@
+"""One self-contained HTML report of one or more runs (what tensorboard.dev used to share).
+
+Everything is inline: charts are SVG drawn here, images are data: URIs, there is no script
+and no request to any other host, so the file opens from disk, from an e-mail attachment
+or from a CI artifact. Per run: summary (status, final metrics, validation report), the
+resolved config, metric curves (train vs validation per epoch, examples/s), the confusion
+matrix, generator samples and the profile summary; with several runs (or a tuner search
+directory) a comparison table and overlaid curves come first.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tfapp.config import ConfigError
+
+log = logging.getLogger("tfapp")
+
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
+          "#17becf", "#7f7f7f", "#bcbd22")
+
+
+@dataclass
+class RunData:
+    """What the report shows of one run directory."""
+
+    path: Path
+    name: str
+    params: str = ""
+    status: dict = field(default_factory=dict)
+    # run ("train"/"validation") -> tag (without "epoch_") -> [(step, value)]
+    scalars: dict[str, dict[str, list[tuple[int, float]]]] = field(default_factory=dict)
+    samples: list[tuple[int, str]] = field(default_factory=list)
+    report: dict | None = None
+    confusion_png: bytes | None = None
+    profile: str = ""
+    wandb: str = ""
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        return {k: float(v) for k, v in (self.status.get("metrics") or {}).items()
+                if isinstance(v, int | float)}
+
+
+def find_runs(paths: list[str | Path]) -> list[Path]:
+    """Run directories (folders holding params.yaml) at or under each path, in order."""
+    runs: list[Path] = []
+    for p in map(Path, paths):
+        if not p.is_dir():
+            raise ConfigError(f"'{p}' is not a directory; give run directories "
+                              "(output_dir/name) or a tuner search directory")
+        found = [p] if (p / "params.yaml").is_file() else sorted(
+            q.parent for q in p.rglob("params.yaml") if ".workers" not in q.parts)
+        if not found:
+            raise ConfigError(f"'{p}' holds no tfapp run (no params.yaml at or under it)")
+        runs += [r for r in found if r not in runs]
+    return runs
+
+
+def _label(run: Path, runs: list[Path]) -> str:
+    """Shortest distinguishing name: the folder, with its parent for tuner trials."""
+    names = [r.name for r in runs]
+    return run.name if names.count(run.name) == 1 else f"{run.parent.name}/{run.name}"
+
+
+def load_run(run: Path, label: str, with_profile: bool = True) -> RunData:
+    data = RunData(path=run, name=label, params=(run / "params.yaml").read_text())
+    if (run / "status.json").is_file():
+        data.status = json.loads((run / "status.json").read_text())
+    if (run / "validation_report.json").is_file():
+        data.report = json.loads((run / "validation_report.json").read_text())
+    if (run / "confusion_matrix.png").is_file():
+        data.confusion_png = (run / "confusion_matrix.png").read_bytes()
+    logs = run / "logs"
+    if logs.is_dir():
+        data.scalars, data.samples = _read_events(logs)
+    if with_profile:
+        data.profile = _profile_text(run)
+    offline = sorted(run.glob("wandb/offline-run-*"))
+    if offline:
+        data.wandb = f"offline W&B run; upload with: wandb sync {offline[-1]}"
+    return data
+
+
+def _read_events(logs: Path):
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    from tensorboard.util import tensor_util
+
+    logging.getLogger("tensorboard").setLevel(logging.WARNING)  # per-file watcher lines
+    scalars: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    samples: list[tuple[int, str]] = []
+    for sub in ("train", "validation", "samples"):
+        if not (logs / sub).is_dir():
+            continue
+        acc = ea.EventAccumulator(str(logs / sub), size_guidance={ea.TENSORS: 0})
+        acc.Reload()
+        for tag in acc.Tags().get("tensors", []):
+            events = acc.Tensors(tag)
+            if tag == "generated_text":
+                samples = [(e.step, _text(tensor_util.make_ndarray(e.tensor_proto)))
+                           for e in events]
+            elif tag.startswith("epoch_"):
+                values = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto)))
+                          for e in events]
+                scalars.setdefault(sub, {})[tag.removeprefix("epoch_")] = values
+    return scalars, samples
+
+
+def _text(value) -> str:
+    item = value.reshape(-1)[0] if getattr(value, "shape", ()) else value
+    return item.decode("utf-8") if isinstance(item, bytes) else str(item)
+
+
+def _profile_text(run: Path) -> str:
+    from tfapp.tracking import profiler
+
+    sessions = profiler.find_sessions(run)
+    if not sessions:
+        return ""
+    try:
+        return profiler.format_summary(profiler.summarize(sessions[-1], top=8))
+    except ConfigError as err:  # an unreadable capture must not sink the whole report
+        return f"(profile capture {sessions[-1]} could not be read: {err})"
+
+
+# --------------------------------------------------------------------------- SVG charts
+
+
+def svg_chart(title: str, series: list[tuple[str, list[tuple[int, float]]]],
+              xlabel: str = "epoch", width: int = 420, height: int = 260) -> str:
+    """A line chart as inline SVG: one polyline (with markers) per named series."""
+    series = [(n, pts) for n, pts in series if pts]
+    if not series:
+        return ""
+    xs = [x for _, pts in series for x, _ in pts]
+    ys = [y for _, pts in series for _, y in pts]
+    x0, x1 = min(xs), max(xs)
+    y0, y1 = min(ys), max(ys)
+    if x1 == x0:
+        x0, x1 = x0 - 1, x1 + 1
+    pad = (y1 - y0) * 0.08 or abs(y1) * 0.1 or 1.0
+    y0, y1 = y0 - pad, y1 + pad
+    left, right, top, bottom = 58, 12, 26, 40
+    pw, ph = width - left - right, height - top - bottom
+
+    def px(x: float) -> float:
+        return left + (x - x0) / (x1 - x0) * pw
+
+    def py(y: float) -> float:
+        return top + (1 - (y - y0) / (y1 - y0)) * ph
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" '
+           f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
+           f'aria-label="{html.escape(title)}">',
+           f'<text x="{width / 2}" y="16" text-anchor="middle" class="title">'
+           f'{html.escape(title)}</text>',
+           f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" class="plot"/>']
+    for i in range(5):  # y grid and labels
+        yv = y0 + (y1 - y0) * i / 4
+        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{py(yv):.1f}" y2="{py(yv):.1f}" '
+                   'class="grid"/>')
+        out.append(f'<text x="{left - 6}" y="{py(yv) + 4:.1f}" text-anchor="end">'
+                   f'{yv:.4g}</text>')
+    ticks = sorted(set(xs)) if len(set(xs)) <= 10 else \
+        [x0 + (x1 - x0) * i / 5 for i in range(6)]
+    for xv in ticks:
+        out.append(f'<text x="{px(xv):.1f}" y="{top + ph + 16}" text-anchor="middle">'
+                   f'{xv:.4g}</text>')
+    out.append(f'<text x="{left + pw / 2}" y="{height - 4}" text-anchor="middle">'
+               f'{html.escape(xlabel)}</text>')
+    for k, (name, pts) in enumerate(series):
+        color = COLORS[k % len(COLORS)]
+        coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
+        out.append(f'<polyline points="{coords}" fill="none" stroke="{color}" '
+                   'stroke-width="2"/>')
+        out += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color}">'
+                f'<title>{html.escape(name)}: {y:.5g} at {x}</title></circle>' for x, y in pts]
+        out.append(f'<text x="{left + 8}" y="{top + 14 + 14 * k}" fill="{color}" '
+                   f'class="legend">{html.escape(name)}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _epoch_axis(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """Keras writes epoch scalars at step = epoch index; show epochs from 1."""
+    return [(s + 1, v) for s, v in points]
+
+
+def run_charts(run: RunData) -> list[str]:
+    train, val = run.scalars.get("train", {}), run.scalars.get("validation", {})
+    charts = []
+    for tag in sorted(set(train) | set(val)):
+        if tag in ("examples_per_second", "step_time_ms", "learning_rate", "steps_per_second"):
+            continue
+        charts.append(svg_chart(tag, [("train", _epoch_axis(train.get(tag, []))),
+                                      ("validation", _epoch_axis(val.get(tag, [])))]))
+    for tag in ("examples_per_second", "learning_rate"):
+        if tag in train:
+            charts.append(svg_chart(tag.replace("_", " "), [("train",
+                                                              _epoch_axis(train[tag]))]))
+    return [c for c in charts if c]
+
+
+def comparison_charts(runs: list[RunData]) -> list[str]:
+    """Validation curves (else train) of every run, one chart per metric."""
+    tags = sorted({t for r in runs for t in r.scalars.get("validation", {})})
+    charts = [svg_chart(f"validation {tag}",
+                        [(r.name, _epoch_axis(r.scalars.get("validation", {}).get(tag, [])))
+                         for r in runs]) for tag in tags]
+    return [c for c in charts if c]
+
+
+# --------------------------------------------------------------------------- HTML
+
+CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1180px;color:#222}
+h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;
+margin-top:32px}h3{font-size:15px}table{border-collapse:collapse;margin:8px 0}
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}th{background:#f5f5f5}
+td:first-child,th:first-child{text-align:left}pre{background:#f7f7f7;padding:8px;
+overflow:auto;font-size:12px}.charts{display:flex;flex-wrap:wrap;gap:10px}
+svg.chart{background:#fff;border:1px solid #e3e3e3}svg .plot{fill:#fcfcfc;stroke:#bbb}
+svg .grid{stroke:#eee}svg text{font-size:11px;fill:#444}svg .title{font-size:13px;
+font-weight:600}svg .legend{font-size:12px;font-weight:600}.muted{color:#777}
+"""
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    def cell(v: Any) -> str:
+        return f"{v:.4f}" if isinstance(v, float) else html.escape(str(v))
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>"
+                   for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def render(runs: list[RunData], title: str = "tfapp runs") -> str:
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
+             f"</title><style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
+    if len(runs) > 1:
+        keys = sorted({k for r in runs for k in r.metrics})
+        parts.append("<h2>Comparison</h2>")
+        parts.append(_table(["run", "state"] + keys,
+                            [[r.name, r.status.get("state", "?")]
+                             + [r.metrics.get(k, "") for k in keys] for r in runs]))
+        parts.append('<div class="charts">' + "".join(comparison_charts(runs)) + "</div>")
+    for r in runs:
+        parts.append(f"<h2 id='{html.escape(r.name)}'>{html.escape(r.name)}</h2>")
+        parts.append(f"<p class='muted'>{html.escape(str(r.path))} &middot; state "
+                     f"{html.escape(str(r.status.get('state', '?')))} &middot; "
+                     f"{html.escape(str(r.status.get('time', '')))}</p>")
+        if r.wandb:
+            parts.append(f"<p class='muted'>{html.escape(r.wandb)}</p>")
+        if r.metrics:
+            parts.append(_table(["metric", "final"], [[k, v] for k, v in r.metrics.items()]))
+        charts = run_charts(r)
+        if charts:
+            parts.append("<h3>Curves</h3><div class='charts'>" + "".join(charts) + "</div>")
+        if r.report:
+            per_class = r.report.get("per_class", {})
+            parts.append("<h3>Validation report</h3>" + _table(
+                ["class", "precision", "recall", "f1", "support"],
+                [[c, m["precision"], m["recall"], m["f1"], m["support"]]
+                 for c, m in per_class.items()]))
+        if r.confusion_png:
+            data = base64.b64encode(r.confusion_png).decode()
+            parts.append("<h3>Confusion matrix (validation)</h3>"
+                         f"<img alt='confusion matrix' src='data:image/png;base64,{data}'>")
+        if r.samples:
+            step, text = r.samples[-1]
+            parts.append(f"<h3>Generated samples (epoch {step})</h3>"
+                         f"<pre>{html.escape(text)}</pre>")
+        if r.profile:
+            parts.append(f"<h3>Profile</h3><pre>{html.escape(r.profile)}</pre>")
+        parts.append(f"<details><summary>config (params.yaml)</summary><pre>"
+                     f"{html.escape(r.params)}</pre></details>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(paths: list[str | Path], out: str | Path, with_profile: bool = True) -> Path:
+    """Build the report of the runs at/under ``paths`` into ``out`` (written atomically)."""
+    runs = find_runs(paths)
+    data = [load_run(r, _label(r, runs), with_profile) for r in runs]
+    title = "tfapp: " + ", ".join(d.name for d in data[:4]) + (" ..." if len(data) > 4 else "")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(render(data, title), encoding="utf-8")
+    tmp.replace(out)
+    return out
