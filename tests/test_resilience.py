@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import signal
 import subprocess
@@ -111,3 +112,73 @@ def test_sigkill_then_sigterm_then_resume_matches_an_uninterrupted_run(tmp_path)
     # final validation metrics agree within 0.05 loss and 0.1 accuracy (measured: <0.02).
     assert abs(float(got[-1]["val_loss"]) - float(ref[-1]["val_loss"])) < 0.05
     assert abs(float(got[-1]["val_accuracy"]) - float(ref[-1]["val_accuracy"])) < 0.1
+
+
+SHORT = ["trainer.epochs=4", "trainer.steps_per_epoch=10"]  # two workers: keep it short
+
+
+def _launch(out: Path, *extra: str, service: int = 0) -> subprocess.Popen:
+    args = [sys.executable, "scripts/launch_local_multi_worker.py", "--workers", "2",
+            "--grace", "90", "--timeout", "400"]
+    if service:
+        args += ["--data-service", str(service)]
+    return subprocess.Popen([*args, "--", *DETERMINISTIC, f"output_dir={out}", *extra],
+                            cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _worker_pids(proc: subprocess.Popen, lines: list[str]) -> list[int]:
+    while sum("[launcher] worker " in ln and ": pid " in ln for ln in lines) < 2:
+        lines.append(proc.stdout.readline())
+    return [int(re.search(r"pid (\d+)", ln).group(1)) for ln in lines if ": pid " in ln]
+
+
+@pytest.mark.slow
+def test_multi_worker_with_data_service_stops_together_on_sigterm_then_resumes(tmp_path):
+    """The launcher runs two workers fed by a two-worker tf.data service. SIGTERM to one
+    worker stops both at the same step with a backup (exit 143); the same command then
+    resumes and finishes, the chief alone writing the run directory."""
+    run = tmp_path / "classifier_local"
+    lines: list[str] = []
+    first = _launch(tmp_path, *SHORT, service=2)
+    pids = _worker_pids(first, lines)
+    _wait_for((run / "backup" / "chief" / "checkpoint").exists, first, 300, "first backup")
+    os.kill(pids[1], signal.SIGTERM)  # only worker 1: the workers agree to stop together
+    out = "".join(lines) + first.communicate(timeout=180)[0]
+    assert first.returncode == 143, out[-4000:]
+    assert "worker exit codes [143, 143]" in out
+    assert "data.service.address=grpc://127.0.0.1:" in out
+    assert "strategy=multi_worker replicas=2" in out
+    assert _status(run)["state"] == "interrupted"
+
+    second = _launch(tmp_path, *SHORT, service=2)
+    out = second.communicate(timeout=400)[0]
+    assert second.returncode == 0, out[-4000:]
+    resumed = {m.group(1) for m in re.finditer(r"\[worker (\d)\] .*resuming from the backup", out)}
+    assert resumed == {"0", "1"}, out[-4000:]
+    assert _status(run)["state"] == "finished"
+    assert (run / "export" / "saved_model.pb").exists() and not (run / "backup").exists()
+    assert not (tmp_path / ".workers").exists()  # worker 1 wrote only scratch, then removed it
+
+
+@pytest.mark.slow
+def test_a_dead_worker_stops_the_other_with_one_clear_line(tmp_path):
+    lines: list[str] = []
+    proc = _launch(tmp_path, "trainer.epochs=50", "trainer.steps_per_epoch=10")
+    pids = _worker_pids(proc, lines)
+
+    def training() -> bool:
+        lines.append(proc.stdout.readline())
+        return lines[-1].startswith("[worker 0] Epoch 1/")
+    _wait_for(training, proc, 300, "training start")
+    os.kill(pids[1], signal.SIGKILL)
+    killed = time.time()
+    out = "".join(lines) + proc.communicate(timeout=180)[0]
+    took = time.time() - killed
+    assert proc.returncode == 75, out[-4000:]
+    assert "worker exit codes [75, -9]" in out
+    errors = [ln for ln in out.splitlines() if ln.startswith("[worker 0] tfapp: error:")]
+    assert len(errors) == 1 and "worker 1 (127.0.0.1:" in errors[0], out[-4000:]
+    assert "Traceback" not in out
+    assert took < 60  # measured: a few seconds (the socket closes); heartbeats bound a hang
+    assert _status(tmp_path / "classifier_local")["state"] == "failed"

@@ -94,6 +94,11 @@ def run_main(body: Callable[[], int | None]) -> int:
     except KeyboardInterrupt as err:  # Ctrl-C (130), or SIGTERM after a backup (Preempted)
         print(f"tfapp: interrupted{': ' + str(err) if str(err) else ''}", file=sys.stderr)
         return getattr(err, "exit_code", 130)
+    except Exception as err:  # errors that carry an exit code (e.g. WorkerLost) are one line
+        if not isinstance(getattr(err, "exit_code", None), int):
+            raise
+        print(f"tfapp: error: {err}", file=sys.stderr)
+        return err.exit_code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -31,8 +31,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(to_yaml(cfg), end="")
             return 0
         from tfapp.training.driver import train  # TensorFlow loads only past config checks
+        from tfapp.training.faults import worker_loss_explained
 
-        result = train(cfg)
+        with worker_loss_explained():  # a lost peer: one line and exit 75, not a traceback
+            result = train(cfg)
         print(result.summary())
         return 0
 

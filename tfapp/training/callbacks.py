@@ -57,7 +57,9 @@ def standard_callbacks(cfg: ExperimentConfig, run_dir: Path, *, monitor: str,
     """
     t = cfg.trainer
     paths = {"logs": run_dir / "logs", "checkpoints": run_dir / "checkpoints",
-             "backup": run_dir / "backup", "history": run_dir / "history.csv"}
+             # Every worker restores from the chief's backup (Keras points non-chiefs' writes
+             # at temporary subfolders), so it is the run directory's, not a worker scratch's.
+             "backup": Path(cfg.run_dir) / "backup", "history": run_dir / "history.csv"}
     cbs: list[tf.keras.callbacks.Callback] = [
         NonFiniteLossStop(),
         # Epoch-end backups + save-and-stop on SIGTERM; a rerun resumes (epoch, step).

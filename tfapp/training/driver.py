@@ -197,8 +197,8 @@ def train(cfg: ExperimentConfig) -> TrainResult:
         raise
 
     # BackupAndRestore deletes its checkpoint after a finished fit but leaves the folder.
-    if cb_paths["backup"].is_dir() and not any(cb_paths["backup"].iterdir()):
-        cb_paths["backup"].rmdir()
+    if rt.is_chief and cb_paths["backup"].is_dir() and not any(cb_paths["backup"].iterdir()):
+        cb_paths["backup"].rmdir()  # (the folder is shared by all workers: the chief's)
     paths.update({k: v for k, v in cb_paths.items() if k != "backup" and Path(v).exists()})
     curves = plot_curves(cb_paths["history"], run_dir / "curves.png")
     if curves:
