@@ -1,10 +1,13 @@
-"""What a run leaves for TensorBoard (scalars, graph, HParams, confusion matrix) and for W&B
-(an offline run, read back from its own log file)."""
+"""What a run leaves for TensorBoard (scalars, graph, HParams, confusion matrix), for W&B
+(an offline run, read back from its own log file) and the share report built from both."""
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import struct
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,7 +25,8 @@ def classifier_run(tmp_path_factory) -> Path:
     env.pop("WANDB_MODE", None)  # conftest disables W&B; here the config decides
     proc = run_python(["-m", "tfapp.train", "--config", "configs/classifier_local.yaml",
                        f"output_dir={out}", "name=tracked", "tracking.wandb.enabled=true",
-                       "tracking.wandb.mode=offline", "tracking.wandb.tags=[smoke,ci]"],
+                       "tracking.wandb.mode=offline", "tracking.wandb.tags=[smoke,ci]",
+                       "trainer.profile_steps=2,6"],
                       env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = out / "tracked"
@@ -177,3 +181,47 @@ def test_online_without_a_key_runs_offline_and_never_prompts(tmp_path, monkeypat
     off = load_config(None, ["tracking.wandb.enabled=true", "tracking.wandb.mode=disabled"])
     assert wandb_run.start(off, tmp_path) is None
     assert wandb_run.start(cfg, tmp_path, is_chief=False) is None
+
+
+def test_share_report_is_self_contained_and_renders(classifier_run, tmp_path):
+    """Two runs (the tracked one and a copy) -> one HTML file: comparison, curves, confusion
+    matrix, profile summary, configs; nothing fetched from anywhere; a headless Chromium
+    draws it (a screenshot with the charts' colours in it)."""
+    other = tmp_path / "copy_of_run"
+    shutil.copytree(classifier_run, other)
+    out = tmp_path / "report.html"
+    env = subprocess_env()
+    env.pop("WANDB_API_KEY", None)
+    proc = run_python(["-m", "tfapp.share", str(classifier_run), str(other), "--out", str(out)],
+                      env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (offline,) = classifier_run.glob("wandb/offline-run-*")
+    assert f"upload with: wandb sync {offline}" in proc.stdout  # no key: the exact command
+    assert f"report (2 runs): {out}" in proc.stdout
+
+    page = out.read_text()
+    # Self-contained: no scripts, no external stylesheets/images, no URL but SVG's namespace.
+    assert "<script" not in page and "<link" not in page
+    assert set(re.findall(r"https?://[^\s\"'<>]+", page)) <= {"http://www.w3.org/2000/svg"}
+    assert all(src.startswith("data:") for src in re.findall(r"src='([^']*)'", page))
+    assert "<h2>Comparison</h2>" in page and page.count("<svg") >= 8
+    assert page.count("data:image/png;base64,") == 2  # each run's confusion matrix
+    assert "waiting on input:" in page and "top ops by self time" in page
+    assert "learning_rate: 0.001" in page  # the resolved config
+    assert FAKE_KEY not in page
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium here (apt-get install chromium) for the rendering check")
+    shot = tmp_path / "shot.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                    "--disable-dev-shm-usage", "--window-size=1200,1400",
+                    f"--screenshot={shot}", out.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3)
+    assert len(np.unique(pixels, axis=0)) > 50  # text, tables, charts -- not a blank page
+    for colour in ((0x1F, 0x77, 0xB4), (0xD6, 0x27, 0x28)):  # the two runs' curves
+        assert (pixels == colour).all(axis=1).sum() > 200

@@ -135,18 +135,20 @@ def _profile_text(run: Path) -> str:
 def svg_chart(title: str, series: list[tuple[str, list[tuple[int, float]]]],
               xlabel: str = "epoch", width: int = 420, height: int = 260) -> str:
     """A line chart as inline SVG: one polyline (with markers) per named series."""
-    series = [(n, pts) for n, pts in series if pts]
-    if not series:
+    # Colours follow the position in ``series`` (the same run keeps its colour in every
+    # chart); empty series are skipped.
+    series_k = [(k, n, pts) for k, (n, pts) in enumerate(series) if pts]
+    if not series_k:
         return ""
-    xs = [x for _, pts in series for x, _ in pts]
-    ys = [y for _, pts in series for _, y in pts]
+    xs = [x for _, _, pts in series_k for x, _ in pts]
+    ys = [y for _, _, pts in series_k for _, y in pts]
     x0, x1 = min(xs), max(xs)
     y0, y1 = min(ys), max(ys)
     if x1 == x0:
         x0, x1 = x0 - 1, x1 + 1
     pad = (y1 - y0) * 0.08 or abs(y1) * 0.1 or 1.0
     y0, y1 = y0 - pad, y1 + pad
-    left, right, top, bottom = 58, 12, 26, 40
+    left, right, top, bottom = 66, 12, 26, 40
     pw, ph = width - left - right, height - top - bottom
 
     def px(x: float) -> float:
@@ -174,14 +176,14 @@ def svg_chart(title: str, series: list[tuple[str, list[tuple[int, float]]]],
                    f'{xv:.4g}</text>')
     out.append(f'<text x="{left + pw / 2}" y="{height - 4}" text-anchor="middle">'
                f'{html.escape(xlabel)}</text>')
-    for k, (name, pts) in enumerate(series):
+    for row, (k, name, pts) in enumerate(series_k):
         color = COLORS[k % len(COLORS)]
         coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
         out.append(f'<polyline points="{coords}" fill="none" stroke="{color}" '
                    'stroke-width="2"/>')
         out += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color}">'
                 f'<title>{html.escape(name)}: {y:.5g} at {x}</title></circle>' for x, y in pts]
-        out.append(f'<text x="{left + 8}" y="{top + 14 + 14 * k}" fill="{color}" '
+        out.append(f'<text x="{left + 8}" y="{top + 14 + 14 * row}" style="fill:{color}" '
                    f'class="legend">{html.escape(name)}</text>')
     out.append("</svg>")
     return "\n".join(out)
@@ -246,9 +248,10 @@ def render(runs: list[RunData], title: str = "tfapp runs") -> str:
     if len(runs) > 1:
         keys = sorted({k for r in runs for k in r.metrics})
         parts.append("<h2>Comparison</h2>")
-        parts.append(_table(["run", "state"] + keys,
-                            [[r.name, r.status.get("state", "?")]
-                             + [r.metrics.get(k, "") for k in keys] for r in runs]))
+        parts.append("<div style='overflow-x:auto'>" + _table(
+            ["run", "state"] + keys, [[r.name, r.status.get("state", "?")]
+                                      + [r.metrics.get(k, "") for k in keys] for r in runs])
+            + "</div>")
         parts.append('<div class="charts">' + "".join(comparison_charts(runs)) + "</div>")
     for r in runs:
         parts.append(f"<h2 id='{html.escape(r.name)}'>{html.escape(r.name)}</h2>")
