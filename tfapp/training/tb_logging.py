@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -179,8 +181,19 @@ def plot_confusion_matrix(matrix: np.ndarray, label_names: list[str], title: str
     return buf.getvalue()
 
 
+def _task_offset() -> int:
+    """0 for the chief (or a single process), else this worker's position after it, so
+    several workers on one host do not compete for one port."""
+    task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+    cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+    if task.get("type") == "worker":
+        return int(task.get("index", 0)) + (1 if "chief" in cluster else 0)
+    return 0
+
+
 class ProfilerServer(tf.keras.callbacks.Callback):
-    """Starts TensorFlow's profiler server when training begins (once per process).
+    """Starts TensorFlow's profiler server when training begins (once per process); in a
+    multi-worker job, worker ``i`` listens on ``port + i`` (the chief on ``port``).
 
     TensorFlow offers no bind address: the server listens on every interface
     (``[::]:port``); keep the port closed to other hosts (firewall) on shared machines.
@@ -190,7 +203,7 @@ class ProfilerServer(tf.keras.callbacks.Callback):
 
     def __init__(self, port: int):
         super().__init__()
-        self.port = port
+        self.port = port + _task_offset()
 
     def on_train_begin(self, logs=None):
         if self.port in ProfilerServer._started:
