@@ -36,10 +36,12 @@ def collect(oracle: kt.Oracle, search_dir: Path) -> list[dict[str, Any]]:
 
 def format_table(rows: list[dict[str, Any]], objective: kt.Objective, top: int = 10) -> str:
     keys = sorted({k for r in rows for k in r["values"]})
-    header = ["trial", "status", f"{objective.name} ({objective.direction})", *keys, "seconds"]
-    body = [[r["trial"], r["status"], _cell(r["objective"]), *(_cell(r["values"].get(k))
-                                                               for k in keys),
-             _cell(r["seconds"])] for r in rows[:top]]
+    epochs = any(r["epochs"] for r in rows)  # hyperband: epochs differ between trials
+    header = ["trial", "status", f"{objective.name} ({objective.direction})", *keys,
+              *(["epochs"] if epochs else []), "seconds"]
+    body = [[r["trial"], r["status"], _cell(r["objective"]),
+             *(_cell(r["values"].get(k)) for k in keys),
+             *([_cell(r["epochs"])] if epochs else []), _cell(r["seconds"])] for r in rows[:top]]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *body, strict=True)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)).rstrip()
              for line in [header, *body]]
@@ -53,10 +55,10 @@ def write_results(rows: list[dict[str, Any]], objective: kt.Objective,
     csv_path, json_path = search_dir / "results.csv", search_dir / "results.json"
     with _atomic(csv_path) as fh:
         writer = csv.writer(fh)
-        writer.writerow(["trial", "status", objective.name, *keys, "seconds"])
+        writer.writerow(["trial", "status", objective.name, *keys, "epochs", "seconds"])
         for r in rows:
             writer.writerow([r["trial"], r["status"], r["objective"],
-                             *(r["values"].get(k) for k in keys), r["seconds"]])
+                             *(r["values"].get(k) for k in keys), r["epochs"], r["seconds"]])
     with _atomic(json_path) as fh:
         json.dump({"objective": objective.name, "direction": objective.direction,
                    "trials": rows}, fh, indent=1, default=str)
