@@ -29,6 +29,7 @@ COMMANDS = {
     "evaluate": "tfapp.evaluate",
     "generate": "tfapp.generate",
     "hub": "tfapp.hub.__main__",
+    "pretrain": "tfapp.pretrain",
     "data_service": "tfapp.data_service",
     "profile": "tfapp.profile",
     "share": "tfapp.share",
