@@ -182,3 +182,24 @@ def test_a_dead_worker_stops_the_other_with_one_clear_line(tmp_path):
     assert "Traceback" not in out
     assert took < 60  # measured: a few seconds (the socket closes); heartbeats bound a hang
     assert _status(tmp_path / "classifier_local")["state"] == "failed"
+
+
+@pytest.mark.slow
+def test_classifier_trains_under_mirrored_over_four_logical_cpus(tmp_path):
+    """The BERT classifier end to end through the driver with 4 replicas and
+    steps_per_execution=4 (the 2-replica case is in test_models_classifier)."""
+    out = tmp_path / "w.npz"
+    proc = subprocess.run(
+        [sys.executable, "tests/workers/classifier_fit.py", str(out),
+         "runtime.strategy=mirrored", "runtime.cpu_devices=4", f"output_dir={tmp_path}",
+         "data.seq_length=32", "data.batch_size=8", "trainer.epochs=3",
+         "trainer.steps_per_epoch=8", "trainer.steps_per_execution=4",
+         "optimizer.learning_rate=5e-3", "tracking.tensorboard=false", "trainer.export=false"],
+        cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import numpy as np
+
+    result = np.load(out)
+    assert int(result["replicas"]) == 4
+    assert result["losses"][-1] < result["losses"][0]
+    assert _status(tmp_path / "classifier")["state"] == "finished"
