@@ -160,6 +160,10 @@ def test_pretrain_one_line_errors(tiny_module, tmp_path, capsys):
                                                           "--seq-length", "100")
     assert "corpus file not found" in error("--hub", str(hub_dir), "--corpus",
                                             str(tmp_path / "nope.txt"))
+    # An override right after the corpus files is an override, not a corpus file.
+    assert "optimizer.learning_rate" in error("--hub", str(hub_dir), "--corpus",
+                                              str(root / "corpus.txt"),
+                                              "optimizer.learning_rate=-1")
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +28,7 @@ _D = MlmParams()
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m tfapp.pretrain",
-        description="Continue masked-LM pretraining (15%% of tokens chosen, 80/10/10 "
+        description="Continue masked-LM pretraining (15% of tokens chosen, 80/10/10 "
                     "[MASK]/random/kept, optional whole-word masking) of a BERT Hub module on "
                     "a text corpus, inside the resolved distribution strategy, and export the "
                     "adapted encoder as a new TF-Hub module pair. TensorBoard: mlm_loss, "
@@ -66,8 +67,17 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+_OVERRIDE = re.compile(r"^[a-z_]+\.[a-z_.]+=")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # `--corpus a.txt runtime.strategy=mirrored`: nargs="+" swallows the trailing overrides;
+    # hand back those that look like key=value and are not files.
+    for item in list(args.corpus):
+        if _OVERRIDE.match(item) and not Path(item).exists():
+            args.corpus.remove(item)
+            args.overrides.append(item)
     cli.setup_logging(args.verbose)
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
 
