@@ -29,6 +29,10 @@ def _write_csv(path: Path, rows: list[dict]) -> Path:
 def data_dir(tmp_path_factory) -> Path:
     with (REPO / "tfapp/demo/reviews_train.csv").open() as fh:
         rows = list(csv.DictReader(fh))[:N_TRAIN + N_VAL]
+    # Each review ends with words that give its label away, so the loss falls clearly
+    # within the few steps of an LR range test (on the plain reviews it stays near chance).
+    for row in rows:
+        row["text"] += " great great" if row["label"] == "positive" else " awful awful"
     d = tmp_path_factory.mktemp("data")
     _write_csv(d / "train.csv", rows[:N_TRAIN])
     _write_csv(d / "val.csv", rows[N_TRAIN:])
@@ -105,7 +109,7 @@ def test_learning_rate_is_a_float_or_auto(tmp_path):
 @pytest.fixture(scope="module")
 def step_run(data_dir, tmp_path_factory):
     """max_steps=6, evaluation every 3 steps, accumulation 2, steps_per_execution 4, and
-    optimizer.learning_rate=auto (an 8-step LR range test first)."""
+    optimizer.learning_rate=auto (a 16-step LR range test first)."""
     from tfapp.training.driver import train
 
     out = tmp_path_factory.mktemp("runs")
@@ -113,7 +117,7 @@ def step_run(data_dir, tmp_path_factory):
         data_dir, out, "name=steps", "trainer.max_steps=6", "trainer.eval_every_steps=3",
         "trainer.log_every_steps=2", "trainer.gradient_accumulation_steps=2",
         "trainer.steps_per_execution=4", "optimizer.learning_rate=auto",
-        "optimizer.lr_find_steps=8", "optimizer.lr_find_min=1e-4", "optimizer.lr_find_max=1",
+        "optimizer.lr_find_steps=16", "optimizer.lr_find_min=1e-3", "optimizer.lr_find_max=1",
         "optimizer.warmup_ratio=0.5"))
     return train(cfg)
 
@@ -188,12 +192,23 @@ def test_lr_finder_suggests_inside_the_range_and_restores_weights():
         losses[lr] = model.fit(data, steps_per_epoch=30, verbose=0).history["loss"][-1]
     assert losses[result.suggestion] < 0.5 * losses[1e-5]
 
+    # Rates too small to move the loss: no suggestion to train with (auto stops there).
+    model.set_weights(before)
+    tiny = OptimizerConfig(name="sgd", clipnorm=0.0, lr_find_steps=10, lr_find_min=1e-9,
+                           lr_find_max=1e-8)
+    flat = find_lr(model, data, optimizer_cfg=tiny, loss="mse",
+                   strategy=tf.distribute.get_strategy())
+    assert not flat.loss_fell and "unreliable" in flat.describe()
+    with pytest.raises(ConfigError, match="the loss did not fall clearly over 10 steps"):
+        flat.check_usable()
+
 
 def test_learning_rate_auto_runs_the_finder_first(step_run):
     run = step_run.run_dir
     found = json.loads((run / "lr_find.json").read_text())
     header = json.loads((run / "run_header.json").read_text())
-    assert 1e-4 <= found["suggestion"] <= 1 and len(found["lrs"]) <= 8
+    assert 1e-3 <= found["suggestion"] <= 1 and len(found["lrs"]) <= 16
+    assert found["loss_fell"]
     assert header["peak_learning_rate"] == pytest.approx(found["suggestion"])
     assert "auto" in header["schedule"]
     assert (run / "lr_find.png").read_bytes()[:4] == b"\x89PNG"

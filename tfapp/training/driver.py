@@ -105,6 +105,7 @@ def _peak_learning_rate(cfg: ExperimentConfig, rt: runtime_lib.Runtime, *, model
                         accumulation=cfg.trainer.gradient_accumulation_steps, jit_compile=jit)
         found.save_json(saved)
         plot_lr_find(found, run_dir / "lr_find.png", title=f"{cfg.name}: LR range test")
+        found.check_usable()  # no training at a rate read off noise
     log.info("optimizer.learning_rate=auto: %s", found.describe())
     return found.suggestion, "auto: LR range test, lr_find.png"
 

@@ -43,6 +43,16 @@ class LRFindResult:
     lr_max: float
     max_steps: int
     diverged: bool
+    loss_fell: bool = True
+
+    def check_usable(self) -> None:
+        """ConfigError unless the sweep saw the loss fall clearly (beyond its noise)."""
+        if not self.loss_fell:
+            raise ConfigError(
+                f"LR range test: the loss did not fall clearly over {len(self.lrs)} steps "
+                f"from {self.lr_min:.3g} to {self.lr_max:.3g} (smoothed {self.smoothed[0]:.4g} "
+                f"-> lowest {min(self.smoothed):.4g}); raise optimizer.lr_find_steps, widen "
+                "optimizer.lr_find_min/lr_find_max, or set optimizer.learning_rate")
 
     def save_json(self, path: str | Path) -> Path:
         path = Path(path)
@@ -55,6 +65,8 @@ class LRFindResult:
 
     def describe(self) -> str:
         why = "stopped when the loss diverged" if self.diverged else "full sweep"
+        if not self.loss_fell:
+            why += "; WARNING: the loss did not fall clearly, the suggestion is unreliable"
         return (f"suggested learning rate: {self.suggestion:.3g} (loss lowest at "
                 f"{self.min_loss_lr:.3g}; swept {self.lr_min:.3g} .. {self.lr_max:.3g}, "
                 f"{len(self.lrs)} of {self.max_steps} steps, {why})")
@@ -146,10 +158,15 @@ def find_lr(model: tf.keras.Model, dataset: Any, *, optimizer_cfg: OptimizerConf
         raise ConfigError(f"LR range finder: the loss was not finite even at "
                           f"optimizer.lr_find_min={o.lr_find_min}; lower it")
     sm = smooth(losses)
+    best = int(np.argmin(sm))
+    # "Fell" = the smoothed minimum lies clearly (2 noise widths) below the start, where
+    # noise is the spread of the raw losses around the smoothed curve up to the minimum.
+    noise = float(np.std(np.asarray(losses[:best + 1]) - np.asarray(sm[:best + 1])))
+    fell = best >= 2 and sm[0] - sm[best] > 2 * noise
     return LRFindResult(lrs=lrs, losses=losses, smoothed=sm, suggestion=lrs[suggest(lrs, sm)],
                         min_loss_lr=lrs[int(np.argmin(sm))], lr_min=o.lr_find_min,
                         lr_max=o.lr_find_max,
-                        max_steps=steps, diverged=recorder.diverged)
+                        max_steps=steps, diverged=recorder.diverged, loss_fell=bool(fell))
 
 
 def plot_lr_find(result: LRFindResult, out_png: str | Path, title: str = "") -> Path:
