@@ -225,3 +225,32 @@ def test_share_report_is_self_contained_and_renders(classifier_run, tmp_path):
     assert len(np.unique(pixels, axis=0)) > 50  # text, tables, charts -- not a blank page
     for colour in ((0x1F, 0x77, 0xB4), (0xD6, 0x27, 0x28)):  # the two runs' curves
         assert (pixels == colour).all(axis=1).sum() > 200
+
+
+def test_report_shows_generator_samples_and_curves_from_event_files(tmp_path):
+    """A generator-shaped run written with tf.summary (as TextSamples and Keras write it)."""
+    from tfapp.config import load_config, save_params
+    from tfapp.tracking import report
+
+    import tensorflow as tf
+
+    run = tmp_path / "gen"
+    save_params(load_config(None, ["task=generator", "model.kind=seq2seq"]), run)
+    (run / "status.json").write_text(json.dumps({"state": "finished",
+                                                 "metrics": {"val_loss": 3.5}}))
+    for sub, losses in (("train", [5.0, 4.0, 3.0]), ("validation", [5.5, 4.5, 3.5])):
+        with tf.summary.create_file_writer(str(run / "logs" / sub)).as_default():
+            for step, loss in enumerate(losses):
+                tf.summary.scalar("epoch_loss", loss, step=step)
+    with tf.summary.create_file_writer(str(run / "logs" / "samples")).as_default():
+        for step, text in ((0, "noise"), (3, "the river runs <home>")):
+            tf.summary.text("generated_text", "| prompt | greedy continuation |\n|---|---|\n"
+                            f"| in the | {text} |", step=step)
+    page = report.write_report([run], tmp_path / "r.html", with_profile=False).read_text()
+
+    assert "<h3>Generated samples (epoch 3)</h3>" in page
+    assert "<td>in the</td><td>the river runs &lt;home&gt;</td>" in page  # escaped
+    assert "noise" not in page  # the latest samples only
+    (loss_chart,) = [c for c in page.split("<svg")[1:] if 'aria-label="loss"' in c]
+    assert loss_chart.count("<polyline") == 2 and loss_chart.count("<circle") == 6
+    assert "val_loss" in page and "task: generator" in page

@@ -113,8 +113,16 @@ def _read_events(logs: Path):
 
 
 def _text(value) -> str:
-    item = value.reshape(-1)[0] if getattr(value, "shape", ()) else value
+    item = value.reshape(-1)[0] if getattr(value, "ndim", 0) else value
+    item = item.item() if hasattr(item, "item") else item  # numpy bytes -> bytes
     return item.decode("utf-8") if isinstance(item, bytes) else str(item)
+
+
+def _markdown_table(text: str) -> list[list[str]]:
+    """Rows of a Markdown table (what TextSamples writes); the |---| line is dropped."""
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in text.splitlines() if line.strip().startswith("|")]
+    return [r for r in rows if not all(set(c) <= set("-: ") for c in r)]
 
 
 def _profile_text(run: Path) -> str:
@@ -277,8 +285,10 @@ def render(runs: list[RunData], title: str = "tfapp runs") -> str:
                          f"<img alt='confusion matrix' src='data:image/png;base64,{data}'>")
         if r.samples:
             step, text = r.samples[-1]
-            parts.append(f"<h3>Generated samples (epoch {step})</h3>"
-                         f"<pre>{html.escape(text)}</pre>")
+            rows = _markdown_table(text)
+            body = _table(rows[0], rows[1:]) if len(rows) > 1 else \
+                f"<pre>{html.escape(text)}</pre>"
+            parts.append(f"<h3>Generated samples (epoch {step})</h3>{body}")
         if r.profile:
             parts.append(f"<h3>Profile</h3><pre>{html.escape(r.profile)}</pre>")
         parts.append(f"<details><summary>config (params.yaml)</summary><pre>"
