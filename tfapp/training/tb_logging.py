@@ -108,7 +108,9 @@ def hparams_callback(cfg: ExperimentConfig, log_dir: str | Path) -> tf.keras.cal
     metric groups (the dashboard finds ``epoch_loss``, ``epoch_accuracy``... itself)."""
     from tensorboard.plugins.hparams import api as hp_api
 
-    return hp_api.KerasCallback(str(log_dir), hparams(cfg), trial_id=cfg.name)
+    # No trial_id: the dashboard then groups runs by their hyperparameter values, so repeats
+    # that differ only in runtime.seed (tuner executions) form one group.
+    return hp_api.KerasCallback(str(log_dir), hparams(cfg))
 
 
 class ConfusionMatrixImage(tf.keras.callbacks.Callback):
