@@ -164,8 +164,7 @@ def find_lr(model: tf.keras.Model, dataset: Any, *, optimizer_cfg: OptimizerConf
     noise = float(np.std(np.asarray(losses[:best + 1]) - np.asarray(sm[:best + 1])))
     fell = best >= 2 and sm[0] - sm[best] > 2 * noise
     return LRFindResult(lrs=lrs, losses=losses, smoothed=sm, suggestion=lrs[suggest(lrs, sm)],
-                        min_loss_lr=lrs[int(np.argmin(sm))], lr_min=o.lr_find_min,
-                        lr_max=o.lr_find_max,
+                        min_loss_lr=lrs[best], lr_min=o.lr_find_min, lr_max=o.lr_find_max,
                         max_steps=steps, diverged=recorder.diverged, loss_fell=bool(fell))
 
 
