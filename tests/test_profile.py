@@ -50,6 +50,32 @@ def test_summary_calls_a_slow_sequential_pipeline_input_bound(tmp_path):
     assert "parallel map" in advice and "data.cache" in advice and "data.snapshot" in advice
     assert "tf.data service" in advice
     assert {op["type"] for op in s["top_op_types"]} & {"MatMul", "_FusedMatMul"}
+    # The fallback used when xprof groups no steps measures the same capture alike.
+    rows = profiler._steps_from_trace([str(p) for p in session.glob("*.xplane.pb")])
+    share = 100 * sum(r["infeedTimeMs"] for r in rows) / sum(r["stepTimeMs"] for r in rows)
+    assert abs(share - s["input_percent"]) < 10, (share, s["input_percent"])
+
+
+def test_summary_of_an_lstm_model_falls_back_to_keras_step_markers(tmp_path):
+    """xprof groups no steps for a model with an LSTM (a while loop) on CPU; the summary
+    then measures the steps Keras marked in the trace."""
+    import tensorflow as tf
+
+    x = tf.random.uniform([512, 8], maxval=50, dtype=tf.int32)
+    ds = tf.data.Dataset.from_tensor_slices((x, tf.random.uniform([512, 1]))).batch(32) \
+        .repeat()
+    model = tf.keras.Sequential([tf.keras.layers.Embedding(50, 16), tf.keras.layers.LSTM(32),
+                                 tf.keras.layers.Dense(1)])
+    model.compile("adam", "mse")
+    model.fit(ds, epochs=1, steps_per_epoch=2, verbose=0)
+    tf.profiler.experimental.start(str(tmp_path))
+    model.fit(ds, epochs=1, steps_per_epoch=8, verbose=0)
+    tf.profiler.experimental.stop()
+    s = profiler.summarize(profiler.find_sessions(tmp_path)[-1])
+
+    assert "No step" in s["xprof_conclusion"]  # the plugin found none ...
+    assert s["steps"] == 8 and s["step_source"].startswith("keras step markers")  # ... we do
+    assert s["step_time_ms"]["mean"] > 0 and s["input_bound"] == "no"
 
 
 def test_summary_calls_a_cached_prefetched_pipeline_not_input_bound(tmp_path):
