@@ -160,6 +160,20 @@ def test_run_header_one_replica(step_run):
     assert "optimizer steps:      6" in text and "effective batch:      8" in text
 
 
+@pytest.mark.parametrize("schedule", ["linear", "one_cycle", "constant"])
+def test_schedule_values_cover_every_step(schedule):
+    from tfapp.config import OptimizerConfig
+    from tfapp.training.optimizers import build_schedule
+    from tfapp.training.schedule_plot import schedule_values
+
+    for warmup in (0.0, 0.2):
+        cfg = OptimizerConfig(schedule=schedule, warmup_ratio=warmup)
+        sched = build_schedule(cfg, peak=0.1, total_steps=10)
+        values = schedule_values(sched, 10)
+        assert values.shape == (10,)
+        assert values == pytest.approx([float(sched(s)) for s in range(10)], rel=1e-6)
+
+
 def test_lr_finder_suggests_inside_the_range_and_restores_weights():
     """A real sweep on a small regression problem whose SGD diverges above lr ~ 1."""
     from tfapp.config import OptimizerConfig

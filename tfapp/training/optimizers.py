@@ -45,8 +45,8 @@ class WarmupSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
             after = self.peak * (1.0 - progress)
         elif self.decay == "cosine":
             after = self.peak * 0.5 * (1.0 + tf.cos(math.pi * progress))
-        else:
-            after = tf.constant(self.peak, tf.float32)
+        else:  # the step's shape, so a vector of steps (plots, per-step logs) works too
+            after = tf.fill(tf.shape(step), self.peak)
         if self.warmup_steps <= 0:
             return after
         return tf.where(step < self.warmup_steps, warmup_lr, after)
