@@ -61,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="distributed: the chief's address (sets KERASTUNER_ORACLE_IP/PORT)")
     parser.add_argument("--top", type=int, default=10, metavar="N",
                         help="trials shown in the results table (default 10)")
-    args = parser.parse_args(argv)
+    # Flags may come between the overrides (`... --overwrite key=value`).
+    args = parser.parse_intermixed_args(argv)
     cli.setup_logging(args.verbose)
 
     def body() -> int:
@@ -87,7 +88,7 @@ def _search(cfg: ExperimentConfig, role: str, top: int) -> int:
     from tfapp.tasks import get_task
     from tfapp.tuning import results
     from tfapp.tuning.space import objective
-    from tfapp.tuning.tuner import ConfigTuner, build_oracle
+    from tfapp.tuning.tuner import ConfigTuner, build_oracle, failure
 
     from keras_tuner import errors as kt_errors
 
@@ -100,9 +101,9 @@ def _search(cfg: ExperimentConfig, role: str, top: int) -> int:
     except RuntimeError as err:
         if "consecutive failures" not in str(err):
             raise
-        lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
-        raise ConfigError(f"{lines[0]}; the last trial failed with: {lines[-1].strip()}"
-                          ) from None
+        last = failure(str(err).split("\n", 1)[-1]).strip().splitlines()
+        raise ConfigError(f"{cfg.tune.tuner} search stopped: {str(err).splitlines()[0]} "
+                          f"The last trial failed with: {last[-1] if last else '?'}") from None
     if role == "worker":
         print(f"worker {tuner.tuner_id}: no trials left; the chief writes the results")
         return 0

@@ -25,6 +25,7 @@ import keras_tuner as kt
 import tensorflow as tf
 from keras_tuner import errors as kt_errors
 from keras_tuner.engine import base_tuner
+from keras_tuner.src import config as kt_config  # DEBUG: no public switch
 
 RECORD = "tfapp_trial.json"
 
@@ -78,6 +79,9 @@ class ConfigTuner(base_tuner.BaseTuner):
     def __init__(self, cfg: ExperimentConfig, oracle: kt.Oracle):
         self.cfg = cfg
         self.last_value: float | None = None
+        # KerasTuner prints every failed trial's traceback; on_trial_end prints one line for
+        # the expected failures (FailedTrialError) and the traceback only for the others.
+        kt_config.DEBUG = False
         super().__init__(oracle=oracle, directory=cfg.output_dir, project_name=cfg.name)
 
     def search(self, *args, **kwargs) -> None:
@@ -106,9 +110,7 @@ class ConfigTuner(base_tuner.BaseTuner):
             print(f"trial {trial.trial_id} done: {self.oracle.objective.name}="
                   f"{_fmt(self.last_value)}", flush=True)
         else:
-            last = (trial.message or "").strip().splitlines()
-            print(f"trial {trial.trial_id} {trial.status}: {last[-1] if last else ''}",
-                  flush=True)
+            print(f"trial {trial.trial_id} {trial.status}: {failure(trial.message)}", flush=True)
 
     def run_trial(self, trial, *args, **kwargs) -> list[dict[str, float]]:
         started = time.time()
@@ -138,6 +140,15 @@ class ConfigTuner(base_tuner.BaseTuner):
         path = Path(self.get_trial_dir(trial.trial_id)) / RECORD
         path.write_text(json.dumps(record, indent=1, default=str))
         return results
+
+
+def failure(message: str | None) -> str:
+    """A failed trial's message: the reason for expected failures, else the traceback."""
+    lines = (message or "").strip().splitlines()
+    prefix = f"{kt_errors.FailedTrialError.__module__}.FailedTrialError: "
+    if lines and lines[-1].startswith(prefix):
+        return lines[-1][len(prefix):]
+    return "\n".join(lines)
 
 
 def read_record(search_dir: Path, trial_id: str) -> dict:
