@@ -109,7 +109,10 @@ def test_sigkill_then_sigterm_then_resume_matches_an_uninterrupted_run(tmp_path)
     assert [r["epoch"] for r in ref] == ["0", "1", "2"] and got[-1]["epoch"] == "2"
     # The resumed run replays the input stream from its start (tf.data iterators are not in
     # the backup), so it sees batches in another order than the uninterrupted run: its
-    # final validation metrics agree within 0.05 loss and 0.1 accuracy (measured: <0.02).
+    # final validation metrics agree within 0.05 loss and 0.1 accuracy (measured: 0.0001
+    # loss, 0.03 accuracy -- 9 of 300 validation texts near the 0.5 threshold flipped).
+    print(f"resumed vs uninterrupted: val_loss {got[-1]['val_loss']} vs {ref[-1]['val_loss']}, "
+          f"val_accuracy {got[-1]['val_accuracy']} vs {ref[-1]['val_accuracy']}")
     assert abs(float(got[-1]["val_loss"]) - float(ref[-1]["val_loss"])) < 0.05
     assert abs(float(got[-1]["val_accuracy"]) - float(ref[-1]["val_accuracy"])) < 0.1
 

@@ -139,7 +139,13 @@ class ResumableBackup(tf.keras.callbacks.BackupAndRestore):
         self._save(epoch, self.params["steps"] - 1)
 
     def on_train_end(self, logs=None):
+        # A signal during the last validation: keep the final backup (a rerun then only
+        # exports) instead of deleting it and exporting into a kill.
+        stop = self._stop_requested()
         self._restore_handlers()
+        if stop:
+            raise Preempted(f"stopped by a termination signal after the last epoch; a backup is "
+                            f"in {self.backup_dir}: run the same command again to finish")
         super().on_train_end(logs)
 
     def _save(self, epoch: int, step: int) -> None:
