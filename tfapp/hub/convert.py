@@ -159,6 +159,7 @@ def _encoder_weights(raw: dict[str, np.ndarray], cfg, src: Path
                      ) -> tuple[dict[str, np.ndarray], list[str]]:
     """Stable tfapp weight name -> float32 array; also the names that had to be
     initialised (the pooler, when a checkpoint was saved without it)."""
+    from tfapp.hub.export import float32_policy
     from tfapp.models.bert import BertEncoder, hf_weight_name
 
     # Task models prefix the encoder with "bert."; old TF-converted checkpoints name
@@ -168,8 +169,6 @@ def _encoder_weights(raw: dict[str, np.ndarray], cfg, src: Path
     raw = {k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta",
                                                                      "LayerNorm.bias"): v
            for k, v in raw.items()}
-
-    from tfapp.hub.export import float32_policy
 
     with float32_policy():
         shapes = {n: tuple(v.shape) for n, v in BertEncoder(cfg).named_weights().items()}
