@@ -465,6 +465,8 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 def _type_name(f: dataclasses.Field) -> str:
+    if f.metadata.get("type_name"):
+        return f.metadata["type_name"]
     t = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
     return t.replace("bool | None", "bool|null")
 
@@ -524,8 +526,6 @@ def _unknown_key_message(full_key: str, source: str) -> str:
         hint = f"; did you mean '{(parent + '.') if parent else ''}{close[0]}'?"
     allowed = f" Allowed keys{where}: {', '.join(keys)}." if keys else ""
     return f"unknown config key '{full_key}' ({source}){hint}{allowed}"
-    if f.metadata.get("type_name"):
-        return f.metadata["type_name"]
 
 
 def _translate(err: Exception, source: str) -> ConfigError:
@@ -623,11 +623,28 @@ def _check_fields(node: Any, prefix: str) -> None:
                 raise ConfigError(f"{key}: {value} must be > {gt}")
 
 
+def _normalize_learning_rate(o: OptimizerConfig) -> None:
+    """optimizer.learning_rate: numbers and numeric strings -> float; "auto" stays."""
+    value = o.learning_rate
+    if isinstance(value, str):
+        if value.strip().lower() == "auto":
+            o.learning_rate = "auto"
+            return
+        try:
+            value = float(value)
+        except ValueError:
+            raise ConfigError(f"optimizer.learning_rate: '{o.learning_rate}' is not a number; "
+                              "give one such as 1e-3, or auto to run the LR range "
+                              "finder") from None
+    o.learning_rate = float(value)
+
+
 _PROFILE_STEPS = re.compile(r"^\s*(\d+)\s*(,\s*(\d+)\s*)?$")
 
 
 def validate(cfg: ExperimentConfig) -> None:
     """Value checks beyond types; raises ConfigError naming the first bad key."""
+    _normalize_learning_rate(cfg.optimizer)
     _check_fields(cfg, "")
     if not re.fullmatch(r"[\w.\-]+", cfg.name):
         raise ConfigError(f"name: '{cfg.name}' may only hold letters, digits, '_', '-', '.'")
@@ -638,6 +655,17 @@ def validate(cfg: ExperimentConfig) -> None:
                               "'START,STOP' with START <= STOP (or one step, or '' for off)")
     if cfg.data.text_pair_column and cfg.data.text_pair_column == cfg.data.text_column:
         raise ConfigError("data.text_pair_column: must differ from data.text_column")
+    o, t = cfg.optimizer, cfg.trainer
+    if o.lr_find_min >= o.lr_find_max:
+        raise ConfigError(f"optimizer.lr_find_min ({o.lr_find_min}) must be below "
+                          f"optimizer.lr_find_max ({o.lr_find_max})")
+    if t.max_steps and t.eval_every_steps and t.max_steps % t.eval_every_steps:
+        # Each evaluation ends one Keras epoch of eval_every_steps steps (see driver).
+        lower = t.max_steps // t.eval_every_steps * t.eval_every_steps
+        upper = lower + t.eval_every_steps
+        raise ConfigError(f"trainer.max_steps={t.max_steps} is not a multiple of "
+                          f"trainer.eval_every_steps={t.eval_every_steps}; set "
+                          f"trainer.max_steps={upper}" + (f" or {lower}" if lower else ""))
     if cfg.task == "generator" and cfg.model.kind != "seq2seq":
         raise ConfigError(f"model.kind: task 'generator' needs model.kind=seq2seq, "
                           f"got '{cfg.model.kind}'")
@@ -740,31 +768,3 @@ def save_params(cfg: ExperimentConfig, run_dir: str | os.PathLike) -> Path:
     os.replace(tmp, target)
     return target
 
-def _normalize_learning_rate(o: OptimizerConfig) -> None:
-    """optimizer.learning_rate: numbers and numeric strings -> float; "auto" stays."""
-    value = o.learning_rate
-    if isinstance(value, str):
-        if value.strip().lower() == "auto":
-            o.learning_rate = "auto"
-            return
-        try:
-            value = float(value)
-        except ValueError:
-            raise ConfigError(f"optimizer.learning_rate: '{o.learning_rate}' is not a number; "
-                              "give one such as 1e-3, or auto to run the LR range "
-                              "finder") from None
-    o.learning_rate = float(value)
-
-
-    _normalize_learning_rate(cfg.optimizer)
-    o, t = cfg.optimizer, cfg.trainer
-    if o.lr_find_min >= o.lr_find_max:
-        raise ConfigError(f"optimizer.lr_find_min ({o.lr_find_min}) must be below "
-                          f"optimizer.lr_find_max ({o.lr_find_max})")
-    if t.max_steps and t.eval_every_steps and t.max_steps % t.eval_every_steps:
-        # Each evaluation ends one Keras epoch of eval_every_steps steps (see driver).
-        lower = t.max_steps // t.eval_every_steps * t.eval_every_steps
-        upper = lower + t.eval_every_steps
-        raise ConfigError(f"trainer.max_steps={t.max_steps} is not a multiple of "
-                          f"trainer.eval_every_steps={t.eval_every_steps}; set "
-                          f"trainer.max_steps={upper}" + (f" or {lower}" if lower else ""))
