@@ -195,7 +195,8 @@ def test_classifier_trains_under_mirrored_over_four_logical_cpus(tmp_path):
     proc = subprocess.run(
         [sys.executable, "tests/workers/classifier_fit.py", str(out),
          "runtime.strategy=mirrored", "runtime.cpu_devices=4", f"output_dir={tmp_path}",
-         "data.seq_length=32", "data.batch_size=8", "trainer.epochs=3",
+         # 2 x 8 steps at 5e-3: the epoch loss fell 0.98 -> 0.73 here
+         "data.seq_length=32", "data.batch_size=8", "trainer.epochs=2",
          "trainer.steps_per_epoch=8", "trainer.steps_per_execution=4",
          "optimizer.learning_rate=5e-3", "tracking.tensorboard=false", "trainer.export=false"],
         cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=600)
