@@ -131,13 +131,18 @@ class ConfusionMatrixImage(tf.keras.callbacks.Callback):
         self.log_dir = str(log_dir)
         self.png_path = Path(png_path)
         self._dataset = None
+        self._steps: int | None = None
         self._writer = None
         self.matrix: np.ndarray | None = None
 
     def on_epoch_end(self, epoch, logs=None):
         if self._dataset is None:
             self._dataset = self.dataset_fn().map(lambda x, y: x).cache()
-        probs = np.asarray(self.model.predict(self._dataset, verbose=0), dtype=np.float64)
+            # predict needs the batch count when steps_per_execution > 1 and the pipeline's
+            # cardinality is unknown (rebatch); counting also fills the cache.
+            self._steps = int(self._dataset.reduce(0, lambda n, _: n + 1))
+        probs = np.asarray(self.model.predict(self._dataset, steps=self._steps, verbose=0),
+                           dtype=np.float64)
         predicted = (probs.reshape(-1) >= 0.5).astype(int) if probs.shape[-1] == 1 \
             else probs.argmax(axis=-1)
         n = len(self.label_names)
