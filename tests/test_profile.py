@@ -75,7 +75,10 @@ def test_summary_of_an_lstm_model_falls_back_to_keras_step_markers(tmp_path):
 
     assert "No step" in s["xprof_conclusion"]  # the plugin found none ...
     assert s["steps"] == 8 and s["step_source"].startswith("keras step markers")  # ... we do
-    assert s["step_time_ms"]["mean"] > 0 and s["input_bound"] == "no"
+    # The verdict itself depends on timing (a busy machine delays the 5 ms steps' input),
+    # so only its form is checked here; the input-bound tests above check its meaning.
+    assert s["step_time_ms"]["mean"] > 0 and 0 <= s["input_percent"] <= 100
+    assert s["input_bound"] in ("no", "moderate", "high")
 
 
 def test_summary_calls_a_cached_prefetched_pipeline_not_input_bound(tmp_path):
