@@ -191,29 +191,20 @@ def _narrow(features, labels):
             for k, v in features.items()}, labels
 
 
-def _widen(features, labels):
-    return {k: tf.cast(v, tf.int32) for k, v in features.items()}, labels
+def _widen(label_dtype: tf.DType) -> Callable:
+    def widen(features, labels):
+        return ({k: tf.cast(v, tf.int32) for k, v in features.items()},
+                tf.cast(labels, label_dtype))
+    return widen
 
 
-def _shuffle_blocks(dataset: tf.data.Dataset, buffer: int, block: int, n: int,
-                    seed: int, batch: int) -> tf.data.Dataset:
-    """Shuffle stored blocks into training batches of ``batch`` without unbatching them.
+def _permute_and_cut(seed: int, batch: int, label_dtype: tf.DType) -> Callable:
+    """The map fn ``(pool, r) -> batches``: a seeded row permutation of one pool, widened.
 
-    Each epoch the blocks come in a new seeded order, are joined into pools of about
-    ``buffer`` examples (``rebatch``, no per-example work) and the rows of each pool are
-    permuted -- the mixing of a ``shuffle(buffer)`` at the cost of one gather per pool.
-    Each pool is then cut into whole batches by a reshape; ``unbatch`` hands them out one
-    by one, which costs less per batch than a ``rebatch`` over the pools. Blocks are
-    multiples of ``batch``, so only the last pool has a partial batch, and dropping it
-    drops exactly the remainder ``drop_remainder`` would.
+    The gather moves the stored narrow rows (uint8 masks, a snapshot's uint8/uint16 ids and
+    labels); the cast to int32 / ``label_dtype`` comes after it. The pool is cut into
+    whole batches by a reshape, dropping its last ``len % batch`` rows.
     """
-    num_blocks = -(-n // block)
-    dataset = dataset.shuffle(num_blocks, seed=seed, reshuffle_each_iteration=True)
-    pool = max(1, min(buffer, n) // block)
-    if pool > 1:
-        dataset = dataset.rebatch(pool * block)
-    noise = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
-
     def permute_and_cut(element, r):
         features, labels = element
         keys = tf.random.stateless_uniform([tf.shape(labels)[0]],
@@ -221,13 +212,40 @@ def _shuffle_blocks(dataset: tf.data.Dataset, buffer: int, block: int, n: int,
         idx = tf.argsort(keys)
         idx = idx[:tf.shape(idx)[0] // batch * batch]
 
-        def cut(v):
-            return tf.reshape(tf.gather(v, idx), [-1, batch, *v.shape[1:]])
+        def cut(v, dtype):
+            return tf.reshape(tf.cast(tf.gather(v, idx), dtype), [-1, batch, *v.shape[1:]])
 
-        return {k: cut(v) for k, v in features.items()}, cut(labels)
+        return ({k: cut(v, tf.int32) for k, v in features.items()},
+                cut(labels, label_dtype))
 
+    return permute_and_cut
+
+
+def _shuffle_blocks(dataset: tf.data.Dataset, buffer: int, block: int, n: int,
+                    seed: int, batch: int, label_dtype: tf.DType,
+                    blocks_shuffled: bool = False) -> tf.data.Dataset:
+    """Shuffle stored (narrow) blocks into int32 training batches without unbatching them.
+
+    Each epoch the blocks come in a new seeded order (here, or already when
+    ``blocks_shuffled``: a snapshot shuffles its block files, so it never holds more
+    than the pools in flight), are joined into pools of about ``buffer`` examples
+    (``rebatch``, no per-example work) and the rows of each pool are permuted -- the
+    mixing of a ``shuffle(buffer)`` at the cost of one gather per pool. Each pool is then
+    cut into whole batches by a reshape; ``unbatch`` hands them out one by one, which
+    costs less per batch than a ``rebatch`` over the pools. Blocks are multiples of
+    ``batch``, so only the last pool has a partial batch, and dropping it drops exactly
+    the remainder ``drop_remainder`` would.
+    """
+    num_blocks = -(-n // block)
+    if not blocks_shuffled:
+        dataset = dataset.shuffle(num_blocks, seed=seed, reshuffle_each_iteration=True)
+    pool = max(1, min(buffer, n) // block)
+    if pool > 1:
+        dataset = dataset.rebatch(pool * block)
+    noise = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
     return tf.data.Dataset.zip((dataset, noise)).map(
-        permute_and_cut, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+        _permute_and_cut(seed, batch, label_dtype),
+        num_parallel_calls=tf.data.AUTOTUNE).unbatch()
 
 
 def make_classification_dataset(examples: ExampleSet, preprocess_fn: Callable[..., dict],
@@ -298,18 +316,26 @@ def make_classification_dataset(examples: ExampleSet, preprocess_fn: Callable[..
             seq_length=data_cfg.seq_length, shard=[shard, n_shards], chunk=chunk,
             permuted=training, pair=examples.text_pairs is not None)
         # input_mask and input_type_ids are 0/1: stored as uint8 they shrink what a replay
-        # reads by half; widened back to int32 right after reading.
+        # reads by half; widened back to int32 when the batches are cut.
         dataset = dataset.map(_narrow)
+        label_dtype = dataset.element_spec[1].dtype
+        snapshot = None
         if data_cfg.snapshot:
-            dataset = stages.apply_snapshot(
+            snapshot = stages.write_snapshot(
                 dataset, data_cfg.snapshot, examples.name, key,
                 describe={"examples": len(examples), "shard": [shard, n_shards],
                           "seq_length": data_cfg.seq_length, "block": chunk})
+        # Read straight into the shuffle, a snapshot reads its block files in a new order
+        # each epoch; a cache after it must see a fixed order (it would freeze the first).
+        files_shuffled = shuffle and snapshot is not None and not data_cfg.cache
+        if snapshot is not None:
+            dataset = snapshot.dataset(seed if files_shuffled else None)
         dataset = stages.apply_cache(dataset, data_cfg.cache, examples.name, key)
-        dataset = dataset.map(_widen)
         if shuffle:
             dataset = _shuffle_blocks(dataset, data_cfg.shuffle_buffer, chunk, n_local, seed,
-                                      local_batch)
+                                      local_batch, label_dtype, blocks_shuffled=files_shuffled)
+        else:
+            dataset = dataset.map(_widen(label_dtype))
     elif shuffle:
         # Shuffle the (cheap) raw strings, then tokenise whole chunks at once.
         dataset = dataset.shuffle(min(data_cfg.shuffle_buffer, n_local), seed=seed,
