@@ -6,7 +6,7 @@ from tfapp.config import ConfigError, OptimizerConfig
 from tfapp.runtime import Runtime
 from tfapp.training.accumulation import AccumulatingModel
 from tfapp.training.driver import _with_accumulation
-from tfapp.training.optimizers import build_optimizer, build_schedule
+from tfapp.training.optimizers import NO_DECAY, FusedAdamW, build_optimizer, build_schedule
 
 import numpy as np
 import pytest
@@ -44,6 +44,40 @@ def test_adamw_skips_decay_on_biases_and_layer_norm():
     decayed = {v.name.split("/")[-1].split(":")[0] + "@" + v.name.split("/")[0]
                for v in model.trainable_variables if opt._use_weight_decay(v)}
     assert decayed == {"kernel@dense"}
+
+
+@pytest.mark.parametrize("mirrored", [False, True])
+def test_fused_adamw_matches_keras_adamw(mirrored):
+    # The fused kernel must be the same maths as tf.keras's AdamW (decay exclusions,
+    # bias correction, epsilon), also inside a distribution strategy's update context.
+    def run(cls) -> list[np.ndarray]:
+        strategy = (tf.distribute.MirroredStrategy(["/cpu:0"]) if mirrored
+                    else tf.distribute.get_strategy())
+        with strategy.scope():
+            kernel = tf.Variable(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4),
+                                 name="kernel")
+            bias = tf.Variable(np.ones(4, np.float32), name="bias")
+            opt = cls(learning_rate=1e-2, weight_decay=0.1, epsilon=1e-6)
+            opt.exclude_from_weight_decay(var_names=list(NO_DECAY))
+
+        @tf.function
+        def step(i):
+            def apply():
+                t = tf.cast(i, tf.float32)
+                grads = [tf.sin(3.0 * kernel + t), tf.cos(bias + t)]
+                opt.apply_gradients(zip(grads, [kernel, bias], strict=True))
+            strategy.run(apply)
+
+        for i in range(5):
+            step(tf.constant(i))
+        return [kernel.numpy(), bias.numpy()]
+
+    fused, reference = run(FusedAdamW), run(tf.keras.optimizers.AdamW)
+    assert not np.allclose(fused[0], np.linspace(-1, 1, 12).reshape(3, 4))  # it trained
+    for a, b in zip(fused, reference, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    assert isinstance(build_optimizer(OptimizerConfig(name="adamw"), peak=1e-3,
+                                      total_steps=10), FusedAdamW)
 
 
 def _tiny(acc: int):
