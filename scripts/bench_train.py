@@ -393,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jit", default="0,1", help="jit_compile values for tfapp")
     p.add_argument("--peer-jit", default="0", help="jit_compile values for keras-hub")
     p.add_argument("--spe", default="1,32", help="steps_per_execution values for tfapp")
+    p.add_argument("--encoders", default="auto",
+                   help="tfapp encoder rows without XLA: auto (what the classifier picks), "
+                        "native (the module read into tfapp's BertEncoder), or both")
     p.add_argument("--steps", type=int, default=16, help="timed steps (rounded up to spe)")
     p.add_argument("--warmup-steps", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
@@ -466,7 +469,8 @@ def main(argv: list[str] | None = None) -> int:
                                              ["--steps", "1", "--warmup-steps", "0"]))
                             plan.append(("tfapp", precision, j, spe, "native", []))
                         else:
-                            plan.append(("tfapp", precision, j, spe, "auto", []))
+                            plan += [("tfapp", precision, j, spe, enc, [])
+                                     for enc in a.encoders.split(",") if enc]
             if "hf" in systems:
                 plan.append(("hf", precision, 0, 1, "", []))
             if "keras_hub" in systems:
