@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--adapted", required=True, metavar="HUB_DIR",
                    help="the adapted module (python -m tfapp.pretrain --out)")
     p.add_argument("--baseline", default="builtin:tiny", metavar="HANDLE",
-                   help="the module it was adapted from (default builtin:tiny)")
+                   help="the module it was adapted from (default builtin:tiny), e.g. "
+                        "hub/minilm")
     p.add_argument("--config", default="configs/classifier.yaml")
     p.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 7])
     p.add_argument("--output-dir", default="runs/compare_adaptation")
@@ -49,9 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     rows: dict[str, list[tuple[float, float, int]]] = {}
-    for label, handle in (("random init", args.baseline), ("adapted", args.adapted)):
+    # builtin:tiny is random init; any other baseline (e.g. hub/minilm) is pretrained.
+    base = "random init" if args.baseline == "builtin:tiny" else "baseline"
+    for label, handle in ((base, args.baseline), ("adapted", args.adapted)):
         for seed in args.seeds:
-            name = f"{'adapted' if label == 'adapted' else 'random'}_s{seed}"
+            name = f"{'adapted' if label == 'adapted' else 'baseline'}_s{seed}"
             cmd = [sys.executable, "-m", "tfapp.train", "--config", args.config,
                    f"model.hub_handle={handle}", f"runtime.seed={seed}", f"name={name}",
                    f"output_dir={args.output_dir}", *args.overrides]
