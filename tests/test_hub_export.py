@@ -15,7 +15,7 @@ from tfapp.hub.export import (
     float32_policy,
     read_metadata,
 )
-from tfapp.models.bert import BertConfig, BertEncoder
+from tfapp.models.bert import BertConfig, BertEncoder, stable_weight_name
 
 import numpy as np
 import pytest
@@ -134,6 +134,32 @@ def test_training_flag_switches_dropout(hub_dir):
     np.testing.assert_array_equal(a, module(x, training=False)["sequence_output"].numpy())
     b = module(x, training=True)["sequence_output"].numpy()
     assert np.abs(a - b).max() > 1e-3
+
+
+def test_fine_tuning_through_the_hub_layer_gets_the_native_gradients(hub_dir):
+    # hub.KerasLayer fine-tuning differentiates the restored graph, inside tf.function as
+    # fit does: every variable gets a gradient, equal to the native encoder's (dropout
+    # off), so the saved hand-written gradients (exact GELU) hold.
+    out, encoder, pre = hub_dir
+    layer = hub.KerasLayer(str(out / "encoder"), trainable=True)
+    x = pre(tf.constant(PROBE))
+
+    @tf.function
+    def grads(model, variables):
+        with tf.GradientTape() as tape:
+            y = model(x, training=False)
+            loss = tf.reduce_sum(y["pooled_output"]) + tf.reduce_sum(y["sequence_output"] ** 2)
+        return [tf.convert_to_tensor(g) for g in tape.gradient(loss, variables)]
+
+    by_name = {stable_weight_name(v.name): v for v in layer.trainable_variables}
+    native = encoder.named_weights()
+    assert set(by_name) == set(native)
+    names = sorted(native)
+    got = grads(layer, [by_name[n] for n in names])
+    expected = grads(encoder, [native[n] for n in names])
+    for name, a, b in zip(names, got, expected, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-4, rtol=1e-4, err_msg=name)
+    assert np.abs(got[names.index("embeddings/word_embeddings")].numpy()).sum() > 0
 
 
 def test_export_requires_a_float32_encoder(tmp_path):

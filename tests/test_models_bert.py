@@ -157,19 +157,3 @@ def test_gelu_exact_matches_tensorflow_values_and_gradient():
     np.testing.assert_allclose(ours.numpy(), reference.numpy(), atol=2e-6)
     np.testing.assert_allclose(tape.gradient(ours, x).numpy(),
                                tape.gradient(reference, x).numpy(), atol=2e-6)
-
-
-def test_word_embedding_gradient_is_dense():
-    # A sparse (IndexedSlices) gradient would make the optimizer scatter into the table,
-    # which turns every later read of it into a full copy (see _dense_gradient).
-    enc = BertEncoder(CFG, seed=1).build_weights()
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(enc(_batch(), training=False)["sequence_output"])
-    grads = dict(zip([v.name for v in enc.trainable_variables],
-                     tape.gradient(loss, enc.trainable_variables), strict=True))
-    word = next(g for name, g in grads.items() if "word_embeddings" in name)
-    assert isinstance(word, tf.Tensor) and word.shape == (CFG.vocab_size, CFG.hidden_size)
-    used = np.unique(_batch()["input_word_ids"])
-    assert np.abs(word.numpy()[used]).sum() > 0
-    unused = np.setdiff1d(np.arange(CFG.vocab_size), used)
-    assert np.abs(word.numpy()[unused]).sum() == 0

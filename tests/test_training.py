@@ -57,6 +57,7 @@ def test_fused_adamw_matches_keras_adamw(mirrored):
             kernel = tf.Variable(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4),
                                  name="kernel")
             bias = tf.Variable(np.ones(4, np.float32), name="bias")
+            table = tf.Variable(np.full((5, 2), 0.5, np.float32), name="word_embeddings")
             opt = cls(learning_rate=1e-2, weight_decay=0.1, epsilon=1e-6)
             opt.exclude_from_weight_decay(var_names=list(NO_DECAY))
 
@@ -64,16 +65,20 @@ def test_fused_adamw_matches_keras_adamw(mirrored):
         def step(i):
             def apply():
                 t = tf.cast(i, tf.float32)
-                grads = [tf.sin(3.0 * kernel + t), tf.cos(bias + t)]
-                opt.apply_gradients(zip(grads, [kernel, bias], strict=True))
+                # An embedding gather's gradient: IndexedSlices over rows 1 and 3.
+                rows = tf.IndexedSlices(tf.fill([2, 2], 0.1 * t + 0.3), tf.constant([1, 3]),
+                                        tf.constant([5, 2]))
+                grads = [tf.sin(3.0 * kernel + t), tf.cos(bias + t), rows]
+                opt.apply_gradients(zip(grads, [kernel, bias, table], strict=True))
             strategy.run(apply)
 
         for i in range(5):
             step(tf.constant(i))
-        return [kernel.numpy(), bias.numpy()]
+        return [kernel.numpy(), bias.numpy(), table.numpy()]
 
     fused, reference = run(FusedAdamW), run(tf.keras.optimizers.AdamW)
     assert not np.allclose(fused[0], np.linspace(-1, 1, 12).reshape(3, 4))  # it trained
+    assert not np.allclose(fused[2][[1, 3]], 0.5)
     for a, b in zip(fused, reference, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-6)
     assert isinstance(build_optimizer(OptimizerConfig(name="adamw"), peak=1e-3,

@@ -166,18 +166,6 @@ def gelu_exact(x: tf.Tensor):
     return x * cdf, grad
 
 
-@tf.custom_gradient
-def _dense_gradient(params: tf.Tensor):
-    """Identity whose gradient is a dense tensor instead of ``IndexedSlices``.
-
-    Why: a gather's sparse gradient makes the optimizer scatter into the embedding
-    variable, which switches TensorFlow's resource variable to copy-on-read, so every
-    later read of the (vocab x hidden) table copies it whole. AdamW's decoupled weight
-    decay touches every row anyway, so the dense update costs nothing extra.
-    """
-    return tf.identity(params), lambda dy: tf.convert_to_tensor(dy)
-
-
 def _activation(name: str):
     if name == "gelu":
         return gelu_exact
@@ -214,7 +202,11 @@ class BertEmbeddings(tf.keras.layers.Layer):
 
     def call(self, word_ids: tf.Tensor, type_ids: tf.Tensor, training=None) -> tf.Tensor:
         seq_len = tf.shape(word_ids)[1]
-        x = tf.gather(_dense_gradient(tf.convert_to_tensor(self.word_embeddings)), word_ids)
+        # Gather from the read value, not the variable: a ResourceGather on the variable
+        # switches it to copy-on-read, after which every read (each optimizer step's)
+        # copies the whole (vocab x hidden) table. The gradient stays IndexedSlices;
+        # tfapp's FusedAdamW applies it densely (training/optimizers.py).
+        x = tf.gather(tf.convert_to_tensor(self.word_embeddings), word_ids)
         x += self.position_embeddings[tf.newaxis, :seq_len, :]
         # One-hot matmul instead of a gather: the type vocabulary is tiny, and this is
         # the TPU-friendly form (no dynamic gather on the hot path).

@@ -88,12 +88,18 @@ class FusedAdamW(tf.keras.optimizers.AdamW):
     kernel the TF1 optimizers use (scripts/bench_train.py, docs/performance.md). The
     maths is the same (m, v, bias-corrected step, epsilon outside the square root);
     the slots have the same names, so checkpoints of either class restore into the
-    other. Sparse gradients, AMSGrad and TPU variables take tf.keras's own path.
+    other. AMSGrad and TPU variables take tf.keras's own path.
+
+    Sparse gradients (an embedding gather's IndexedSlices) are applied densely: the
+    decoupled weight decay touches every row anyway, and a scatter into the variable
+    would switch it to copy-on-read, so that each later read copies the whole table.
     """
 
     def update_step(self, gradient, variable):
-        if isinstance(gradient, tf.IndexedSlices) or self.amsgrad or _on_tpu():
+        if self.amsgrad or _on_tpu():
             return super().update_step(gradient, variable)
+        if isinstance(gradient, tf.IndexedSlices):
+            gradient = tf.convert_to_tensor(gradient)
         dtype = variable.dtype
         local_step = tf.cast(self.iterations + 1, dtype)
         beta_1 = tf.cast(self.beta_1, dtype)
