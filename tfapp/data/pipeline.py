@@ -43,7 +43,7 @@ from tfapp.data.errors import DataError
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["pipeline_key", "Snapshot", "write_snapshot", "apply_snapshot", "apply_cache",
+__all__ = ["pipeline_key", "Snapshot", "write_snapshot", "apply_cache",
            "make_options", "apply_service", "distribute", "SNAPSHOT_FORMAT_VERSION"]
 
 log = logging.getLogger("tfapp.data")
@@ -140,18 +140,6 @@ def write_snapshot(dataset: tf.data.Dataset, root: str, name: str, key: str,
             fh.write(json.dumps({"key": key, "name": name, "blocks": blocks,
                                  "dtypes": dtypes, **(describe or {})}, default=str))
     return Snapshot(path, blocks, tuple(dtypes), dataset.element_spec)
-
-
-def apply_snapshot(dataset: tf.data.Dataset, root: str, name: str, key: str,
-                   describe: dict[str, Any] | None = None,
-                   shuffle_seed: int | None = None) -> tf.data.Dataset:
-    """``dataset``'s blocks read back from its snapshot (``write_snapshot``).
-
-    Blocks come in written order or, with ``shuffle_seed``, in a new seeded order each
-    epoch (the file names are shuffled, not the blocks); integer tensors come back narrow
-    (see ``Snapshot``).
-    """
-    return write_snapshot(dataset, root, name, key, describe).dataset(shuffle_seed)
 
 
 def _block_file(path: str, block: int) -> str:

@@ -147,8 +147,8 @@ def build_optimizer(cfg: OptimizerConfig, *, peak: float = 0.0, total_steps: int
         schedule = build_schedule(cfg, peak=peak, total_steps=total_steps)
     clip = {"global_clipnorm": cfg.clipnorm} if cfg.clipnorm > 0 else {}
     if cfg.name == "adamw":
-        opt = FusedAdamW(learning_rate=schedule, weight_decay=cfg.weight_decay,
-                                        epsilon=1e-6, **clip)
+        opt = FusedAdamW(learning_rate=schedule, weight_decay=cfg.weight_decay, epsilon=1e-6,
+                         **clip)
         opt.exclude_from_weight_decay(var_names=list(NO_DECAY))
         return opt
     if cfg.name == "adam":
