@@ -150,13 +150,47 @@ def _time_fit(model, ds, spe: int, steps: int, warmup_steps: int, batch: int) ->
     if warm:
         model.fit(ds, epochs=1, steps_per_epoch=warm, verbose=0)
     steps = rounded_steps(steps, spe)
+    ends = ExecutionEnds()
     t = time.perf_counter()
-    history = model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)
-    elapsed = time.perf_counter() - t
+    history = model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[ends])
+    # Timed to the end of the last step, not the return of fit: fit's teardown deletes
+    # its tf.data iterator, and that deletion now and then blocks until tf.data's
+    # autotune thread next wakes (its sleeps double from 10 ms, so fit returned exactly
+    # 10.24 or 20.47 s after it started in several runs whatever the step time was).
+    # It is a per-fit cost, not a per-step one; "teardown_s" reports it.
+    elapsed = ends.times[-1] - t
     per_step = elapsed / steps
     return {"examples_per_s": steps * batch / elapsed, "step_s": per_step,
+            "teardown_s": time.perf_counter() - ends.times[-1],
+            "median_step_s": median_step(t, ends.times, spe),
             "compile_s": max(0.0, first - spe * per_step), "first_execution_s": first,
             "timed_steps": steps, "loss": float(history.history["loss"][-1])}
+
+
+def median_step(start: float, ends: list[float], spe: int) -> float:
+    """Median seconds per step over executions (each of ``spe`` steps). On this shared VM
+    whole seconds are sometimes lost to other tenants; the median shrugs them off, the
+    mean does not, so the report shows both."""
+    import statistics
+
+    marks = [start, *ends]
+    return statistics.median(b - a for a, b in zip(marks, marks[1:], strict=False)) / spe
+
+
+def ExecutionEnds():  # noqa: N802  (a tf.keras class, built after TensorFlow is imported)
+    """Callback recording when each execution's results reach Python (the numpy logs of
+    ``on_train_batch_end`` make Keras wait for the step)."""
+    import tensorflow as tf
+
+    class _Ends(tf.keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.times: list[float] = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.times.append(time.perf_counter())
+
+    return _Ends()
 
 
 def worker_tfapp(a: argparse.Namespace, s: dict) -> None:
@@ -277,14 +311,17 @@ def worker_hf(a: argparse.Namespace, s: dict) -> None:
     for _ in range(a.warmup_steps):
         step()
     t = time.perf_counter()
+    ends = []
     for _ in range(a.steps):
         loss = step()
+        ends.append(time.perf_counter())
     elapsed = time.perf_counter() - t
     per_step = elapsed / a.steps
     emit({"system": "hf", "precision": a.precision, "jit": False, "spe": 1,
           "versions": f"torch {torch.__version__}, transformers {transformers.__version__}",
           "attn": getattr(model.config, "_attn_implementation", "?"),
           "examples_per_s": a.steps * b / elapsed, "step_s": per_step,
+          "median_step_s": median_step(t, ends, 1),
           "compile_s": max(0.0, first - per_step), "first_execution_s": first,
           "timed_steps": a.steps, "loss": loss})
 
@@ -314,10 +351,14 @@ def run_worker(python: str, system: str, argv: list[str], env: dict, timeout: fl
     return {"error": " | ".join(tail)}
 
 
-def env_for(system: str, threads: int) -> dict:
+def env_for(system: str, threads: int, onednn: int | None = None) -> dict:
+    """Environment of one row. ``onednn`` (tfapp rows and the GEMM peak) sets
+    ``TF_ENABLE_ONEDNN_OPTS``; peers keep TensorFlow's own default, as their users would."""
     env = dict(os.environ)
     env.update({"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": str(threads),
                 "PYTHONHASHSEED": "0"})
+    if onednn is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = str(onednn)
     if system == "tfapp":
         env["TF_USE_LEGACY_KERAS"] = "1"
     else:
@@ -330,7 +371,8 @@ def env_for(system: str, threads: int) -> dict:
 def name_of(r: dict) -> str:
     if r["system"] == "tfapp":
         native = " native" if r.get("encoder_arg") == "native" else ""
-        return f"tfapp{native} jit={'on' if r['jit'] else 'off'} spe={r['spe']}"
+        dnn = " onednn=off" if r.get("onednn") == 0 else ""
+        return f"tfapp{native} jit={'on' if r['jit'] else 'off'} spe={r['spe']}{dnn}"
     if r["system"] == "keras_hub":
         return f"keras-hub jit={'on' if r['jit'] else 'off'} spe={r['spe']}"
     return "HF transformers + PyTorch"
@@ -348,13 +390,13 @@ def report(results: list[dict], peak: dict | None, s: dict) -> list[str]:
         lines.append(f"matmul peak (TF GEMM {peak['n']}^2, {peak['threads']} threads, best "
                      f"of {peak.get('measured_gflops')}): float32 {f32_peak:.1f} GFLOP/s, "
                      f"bfloat16 {bf16_peak:.1f} GFLOP/s")
-    header = (f"{'system':<28} {'precision':<9} {'ex/s':>7} {'step ms':>8} "
-              f"{'compile s':>9} {'MFU':>6}  notes")
+    header = (f"{'system':<39} {'precision':<9} {'ex/s':>7} {'step ms':>8} "
+              f"{'p50 ms':>7} {'compile s':>9} {'MFU':>6}  notes")
     lines += ["", header, "-" * len(header)]
     ok = [r for r in results if "examples_per_s" in r]
     for r in results:
         if "examples_per_s" not in r:
-            lines.append(f"{r.get('name', '?'):<28} {r.get('precision', ''):<9} "
+            lines.append(f"{r.get('name', '?'):<39} {r.get('precision', ''):<9} "
                          f"{'failed':>7}  {r.get('error', '')[:80]}")
             continue
         mfu = r["examples_per_s"] * flops / (f32_peak * 1e9) if f32_peak else float("nan")
@@ -364,8 +406,9 @@ def report(results: list[dict], peak: dict | None, s: dict) -> list[str]:
             notes.append(f"encoder={r['encoder']}")
         if r["precision"] == "bfloat16" and bf16_peak:
             notes.append(f"{r['examples_per_s'] * flops / (bf16_peak * 1e9):.1%} of bf16 peak")
-        lines.append(f"{name_of(r):<28} {r['precision']:<9} {r['examples_per_s']:7.1f} "
-                     f"{r['step_s'] * 1e3:8.0f} {r['compile_s']:9.1f} {mfu:6.1%}  "
+        lines.append(f"{name_of(r):<39} {r['precision']:<9} {r['examples_per_s']:7.1f} "
+                     f"{r['step_s'] * 1e3:8.0f} {r.get('median_step_s', 0) * 1e3:7.0f} "
+                     f"{r['compile_s']:9.1f} {mfu:6.1%}  "
                      f"{', '.join(notes)}")
     lines += ["", "ratios tfapp / peer at equal precision (examples/s):"]
     for precision in sorted({r["precision"] for r in ok}):
@@ -376,6 +419,11 @@ def report(results: list[dict], peak: dict | None, s: dict) -> list[str]:
                               f"{r['examples_per_s'] / peer['examples_per_s']:.2f}x"
                               for r in tf_rows)
             lines.append(f"  {precision:<8} vs {name_of(peer):<26} {cells}")
+            if all("median_step_s" in r for r in [*tf_rows, peer]):
+                cells = "  ".join(f"{name_of(r).removeprefix('tfapp ')}: "
+                                  f"{peer['median_step_s'] / r['median_step_s']:.2f}x"
+                                  for r in tf_rows)
+                lines.append(f"  {'':<8}    {'(median step times)':<26} {cells}")
     return lines
 
 
@@ -396,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--encoders", default="auto",
                    help="tfapp encoder rows without XLA: auto (what the classifier picks), "
                         "native (the module read into tfapp's BertEncoder), or both")
+    p.add_argument("--onednn", default="1",
+                   help="TF_ENABLE_ONEDNN_OPTS values for tfapp rows (tfapp turns oneDNN on "
+                        "by default on x86; '0,1' measures both side by side)")
     p.add_argument("--steps", type=int, default=16, help="timed steps (rounded up to spe)")
     p.add_argument("--warmup-steps", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
@@ -440,6 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     jits = [int(x) for x in a.jit.split(",") if x]
     peer_jits = [int(x) for x in a.peer_jit.split(",") if x]
     spes = [int(x) for x in a.spe.split(",") if x]
+    onednns = [int(x) for x in a.onednn.split(",") if x]
     common = ["--steps", str(a.steps), "--warmup-steps", str(a.warmup_steps),
               "--threads", str(a.threads), "--layers", str(a.layers), "--hidden", str(a.hidden),
               "--heads", str(a.heads), "--seq", str(a.seq), "--batch", str(a.batch),
@@ -453,8 +505,9 @@ def main(argv: list[str] | None = None) -> int:
         peak_args = [*base, "--gemm-size", str(a.gemm_size), "--gemm-repeats",
                      str(a.gemm_repeats)]
         print(f"matmul peak ({a.tfapp_python})", flush=True)
-        peaks = [run_worker(a.tfapp_python, "peak", peak_args, env_for("tfapp", a.threads),
-                            a.timeout)]
+        # With oneDNN on and off: the machine's peak is the faster of the two GEMMs.
+        peaks = [run_worker(a.tfapp_python, "peak", peak_args,
+                            env_for("tfapp", a.threads, dnn), a.timeout) for dnn in (1, 0)]
         plan = []
         for precision in precisions:
             if "tfapp" in systems:
@@ -475,21 +528,25 @@ def main(argv: list[str] | None = None) -> int:
                 plan.append(("hf", precision, 0, 1, "", []))
             if "keras_hub" in systems:
                 plan += [("keras_hub", precision, j, 1, "", []) for j in peer_jits]
-        for system, precision, jit, spe, encoder, extra in plan:
+        # Each tfapp row once per --onednn value, next to each other.
+        plan = [(*row, dnn) for row in plan
+                for dnn in (onednns if row[0] == "tfapp" else [None])]
+        for system, precision, jit, spe, encoder, extra, dnn in plan:
             python = a.tfapp_python if system == "tfapp" else a.bench_python
-            print(f"{system} {precision} jit={jit} spe={spe} {encoder}", flush=True)
+            dnn_note = "" if dnn is None else f" onednn={dnn}"
+            print(f"{system} {precision} jit={jit} spe={spe} {encoder}{dnn_note}", flush=True)
             r = run_worker(python, system, [*base, "--precision", precision,
                                             "--jit-one", str(jit), "--spe-one", str(spe),
                                             "--encoder", encoder or "auto", *extra],
-                           env_for(system, a.threads), a.timeout)
+                           env_for(system, a.threads, dnn), a.timeout)
             r.update({"system": system, "precision": precision, "jit": bool(jit), "spe": spe,
-                      "encoder_arg": encoder})
+                      "encoder_arg": encoder, "onednn": dnn})
             r.setdefault("name", f"{system} jit={jit} spe={spe}")
             results.append(r)
         # Again at the end: on a shared machine the best of both is nearer the real peak.
         print("matmul peak, again", flush=True)
-        peaks.append(run_worker(a.tfapp_python, "peak", peak_args,
-                                env_for("tfapp", a.threads), a.timeout))
+        peaks += [run_worker(a.tfapp_python, "peak", peak_args,
+                             env_for("tfapp", a.threads, dnn), a.timeout) for dnn in (1, 0)]
         peaks = [x for x in peaks if x and "error" not in x]
         peak = max(peaks, key=lambda x: x["float32_gflops"]) if peaks else None
         if peak:

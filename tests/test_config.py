@@ -131,3 +131,21 @@ def test_importing_tfapp_first_selects_tf_keras():
     env["PYTHONPATH"] = str(REPO)
     proc = run_python(["-c", code], env=env, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-1500:]
+
+
+@pytest.mark.skipif(__import__("platform").machine().lower() not in ("x86_64", "amd64"),
+                    reason="tfapp turns oneDNN on only on x86")
+@pytest.mark.parametrize("user_value, expected", [(None, "True"), ("0", "False")])
+def test_importing_tfapp_turns_on_onednn_unless_the_user_chose(user_value, expected):
+    # TensorFlow enables its oneDNN kernels by default only on AVX512/AMX CPUs; tfapp
+    # enables them on every x86 CPU (faster training step, docs/performance.md), and an
+    # explicit TF_ENABLE_ONEDNN_OPTS from the user wins.
+    code = ("import tfapp, tensorflow as tf; "
+            "from tensorflow.python.util import _pywrap_util_port as port; "
+            "print(port.IsMklEnabled())")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    if user_value is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = user_value
+    env["PYTHONPATH"] = str(REPO)
+    proc = run_python(["-c", code], env=env, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == expected, proc.stderr[-1500:]

@@ -6,8 +6,16 @@ must run before anything imports TensorFlow; every entry point imports tfapp fir
 """
 
 import os
+import platform
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+# TensorFlow turns its oneDNN CPU kernels on by default only on CPUs with AVX512-VNNI/BF16
+# or AMX. On an AVX2 CPU (this project's 2-core AMD EPYC) they made the float32 BERT
+# training step ~1.2x faster and the 2048^2 GEMM 1.35x (scripts/bench_train.py
+# --onednn 0,1; docs/performance.md). Results may differ from Eigen's in the last bits.
+# TF_ENABLE_ONEDNN_OPTS=0 turns them off.
+if platform.machine().lower() in ("x86_64", "amd64"):
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 # TensorFlow's C++ INFO/WARNING lines drown the run header on every start; errors stay.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

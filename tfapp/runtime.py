@@ -76,6 +76,10 @@ class Runtime:
                          f"global={self.global_batch_size(per_replica_batch)}")
         if self.task_type:
             parts.append(f"task={self.task_type}:{self.task_id}")
+        if self.device_kind == "CPU":
+            onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower()
+            state = {"1": "on", "true": "on", "0": "off", "false": "off"}.get(onednn, "tf-default")
+            parts.append(f"onednn={state}")
         return " ".join(parts) + f" ({self.reason})"
 
 
