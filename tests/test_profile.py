@@ -49,7 +49,8 @@ def test_summary_calls_a_slow_sequential_pipeline_input_bound(tmp_path):
     # Not a tfapp run (no params.yaml): every remedy, starting with the parallel map.
     assert "parallel map" in advice and "data.cache" in advice and "data.snapshot" in advice
     assert "tf.data service" in advice
-    assert {op["type"] for op in s["top_op_types"]} & {"MatMul", "_FusedMatMul"}
+    # MatMul, _FusedMatMul, or _MklMatMul/_MklFusedMatMul with oneDNN (on by default on x86)
+    assert any("MatMul" in op["type"] for op in s["top_op_types"]), s["top_op_types"]
     # The fallback used when xprof groups no steps measures the same capture alike.
     rows = profiler._steps_from_trace([str(p) for p in session.glob("*.xplane.pb")])
     share = 100 * sum(r["infeedTimeMs"] for r in rows) / sum(r["stepTimeMs"] for r in rows)
@@ -101,7 +102,7 @@ def test_summary_calls_a_cached_prefetched_pipeline_not_input_bound(tmp_path):
     assert s["steps"] >= 6
     assert s["input_bound"] == "no", s
     assert s["advice"][0].startswith("not input-bound")
-    assert s["top_ops"][0]["type"] in ("MatMul", "_FusedMatMul")
+    assert "MatMul" in s["top_ops"][0]["type"], s["top_ops"][0]
     text = profiler.format_summary(s)
     assert "step time: mean" in text and "-> not input-bound" in text
 
@@ -165,7 +166,7 @@ def test_profile_steps_and_capture_from_a_second_process(tmp_path):
     for s in (by_steps, on_demand):
         assert s["step_time_ms"]["mean"] > 1.0
         assert s["input_bound"] in ("high", "moderate", "no")
-        assert "MatMul" in {op["type"] for op in s["top_op_types"]}
+        assert any("MatMul" in op["type"] for op in s["top_op_types"]), s["top_op_types"]
 
     # --summary printed the new capture's summary (the CLI's `summary RUN` reads the newest).
     assert f"profile: {sessions[-1]}" in captured.stdout
