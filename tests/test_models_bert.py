@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import tfapp  # noqa: F401
-from tfapp.models.bert import BertConfig, BertEncoder, dummy_inputs, gelu_exact, hf_weight_name
+from tfapp.models.bert import (BertConfig, BertEncoder, FeedForwardDense, dummy_inputs, gelu_exact,
+                               hf_weight_name)
 
 import numpy as np
 import pytest
@@ -157,3 +158,30 @@ def test_gelu_exact_matches_tensorflow_values_and_gradient():
     np.testing.assert_allclose(ours.numpy(), reference.numpy(), atol=2e-6)
     np.testing.assert_allclose(tape.gradient(ours, x).numpy(),
                                tape.gradient(reference, x).numpy(), atol=2e-6)
+
+
+@pytest.mark.parametrize("units", [64, 16])  # wider and narrower than the input
+def test_feed_forward_dense_equals_dense_in_values_and_gradients(units):
+    """FeedForwardDense only reorders the weight-gradient matmul for oneDNN (tfapp turns
+    oneDNN on for x86, so this runs its custom path here); values, input gradient and
+    weight gradients must be Dense's."""
+    x = tf.random.stateless_normal([3, 10, 32], seed=[1, 2])
+    ours, ref = (FeedForwardDense(units, activation=gelu_exact),
+                 tf.keras.layers.Dense(units, activation=gelu_exact))
+    ours.build(x.shape)
+    ref.build(x.shape)
+    ref.set_weights(ours.get_weights())
+    results = []
+    for layer in (ours, ref):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+            loss = tf.reduce_sum(y * tf.sin(y))
+        results.append((y, tape.gradient(loss, [x, *layer.trainable_variables])))
+    (y1, g1), (y2, g2) = results
+    assert y1.shape == (3, 10, units)
+    np.testing.assert_allclose(y1.numpy(), y2.numpy(), atol=1e-6)
+    for a, b in zip(g1, g2, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
+    traced = tf.function(ours).get_concrete_function(tf.TensorSpec([None, 10, 32]))
+    assert traced.structured_outputs.shape.as_list() == [None, 10, units]

@@ -166,6 +166,63 @@ def gelu_exact(x: tf.Tensor):
     return x * cdf, grad
 
 
+def _onednn_enabled() -> bool:
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):  # a TensorFlow build without the query
+        return False
+
+
+def _transposed(a: tf.Tensor) -> tf.Tensor:
+    """``a`` [rows, cols] transposed into new memory. Written as a rank-3 transpose so
+    grappler does not fold it back into the next matmul's ``transpose_a``."""
+    return tf.reshape(tf.transpose(a[None], [2, 0, 1]), [tf.shape(a)[1], -1])
+
+
+@tf.custom_gradient
+def ffn_matmul(x: tf.Tensor, kernel: tf.Tensor):
+    """``x @ kernel`` ([tokens, in] x [in, out]) whose weight gradient suits oneDNN.
+
+    The weight gradient ``x^T @ dy`` contracts over all tokens (4096 here). oneDNN's
+    matmul runs that shape with ``transpose_a`` at ~80 GFLOP/s on this AVX2 CPU, against
+    ~135 when the wider operand is transposed into memory first and the product is laid
+    out [max(in, out), min(in, out)] (16 vs 26-28 ms per FFN matrix, transposes
+    included; scripts in docs/performance.md). Same product, so the same values.
+    """
+    def grad(dy: tf.Tensor):
+        dx = tf.matmul(dy, kernel, transpose_b=True)
+        if kernel.shape[1] > kernel.shape[0]:
+            dkernel = tf.transpose(tf.matmul(_transposed(dy), x))
+        else:
+            dkernel = tf.matmul(_transposed(x), dy)
+        return dx, dkernel
+
+    return tf.matmul(x, kernel), grad
+
+
+class FeedForwardDense(tf.keras.layers.Dense):
+    """``Dense`` on [batch, seq, in] whose float32 weight gradient goes through
+    ``ffn_matmul`` when TensorFlow runs oneDNN kernels (tfapp turns them on for x86);
+    otherwise plain ``Dense`` (Eigen's kernel is faster with ``transpose_a``). Same
+    weights and names as ``Dense``, so checkpoints and Hub modules are unchanged."""
+
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
+        if self.compute_dtype != "float32" or inputs.shape.rank != 3 \
+                or not _onednn_enabled():
+            return super().call(inputs)
+        kernel = tf.convert_to_tensor(self.kernel)
+        x = tf.reshape(inputs, [-1, kernel.shape[0]])
+        y = ffn_matmul(x, kernel)
+        if self.bias is not None:
+            y = tf.nn.bias_add(y, self.bias)
+        if self.activation is not None:
+            y = self.activation(y)
+        y = tf.reshape(y, tf.concat([tf.shape(inputs)[:-1], [self.units]], 0))
+        y.set_shape(inputs.shape[:-1].concatenate([self.units]))
+        return y
+
+
 def _activation(name: str):
     if name == "gelu":
         return gelu_exact
@@ -263,10 +320,10 @@ class TransformerLayer(tf.keras.layers.Layer):
         self.attention_dropout = tf.keras.layers.Dropout(cfg.dropout, name="attention_dropout")
         self.attention_layer_norm = tf.keras.layers.LayerNormalization(
             epsilon=cfg.layer_norm_epsilon, name="attention_layer_norm")
-        self.intermediate = tf.keras.layers.Dense(
+        self.intermediate = FeedForwardDense(
             cfg.intermediate_size, activation=_activation(cfg.activation),
             kernel_initializer=init(), name="intermediate")
-        self.output_dense = tf.keras.layers.Dense(
+        self.output_dense = FeedForwardDense(
             cfg.hidden_size, kernel_initializer=init(), name="output")
         self.output_dropout = tf.keras.layers.Dropout(cfg.dropout, name="output_dropout")
         self.output_layer_norm = tf.keras.layers.LayerNormalization(
