@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import tfapp  # noqa: F401
-from tfapp.models.bert import (BertConfig, BertEncoder, FeedForwardDense, dummy_inputs, gelu_exact,
-                               hf_weight_name)
+from tfapp.models.bert import (
+    BertConfig,
+    BertEncoder,
+    FeedForwardDense,
+    dummy_inputs,
+    gelu_exact,
+    hf_weight_name,
+)
 
 import numpy as np
 import pytest
