@@ -1,6 +1,7 @@
 """Generate tfapp's shipped demo classification data (seeded, reproducible).
 
     python scripts/make_demo_data.py   # writes tfapp/demo/reviews_{train,validation,test}.csv
+    python scripts/make_demo_data.py --unlabelled 16000   # + reviews_unlabelled.txt (MLM)
 
 Short English product and movie reviews with columns ``text,label`` and labels
 ``positive``/``negative``. They come from templates with plain cues ("the battery was
@@ -9,6 +10,9 @@ was superb": the clause after "but" decides) and idioms ("not bad at all"), and 
 labels are flipped on purpose. A bag of words cannot read negation or contrast, and
 nothing can predict the flipped labels, so a small model learns the data visibly (far
 above the majority class) without reaching 100%.
+
+``--unlabelled N`` also writes the masked-LM corpus of docs/hub.md: N unlabelled reviews of
+2-5 sentences that share one polarity (drawn with their own seed, so the CSVs stay the same).
 """
 
 from __future__ import annotations
@@ -67,9 +71,11 @@ def _ending(rng: random.Random, positive: bool) -> str:
     return end
 
 
-def review(rng: random.Random) -> tuple[str, bool]:
-    """One (text, is_positive) pair from a randomly chosen template."""
-    label = rng.random() < 0.5
+def review(rng: random.Random, label: bool | None = None) -> tuple[str, bool]:
+    """One (text, is_positive) pair from a randomly chosen template; ``label`` fixes its
+    polarity (None: drawn here -- the shipped CSVs' sequence of rng calls)."""
+    if label is None:
+        label = rng.random() < 0.5
     kind = rng.choices(["plain", "negated", "contrast", "although", "verb", "verb_neg", "idiom"],
                        weights=[26, 16, 18, 10, 14, 8, 8])[0]
     subj, group = _subject(rng)
@@ -112,6 +118,25 @@ def make_split(rng: random.Random, n: int, noise: float) -> list[tuple[str, str]
     return rows
 
 
+def unlabelled_review(rng: random.Random, avoid: set[str],
+                      sentences: tuple[int, int] = (2, 5)) -> str:
+    """A multi-sentence review without its label: one polarity drawn per review, shared by all
+    its sentences (as in real reviews), none of them a text in ``avoid``.
+
+    Why shared: within one templated sentence the sentiment adjective is unpredictable from
+    its context, so masked-LM on single sentences learns no polarity (docs/hub.md); here a
+    masked adjective is predictable from the review's other sentences.
+    """
+    positive = rng.random() < 0.5
+    parts: list[str] = []
+    for _ in range(rng.randint(*sentences)):
+        text, _ = review(rng, positive)
+        while text in avoid:  # never a held-out text, not even as one sentence
+            text, _ = review(rng, positive)
+        parts.append(text)
+    return " ".join(parts)
+
+
 def write_csv(rows: list[tuple[str, str]], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8", newline="") as fh:
@@ -129,13 +154,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train", type=int, default=1500)
     parser.add_argument("--validation", type=int, default=300)
     parser.add_argument("--test", type=int, default=300)
+    parser.add_argument("--unlabelled", type=int, default=0, metavar="N",
+                        help="also write N unlabelled multi-sentence reviews, one per line, to "
+                             "reviews_unlabelled.txt (the masked-LM corpus; default 0: none)")
+    parser.add_argument("--unlabelled-seed", type=int, default=7)
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
+    held_out: set[str] = set()
     for split in ("train", "validation", "test"):
         rows = make_split(rng, getattr(args, split), args.noise)
         write_csv(rows, args.out / f"reviews_{split}.csv")
         pos = sum(label == "positive" for _, label in rows)
         print(f"{args.out / f'reviews_{split}.csv'}: {len(rows)} rows, {pos} positive")
+        if split != "train":
+            held_out.update(text for text, _ in rows)
+    if args.unlabelled > 0:
+        # Own rng: the labelled CSVs stay the same whether or not this corpus is written.
+        urng = random.Random(args.unlabelled_seed)
+        path = args.out / "reviews_unlabelled.txt"
+        lines = [unlabelled_review(urng, held_out) for _ in range(args.unlabelled)]
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        print(f"{path}: {len(lines)} unlabelled reviews, {path.stat().st_size / 1e6:.1f} MB")
 
 
 if __name__ == "__main__":

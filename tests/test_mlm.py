@@ -179,3 +179,28 @@ def test_pretrain_under_mirrored_strategy(tiny_module, tmp_path):
     assert "strategy=mirrored replicas=2" in proc.stderr
     meta = json.loads((tmp_path / "out" / "tfapp_hub.json").read_text())
     assert meta["pretrained_from"]["mlm"]["steps"] == 8
+
+
+def test_shipped_unlabelled_corpus_is_reproducible_and_shares_polarity(tmp_path):
+    """tfapp/demo/reviews_unlabelled.txt (the masked-LM corpus of docs/hub.md) comes from
+    `make_demo_data.py --unlabelled N` without changing the labelled CSVs, holds no
+    validation/test text, and each review's sentences share one polarity."""
+    proc = run_python(["scripts/make_demo_data.py", "--out", str(tmp_path), "--unlabelled",
+                       "300"], timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    demo = REPO / "tfapp" / "demo"
+    for split in ("train", "validation", "test"):
+        assert (tmp_path / f"reviews_{split}.csv").read_bytes() == \
+            (demo / f"reviews_{split}.csv").read_bytes(), split
+    shipped = (demo / "reviews_unlabelled.txt").read_text(encoding="utf-8").splitlines()
+    assert (tmp_path / "reviews_unlabelled.txt").read_text(encoding="utf-8").splitlines() \
+        == shipped[:300]
+    held_out = set()
+    for split in ("validation", "test"):
+        with open(demo / f"reviews_{split}.csv", newline="", encoding="utf-8") as fh:
+            held_out.update(row["text"] for row in csv.DictReader(fh))
+    assert not held_out.intersection(shipped)
+    # Star ratings follow the sentence's polarity, so with one polarity per review a
+    # review never carries both (independent polarities would put both in ~1 in 30).
+    assert not [r for r in shipped if "five stars" in r and "one star" in r]
+    assert sum("five stars" in r for r in shipped) > 1000
