@@ -77,10 +77,19 @@ class Runtime:
         if self.task_type:
             parts.append(f"task={self.task_type}:{self.task_id}")
         if self.device_kind == "CPU":
-            onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower()
-            state = {"1": "on", "true": "on", "0": "off", "false": "off"}.get(onednn, "tf-default")
-            parts.append(f"onednn={state}")
+            parts.append(f"onednn={'on' if onednn_enabled() else 'off'}")
         return " ".join(parts) + f" ({self.reason})"
+
+
+def onednn_enabled() -> bool:
+    """Whether TensorFlow runs its oneDNN CPU kernels in this process (tfapp turns them on
+    for x86 in ``tfapp/__init__.py``; TensorFlow decides when ``TF_ENABLE_ONEDNN_OPTS`` is
+    unset elsewhere), as TensorFlow itself reports it."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):  # a TensorFlow build without the query
+        return False
 
 
 def tpu_hinted(env: Mapping[str, str], dev_dir: str = "/dev") -> str | None:

@@ -32,6 +32,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tfapp.runtime import onednn_enabled
+
 import tensorflow as tf
 
 __all__ = [
@@ -166,14 +168,6 @@ def gelu_exact(x: tf.Tensor):
     return x * cdf, grad
 
 
-def _onednn_enabled() -> bool:
-    try:
-        from tensorflow.python.util import _pywrap_util_port
-        return bool(_pywrap_util_port.IsMklEnabled())
-    except (ImportError, AttributeError):  # a TensorFlow build without the query
-        return False
-
-
 def _transposed(a: tf.Tensor) -> tf.Tensor:
     """``a`` [rows, cols] transposed into new memory. Written as a rank-3 transpose so
     grappler does not fold it back into the next matmul's ``transpose_a``."""
@@ -209,7 +203,7 @@ class FeedForwardDense(tf.keras.layers.Dense):
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
         if self.compute_dtype != "float32" or inputs.shape.rank != 3 \
-                or not _onednn_enabled():
+                or not onednn_enabled():
             return super().call(inputs)
         kernel = tf.convert_to_tensor(self.kernel)
         x = tf.reshape(inputs, [-1, kernel.shape[0]])
