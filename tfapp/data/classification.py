@@ -245,9 +245,9 @@ def _shuffle_blocks(dataset: tf.data.Dataset, buffer: int, block: int, n: int,
     if pool > 1:
         dataset = dataset.rebatch(pool * block)
     noise = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
-    return tf.data.Dataset.zip((dataset, noise)).map(
-        _permute_and_cut(seed, batch, label_dtype),
-        num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+    return stages.host_map(tf.data.Dataset.zip((dataset, noise)),
+                           _permute_and_cut(seed, batch, label_dtype),
+                           num_parallel_calls=tf.data.AUTOTUNE).unbatch()
 
 
 def make_classification_dataset(examples: ExampleSet, preprocess_fn: Callable[..., dict],
@@ -311,15 +311,15 @@ def make_classification_dataset(examples: ExampleSet, preprocess_fn: Callable[..
     if stored:
         # Preprocess once into blocks of `chunk` examples and store those: replaying
         # whole blocks is what makes a snapshot/cache much faster than tokenising again.
-        dataset = dataset.batch(chunk).map(preprocess, num_parallel_calls=tf.data.AUTOTUNE,
-                                           deterministic=True)
+        dataset = stages.host_map(dataset.batch(chunk), preprocess,
+                                  num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         key = stages.pipeline_key(
             examples=examples.fingerprint(), preprocess=_preprocess_fingerprint(preprocess_fn),
             seq_length=data_cfg.seq_length, shard=[shard, n_shards], chunk=chunk,
             permuted=training, pair=examples.text_pairs is not None)
         # input_mask and input_type_ids are 0/1: stored as uint8 they shrink what a replay
         # reads by half; widened back to int32 when the batches are cut.
-        dataset = dataset.map(_narrow)
+        dataset = stages.host_map(dataset, _narrow)
         label_dtype = dataset.element_spec[1].dtype
         snapshot = None
         if data_cfg.snapshot:
@@ -337,14 +337,15 @@ def make_classification_dataset(examples: ExampleSet, preprocess_fn: Callable[..
             dataset = _shuffle_blocks(dataset, data_cfg.shuffle_buffer, chunk, n_local, seed,
                                       local_batch, label_dtype, blocks_shuffled=files_shuffled)
         else:
-            dataset = dataset.map(_widen(label_dtype))
+            dataset = stages.host_map(dataset, _widen(label_dtype))
     elif shuffle:
         # Shuffle the (cheap) raw strings, then tokenise whole chunks at once.
         dataset = dataset.shuffle(min(data_cfg.shuffle_buffer, n_local), seed=seed,
                                   reshuffle_each_iteration=True)
     if not stored:
-        dataset = dataset.batch(chunk).map(preprocess, num_parallel_calls=tf.data.AUTOTUNE,
-                                           deterministic=deterministic)
+        dataset = stages.host_map(dataset.batch(chunk), preprocess,
+                                  num_parallel_calls=tf.data.AUTOTUNE,
+                                  deterministic=deterministic)
     if not (stored and shuffle):  # _shuffle_blocks already made the batches
         dataset = dataset.rebatch(local_batch, drop_remainder=training)
     dataset = stages.apply_service(dataset, data_cfg.service, examples.name)

@@ -21,12 +21,17 @@ Each stage is a ``DataConfig`` switch:
   ``tf.data.Options`` (autotune on, map parallelisation, sharding policy).
 * ``service.address`` -- hand the pipeline to a tf.data service dispatcher.
 
+Every map of these pipelines goes through ``host_map``: the same ``Dataset.map``, but its
+function starts in well under a millisecond when an iterator is made, instead of after a
+Grappler pass (see there). A finite pipeline makes a new iterator every epoch.
+
 ``distribute`` builds one pipeline per input worker through
 ``strategy.distribute_datasets_from_function``.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -43,7 +48,7 @@ from tfapp.data.errors import DataError
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["pipeline_key", "Snapshot", "write_snapshot", "apply_cache",
+__all__ = ["pipeline_key", "Snapshot", "write_snapshot", "apply_cache", "host_map",
            "make_options", "apply_service", "distribute", "SNAPSHOT_FORMAT_VERSION"]
 
 log = logging.getLogger("tfapp.data")
@@ -86,7 +91,8 @@ class Snapshot:
         if shuffle_seed is not None and self.blocks > 1:
             files = files.shuffle(self.blocks, seed=shuffle_seed,
                                   reshuffle_each_iteration=True)
-        return files.map(self._read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return host_map(files, self._read, num_parallel_calls=tf.data.AUTOTUNE,
+                        deterministic=True)
 
     def _read(self, name: tf.Tensor) -> Any:
         specs = tf.nest.flatten(self.element_spec)
@@ -207,6 +213,90 @@ def _split_block(data: bytes, specs: list[tf.TensorSpec],
                                     offset))
         offset += rows * size
     return values
+
+
+# The function attribute that sends a tf.data function down TensorFlow's single-device path.
+_HOST_FUNCTION_ATTRS = {"experimental_ints_on_device": True}
+# False restores plain Dataset.map (scripts/bench_input.py --grappler-maps compares both).
+HOST_MAP = True
+
+
+def host_map(dataset: tf.data.Dataset, fn: Callable, *, num_parallel_calls: int | None = None,
+             deterministic: bool | None = None) -> tf.data.Dataset:
+    """``dataset.map(fn, num_parallel_calls, deterministic)``, started without Grappler.
+
+    tf.data instantiates a map's function for every new iterator, i.e. every epoch of a
+    finite pipeline (fit's validation pass, a pipeline read epoch by epoch). TensorFlow
+    instantiates it as a multi-device function and runs the Grappler meta-optimizer over
+    its graph each time. Measured on a 2-core CPU, that took 150-180 ms for the tokeniser map
+    and 35-50 ms for a snapshot replay's two maps, i.e. more than the replay's whole
+    epoch of work. A function carrying ``experimental_ints_on_device`` takes the
+    single-device path instead (``FunctionMetadata`` in TF's captured_function.cc; TF's own
+    ``copy_to_device`` uses it) and starts in under 1 ms. tf.data functions run on the
+    host CPU, where int32 tensors live in host memory either way, so nothing else changes.
+
+    ``Dataset.map`` has no parameter for function attributes, so the dataset is built
+    from the same private pieces ``Dataset.map`` uses (TensorFlow is pinned to 2.21.x). If
+    they are missing, or in tf.data debug mode, this is plain ``Dataset.map``.
+    The dataset turns off the ``inject_prefetch`` rewrite, which cannot read functions
+    with several int32 outputs on this path; tfapp adds its own prefetch (``data.prefetch``).
+    """
+    if HOST_MAP:
+        try:
+            mapped = _host_map_dataset_class()(dataset, fn, num_parallel_calls, deterministic)
+        except (ImportError, AttributeError, TypeError) as err:
+            log.debug("data: host_map falls back to Dataset.map (%s)", err)
+        else:
+            options = tf.data.Options()
+            options.experimental_optimization.inject_prefetch = False
+            return mapped.with_options(options)
+    return dataset.map(fn, num_parallel_calls=num_parallel_calls, deterministic=deterministic)
+
+
+@functools.cache
+def _host_map_dataset_class() -> type:
+    """The dataset class of ``host_map``, built on first use from TF's private dataset API."""
+    from tensorflow.python.data.ops import dataset_ops, debug_mode, structured_function
+    from tensorflow.python.ops import gen_dataset_ops
+
+    class HostMapDataset(dataset_ops.UnaryDataset):
+        """``map_op._MapDataset`` / ``_ParallelMapDataset`` with function attributes."""
+
+        def __init__(self, input_dataset, fn, num_parallel_calls, deterministic):
+            if debug_mode.DEBUG_MODE:
+                raise TypeError("tf.data debug mode runs maps eagerly")
+            self._input_dataset = input_dataset
+            self._map_func = structured_function.StructuredFunctionWrapper(
+                fn, "Dataset.map()", dataset=input_dataset,
+                defun_kwargs=dict(_HOST_FUNCTION_ATTRS))
+            self._name = None
+            function = self._map_func.function
+            if num_parallel_calls is None:
+                variant = gen_dataset_ops.map_dataset(
+                    input_dataset._variant_tensor, function.captured_inputs, f=function,
+                    use_inter_op_parallelism=True, preserve_cardinality=True,
+                    force_synchronous=False, **self._common_args)
+            else:
+                variant = gen_dataset_ops.parallel_map_dataset_v2(
+                    input_dataset._variant_tensor, function.captured_inputs, f=function,
+                    num_parallel_calls=tf.constant(num_parallel_calls, tf.int64),
+                    deterministic={None: "default", True: "true", False: "false"}[
+                        deterministic],
+                    use_inter_op_parallelism=True, preserve_cardinality=True,
+                    **self._common_args)
+            super().__init__(input_dataset, variant)
+
+        def _functions(self):
+            return [self._map_func]
+
+        @property
+        def element_spec(self):
+            return self._map_func.output_structure
+
+        def _transformation_name(self):
+            return "Dataset.map()"
+
+    return HostMapDataset
 
 
 def snapshot_exists(root: str, name: str, key: str) -> bool:
