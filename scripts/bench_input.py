@@ -1,6 +1,7 @@
 """Input-pipeline benchmark: examples/second of full BERT preprocessing, three ways.
 
     python scripts/bench_input.py [--examples 20000] [--seq-length 128] [--batch-size 32]
+                                  [--corpus short|long|both] [--compare-maps]
 
 On one generated review corpus (the demo generator's templates, 2-4 sentences per
 example) and one learned WordPiece vocab, it times one epoch of (features, labels)
@@ -15,11 +16,14 @@ batches of int32 ``[batch, seq_length]``:
   (c) tfapp's pipeline replayed from its snapshot (written once beforehand).
 
 (a) is consumed as NumPy batches in Python (what a PyTorch model gets); (b) and (c) are
-consumed inside TensorFlow with ``Dataset.reduce``, as ``model.fit``'s compiled step pulls
-batches, two ways: one epoch per iterator, and the repeated stream a training run reads
-(one iterator over ``dataset.repeat()``, as fit keeps for tfapp's repeating training
-pipeline). It checks that (a) and (b) produce identical ids, then prints the rates and
-the ratios b/a and c/b (targets: >= 5 each). Also reported, for reference: tensorflow-text
+pulled inside TensorFlow by a compiled loop, as ``model.fit``'s train function pulls
+batches, two ways: one epoch per iterator (a new iterator each epoch, as fit reads a
+finite dataset), and the repeated stream a training run reads (one iterator over
+``dataset.repeat()``, as fit keeps for tfapp's repeating training pipeline).
+``--compare-maps`` also times (b) and (c) built with plain ``Dataset.map`` instead of
+tfapp's ``host_map`` (whose functions start without a Grappler pass per iterator).
+It checks that (a) and (b) produce identical ids, then prints the rates and the ratios
+b/a and c/b (targets: >= 5 each). Also reported, for reference: tensorflow-text
 called eagerly on one string at a time (a per-item loop over the same TF tokenizer).
 """
 
@@ -40,6 +44,7 @@ sys.path.insert(0, str(REPO))
 
 import tfapp  # noqa: E402,F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import DataConfig  # noqa: E402
+from tfapp.data import pipeline as stages  # noqa: E402
 from tfapp.data.bert_preprocess import make_bert_preprocess_fn  # noqa: E402
 from tfapp.data.classification import make_classification_dataset  # noqa: E402
 from tfapp.data.sources import ExampleSet  # noqa: E402
@@ -157,21 +162,36 @@ def rate(batches) -> tuple[float, int]:
     return n / (time.perf_counter() - start), n
 
 
-def tf_rate(dataset: tf.data.Dataset, epochs: int = 2) -> tuple[float, int]:
-    """Examples/s of a tf.data pipeline consumed in-graph, as ``model.fit`` consumes it.
+def epoch_rate(dataset: tf.data.Dataset, n_batches: int, epochs: int = 3
+               ) -> tuple[float, float]:
+    """Examples/s of one epoch per iterator, as ``model.fit`` reads a finite dataset.
 
-    ``Dataset.reduce`` pulls every batch inside TensorFlow (no per-batch conversion to
-    NumPy), the way fit's compiled train step calls the iterator. Best of ``epochs`` full
-    passes (every pass redoes all the work: no cache), so one-off start-up and a noisy
-    shared machine weigh less.
+    Each epoch makes a new iterator (fit does, every epoch, for its training and
+    validation data) and pulls ``n_batches`` batches in a compiled loop traced once (fit's
+    train function). The iterator's start-up (instantiating the pipeline's functions,
+    filling buffers) counts, as it does in fit. Best of ``epochs`` after one untimed
+    epoch (tracing); every epoch redoes all the work (no cache). Also returns the median
+    time ``iter()`` took, in ms.
     """
-    best, n = 0.0, 0
+    @tf.function
+    def pull(iterator: tf.data.Iterator, n: tf.Tensor) -> tf.Tensor:
+        total = tf.constant(0, tf.int64)
+        for _ in tf.range(n):
+            total += tf.shape(next(iterator)[1], out_type=tf.int64)[0]
+        return total
+
+    batches = sum(1 for _ in dataset)  # untimed: like for like, every way yields one epoch
+    assert batches == n_batches, (batches, n_batches)
+    n = tf.constant(n_batches)
+    pull(iter(dataset), n)
+    best, starts = 0.0, []
     for _ in range(epochs):
         start = time.perf_counter()
-        n = int(dataset.reduce(tf.constant(0, tf.int64),
-                               lambda acc, b: acc + tf.shape(b[1], out_type=tf.int64)[0]))
-        best = max(best, n / (time.perf_counter() - start))
-    return best, n
+        iterator = iter(dataset)
+        starts.append(time.perf_counter() - start)
+        examples = int(pull(iterator, n))
+        best = max(best, examples / (time.perf_counter() - start))
+    return best, sorted(starts)[len(starts) // 2] * 1e3
 
 
 def stream_rate(dataset: tf.data.Dataset, n_batches: int, epochs: int = 3) -> float:
@@ -209,12 +229,13 @@ CORPORA = {"short": (2, 4), "long": (22, 34)}
 
 
 def ceiling(n_batches: int, batch_size: int, seq_length: int) -> tuple[float, float]:
-    """Examples/s over batches already in memory, pulled both ways (per-epoch iterator,
-    repeated stream): the consumer's own cost, which no replay can beat."""
+    """Examples/s over batches already in memory, pulled both ways (one epoch per
+    iterator, repeated stream): the consumer's own cost, a bound on any replay (up to noise:
+    slicing these batches copies them, as unbatching a replay's pools does)."""
     x = {k: tf.zeros([n_batches, batch_size, seq_length], tf.int32)
          for k in ("input_word_ids", "input_mask", "input_type_ids")}
     ds = tf.data.Dataset.from_tensor_slices((x, tf.zeros([n_batches, batch_size], tf.int32)))
-    return tf_rate(ds)[0], stream_rate(ds, n_batches)
+    return epoch_rate(ds, n_batches)[0], stream_rate(ds, n_batches)
 
 
 def measure(texts: list[str], labels: np.ndarray, vocab_path: Path, snapshot: Path,
@@ -236,32 +257,42 @@ def measure(texts: list[str], labels: np.ndarray, vocab_path: Path, snapshot: Pa
     py_rate, n_a = rate(python_loader(ReviewDataset(texts, labels, PyWordPiece(vocab),
                                                     args.seq_length),
                                       args.batch_size, args.seed))
-    cold = make_classification_dataset(examples, preprocess, cfg, batch_size=args.batch_size,
-                                       training=True, seed=args.seed)
-    cold_rate, n_b = tf_rate(cold)
-    n_batches = n_b // args.batch_size
-    cold_stream = stream_rate(cold, n_batches)
-
+    n_batches = n_a // args.batch_size
     snap_cfg = dataclasses.replace(cfg, snapshot=str(snapshot))
     start = time.perf_counter()
     make_classification_dataset(examples, preprocess, snap_cfg, batch_size=args.batch_size,
                                 training=True, seed=args.seed)
     write_s = time.perf_counter() - start
-    replay = make_classification_dataset(examples, preprocess, snap_cfg,
-                                         batch_size=args.batch_size, training=True,
-                                         seed=args.seed)
-    snap_rate, n_c = tf_rate(replay)
-    snap_stream = stream_rate(replay, n_batches)
-    assert n_a == n_b == n_c, (n_a, n_b, n_c)
+
+    result = {"a": py_rate, "write_s": write_s}
+    # host_map (tfapp's maps); with --compare-maps also plain Dataset.map, i.e. a Grappler
+    # pass over each map function whenever an iterator starts. Rounds alternate (host,
+    # plain, host) and each rate keeps its best, so neither pays for going first.
+    rounds = [("", True), ("_plain", False), ("", True)] if args.compare_maps else [("", True)]
+    for suffix, host in rounds:
+        stages.HOST_MAP = host
+        cold = make_classification_dataset(examples, preprocess, cfg,
+                                           batch_size=args.batch_size, training=True,
+                                           seed=args.seed)
+        replay = make_classification_dataset(examples, preprocess, snap_cfg,
+                                             batch_size=args.batch_size, training=True,
+                                             seed=args.seed)
+        for x, dataset in (("b", cold), ("c", replay)):
+            epoch, started = epoch_rate(dataset, n_batches)
+            stream = stream_rate(dataset, n_batches)
+            if epoch > result.get(x + suffix, 0.0):
+                result[x + suffix], result[x + "_start" + suffix] = epoch, started
+            result[x + "_stream" + suffix] = max(stream,
+                                                 result.get(x + "_stream" + suffix, 0.0))
+    stages.HOST_MAP = True
 
     # Reference only: the TF tokenizer called eagerly per item, on a slice of the corpus.
     k = min(200, len(texts))
     start = time.perf_counter()
     for t in texts[:k]:
         preprocess(tf.constant([t]))
-    per_item_tf = k / (time.perf_counter() - start)
-    return {"a": py_rate, "b": cold_rate, "c": snap_rate, "write_s": write_s,
-            "eager": per_item_tf, "b_stream": cold_stream, "c_stream": snap_stream}
+    result["eager"] = k / (time.perf_counter() - start)
+    return result
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -274,6 +305,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--corpus", choices=[*CORPORA, "both"], default="both",
                         help="review length: short (2-4 sentences), long (IMDB-like), both")
     parser.add_argument("--work-dir", default="", help="where the vocab and snapshot go")
+    parser.add_argument("--compare-maps", action="store_true",
+                        help="also time (b) and (c) with plain Dataset.map instead of "
+                             "tfapp's host_map (functions started through Grappler)")
     args = parser.parse_args(argv)
 
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="tfapp-bench-"))
@@ -295,22 +329,37 @@ def main(argv: list[str] | None = None) -> None:
         r = results[name] = measure(texts, labels, vocab_path, work / f"snapshot-{name}", args)
         print(f"  (a) per-item Python loop (Dataset.__getitem__ style): {r['a']:10.0f} ex/s")
         print(f"  (b) tfapp tf.data pipeline, cold:                    {r['b']:10.0f} ex/s"
-              f"   repeated stream: {r['b_stream']:8.0f} ex/s")
+              f"   repeated stream: {r['b_stream']:8.0f} ex/s"
+              f"   iterator start: {r['b_start']:5.1f} ms")
         print(f"  (c) tfapp pipeline replayed from its snapshot:       {r['c']:10.0f} ex/s"
               f"   repeated stream: {r['c_stream']:8.0f} ex/s"
+              f"   iterator start: {r['c_start']:5.1f} ms"
               f"  (writing it took {r['write_s']:.1f} s)")
+        if args.compare_maps:
+            for x in "bc":
+                print(f"      ({x}) with plain Dataset.map:                 "
+                      f"{r[x + '_plain']:10.0f} ex/s   repeated stream: "
+                      f"{r[x + '_stream_plain']:8.0f} ex/s"
+                      f"   iterator start: {r[x + '_start_plain']:5.1f} ms")
         print(f"      reference: tensorflow-text eagerly, one string per call: "
               f"{r['eager']:.0f} ex/s")
     top, top_stream = ceiling(args.examples // args.batch_size, args.batch_size,
                               args.seq_length)
     print(f"\nconsumer ceiling (batches already in memory, pulled the same way): "
           f"{top:.0f} ex/s, repeated stream {top_stream:.0f} ex/s")
-    print("\n(b) and (c) each way: one epoch per iterator (Dataset.reduce), and the repeated")
-    print("stream a training run reads (one iterator, epochs after the first)")
+    print("\n(b) and (c) each way: one epoch per iterator (a new iterator each epoch, as fit")
+    print("reads a finite dataset), and the repeated stream a training run reads (one")
+    print("iterator, epochs after the first)")
     print(f"\n{'corpus':8s} {'b/a':>6s} {'c/b':>6s} {'c/b stream':>11s}   (targets: >= 5 each)")
     for name, r in results.items():
         print(f"{name:8s} {r['b'] / r['a']:6.1f} {r['c'] / r['b']:6.1f} "
               f"{r['c_stream'] / r['b_stream']:11.1f}")
+    if args.compare_maps:
+        print("\nhost_map / plain Dataset.map, one epoch per iterator:")
+        for name, r in results.items():
+            print(f"{name:8s} (b) {r['b'] / r['b_plain']:5.2f}x  (c) {r['c'] / r['c_plain']:5.2f}x"
+                  f"   repeated stream: (b) {r['b_stream'] / r['b_stream_plain']:5.2f}x"
+                  f"  (c) {r['c_stream'] / r['c_stream_plain']:5.2f}x")
 
 
 if __name__ == "__main__":
