@@ -28,10 +28,13 @@ def _fit_under_profiler(logdir, dataset, steps: int) -> None:
 def test_summary_calls_a_slow_sequential_pipeline_input_bound(tmp_path):
     import tensorflow as tf
 
-    def slow(x):  # ~ms of work per element, in a map without num_parallel_calls
-        m = tf.eye(96) + tf.reduce_mean(x)
+    # ~1 ms of work per element (a 16-row batch ~15 ms against a ~1 ms train step), in a
+    # map without num_parallel_calls. With 96x96 matmuls the input share was 20-60% alone
+    # and fell below the 20% "high" line in a full-suite run; with 192x192 it is 75-89%.
+    def slow(x):
+        m = tf.eye(192) + tf.reduce_mean(x)
         for _ in range(6):
-            m = tf.linalg.matmul(m, m) / 96.0
+            m = tf.linalg.matmul(m, m) / 192.0
         return x + tf.reduce_sum(m) * 0.0, tf.reduce_sum(x, keepdims=True)
 
     ds = tf.data.Dataset.from_tensor_slices(tf.random.normal([4096, 16])).map(slow) \
