@@ -217,7 +217,7 @@ def _split_block(data: bytes, specs: list[tf.TensorSpec],
 
 # The function attribute that sends a tf.data function down TensorFlow's single-device path.
 _HOST_FUNCTION_ATTRS = {"experimental_ints_on_device": True}
-# False restores plain Dataset.map (scripts/bench_input.py --grappler-maps compares both).
+# False restores plain Dataset.map (scripts/bench_input.py --compare-maps times both).
 HOST_MAP = True
 
 
@@ -228,9 +228,9 @@ def host_map(dataset: tf.data.Dataset, fn: Callable, *, num_parallel_calls: int 
     tf.data instantiates a map's function for every new iterator, i.e. every epoch of a
     finite pipeline (fit's validation pass, a pipeline read epoch by epoch). TensorFlow
     instantiates it as a multi-device function and runs the Grappler meta-optimizer over
-    its graph each time. Measured on a 2-core CPU, that took 150-180 ms for the tokeniser map
-    and 35-50 ms for a snapshot replay's two maps, i.e. more than the replay's whole
-    epoch of work. A function carrying ``experimental_ints_on_device`` takes the
+    its graph each time. Measured on a 2-core CPU, that took 120-220 ms for the tokeniser
+    map and 30-100 ms for a snapshot replay's maps, as much as the replay's whole epoch of
+    work. A function carrying ``experimental_ints_on_device`` takes the
     single-device path instead (``FunctionMetadata`` in TF's captured_function.cc; TF's own
     ``copy_to_device`` uses it) and starts in under 1 ms. tf.data functions run on the
     host CPU, where int32 tensors live in host memory either way, so nothing else changes.
