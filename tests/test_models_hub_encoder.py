@@ -1,25 +1,34 @@
-"""load_hub_encoder: a working handle loads; every bad handle is one clear line."""
+"""load_hub_encoder: a working handle loads; every bad handle is one clear line.
+
+Also ``runtime.deterministic``: TensorFlow's op determinism refuses unseeded random ops,
+and a saved module's dropout keeps the seed it was saved with (none, for most modules).
+"""
 
 from __future__ import annotations
 
 import socket
 
 import tfapp  # noqa: F401
-from tfapp.config import ConfigError
-from tfapp.hub.export import export_encoder, float32_policy
+from tfapp.config import ConfigError, ModelConfig
+from tfapp.hub.export import ReusableBertEncoder, export_encoder, float32_policy
 from tfapp.models.bert import BertConfig, BertEncoder, dummy_inputs
-from tfapp.models.hub_encoder import HubHandleError, load_hub_encoder
+from tfapp.models.classifier import build_classifier
+from tfapp.models.hub_encoder import HubHandleError, load_hub_encoder, unseeded_random_ops
 
+import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_hub as hub
+from tensorflow.python.framework import config as tf_config
+
+CFG = BertConfig(vocab_size=30, hidden_size=16, num_layers=1, num_heads=2,
+                 intermediate_size=32, max_position_embeddings=16)
 
 
 @pytest.fixture(scope="module")
 def encoder_dir(tmp_path_factory):
-    cfg = BertConfig(vocab_size=30, hidden_size=16, num_layers=1, num_heads=2,
-                     intermediate_size=32, max_position_embeddings=16)
     with float32_policy():
-        encoder = BertEncoder(cfg, seed=0)
+        encoder = BertEncoder(CFG, seed=0)
     return str(export_encoder(encoder, tmp_path_factory.mktemp("hub") / "encoder"))
 
 
@@ -87,3 +96,66 @@ def test_bad_handles_give_one_clear_line(tmp_path, case, pattern):
     assert isinstance(err.value, ConfigError)  # entry points print it as `tfapp: error: ...`
     if case not in ("empty", "builtin"):
         assert handle in message
+
+
+@pytest.fixture
+def op_determinism():
+    """``runtime.deterministic=true`` for one test (it is process-wide)."""
+    tf.config.experimental.enable_op_determinism()
+    yield
+    tf_config.disable_op_determinism()
+
+
+def _train_batch() -> tuple[dict[str, tf.Tensor], np.ndarray]:
+    rng = np.random.default_rng(0)
+    ids = rng.integers(4, CFG.vocab_size, size=(8, 8)).astype(np.int32)
+    return ({"input_word_ids": tf.constant(ids), "input_mask": tf.ones_like(ids),
+             "input_type_ids": tf.zeros_like(ids)}, np.array([0, 1] * 4, np.float32))
+
+
+def test_deterministic_fine_tuning_reads_the_module_natively_and_repeats_exactly(
+        encoder_dir, op_determinism):
+    x, y = _train_batch()
+    runs = []
+    for _ in range(2):
+        tf.keras.utils.set_random_seed(5)  # what runtime.setup does with runtime.seed
+        model = build_classifier(ModelConfig(kind="bert"), num_classes=2, multi_label=False,
+                                 seq_length=8, hub_handle=encoder_dir)
+        # The Hub layer's saved dropout would be refused; the native encoder's is seeded.
+        assert isinstance(model.get_layer("bert_encoder"), BertEncoder)
+        before = [w.numpy() for w in model.weights]
+        model.compile(optimizer=tf.keras.optimizers.Adam(1e-2), loss="binary_crossentropy")
+        model.fit(x, y, batch_size=4, epochs=2, verbose=0)
+        runs.append([w.numpy() for w in model.weights])
+        assert any(not np.array_equal(a, b) for a, b in zip(before, runs[-1], strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(*runs, strict=True))
+
+
+@pytest.fixture(scope="module")
+def foreign_dir(tmp_path_factory) -> str:
+    """A module tfapp cannot read natively (no get_bert_config, like most Hub encoders),
+    traced without a seed, as a module saved without a global seed is. Module-scoped, so
+    it is saved before ``op_determinism`` (Keras refuses to trace unseeded dropout then)."""
+    tf.random.set_seed(None)
+    with float32_policy():
+        root = ReusableBertEncoder(BertEncoder(CFG, seed=1))
+    del root.get_bert_config
+    handle = str(tmp_path_factory.mktemp("hub") / "foreign")
+    tf.saved_model.save(root, handle)
+    return handle
+
+
+def test_deterministic_fine_tuning_of_an_unseeded_module_is_one_clear_line(
+        foreign_dir, op_determinism):
+    assert unseeded_random_ops(hub.load(foreign_dir))  # its dropout ops
+    with pytest.raises(HubHandleError, match=r"^runtime.deterministic=true: the module '.*"
+                       r"foreign' fine-tunes with \d+ unseeded random op") as err:
+        build_classifier(ModelConfig(kind="bert"), num_classes=2, multi_label=False,
+                         seq_length=8, hub_handle=foreign_dir)
+    assert "\n" not in str(err.value) and "model.trainable=false" in str(err.value)
+    # A frozen encoder runs no dropout: determinism has nothing to refuse.
+    tf.keras.utils.set_random_seed(5)  # the head's dropout is seeded, as in runtime.setup
+    frozen = build_classifier(ModelConfig(kind="bert", trainable=False), num_classes=2,
+                              multi_label=False, seq_length=8, hub_handle=foreign_dir)
+    assert isinstance(frozen.get_layer("bert_encoder"), hub.KerasLayer)
+    assert frozen.predict(_train_batch()[0], verbose=0).shape == (8, 1)

@@ -71,7 +71,9 @@ class RuntimeConfig:
       precision: Keras mixed-precision policy. auto = mixed_bfloat16 on TPU, mixed_float16 on
         GPUs older than Ampere and mixed_bfloat16 on newer ones, float32 on CPU.
       seed: seed for Python, NumPy and TensorFlow (keras.utils.set_random_seed).
-      deterministic: enable TensorFlow op determinism (slower; reproducible runs).
+      deterministic: enable TensorFlow op determinism (slower; reproducible runs). A
+        fine-tuned Hub BERT then runs as tfapp's native encoder (builtin: and tfapp-exported
+        modules); others keep their unseeded dropout, which TensorFlow refuses.
     """
 
     strategy: str = choices(*STRATEGIES, default="auto")

@@ -27,6 +27,7 @@ from tfapp.config import ConfigError, ModelConfig
 from tfapp.models.hub_encoder import BERT_INPUT_KEYS, load_hub_encoder, native_encoder_from_hub
 
 import tensorflow as tf
+from tensorflow.python.framework import config
 
 __all__ = ["CLASSIFIER_KINDS", "MaskedMeanMaxPooling", "build_classifier", "output_units"]
 
@@ -88,9 +89,14 @@ def _inputs(seq_length: int) -> dict[str, tf.Tensor]:
 
 def _bert_features(model_cfg: ModelConfig, inputs: dict[str, tf.Tensor], hub_handle: str,
                    encoder: tf.keras.layers.Layer | None) -> tf.Tensor:
-    if encoder is None and tf.keras.mixed_precision.global_policy().compute_dtype != "float32":
-        # A restored Hub graph stays float32 whatever the policy: read the module into the
-        # native encoder so bfloat16/float16 reach the encoder (None if not covered).
+    mixed = tf.keras.mixed_precision.global_policy().compute_dtype != "float32"
+    deterministic = model_cfg.trainable and config.is_op_determinism_enabled()
+    if encoder is None and (mixed or deterministic):
+        # A restored Hub graph stays float32 whatever the policy, and its dropout ops keep
+        # the seed they were saved with (none, for most modules), which op determinism
+        # refuses: read the module into the native encoder, so bfloat16/float16 reach the
+        # encoder and its dropout is seeded from runtime.seed (None if not covered; the Hub
+        # layer then checks its random ops).
         encoder = native_encoder_from_hub(hub_handle)
     if encoder is None:
         encoder = load_hub_encoder(hub_handle, trainable=model_cfg.trainable)

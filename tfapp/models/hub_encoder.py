@@ -27,9 +27,10 @@ from tfapp.models.bert import BertConfig, BertEncoder, stable_weight_name
 
 import tensorflow as tf
 import tensorflow_hub as hub
+from tensorflow.python.framework import config
 
 __all__ = ["BERT_INPUT_KEYS", "BERT_OUTPUT_KEYS", "HubHandleError", "check_bert_interface",
-           "load_hub_encoder", "native_encoder_from_hub"]
+           "load_hub_encoder", "native_encoder_from_hub", "unseeded_random_ops"]
 
 BERT_INPUT_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
 BERT_OUTPUT_KEYS = ("pooled_output", "sequence_output")
@@ -125,7 +126,42 @@ def load_hub_encoder(handle: str, trainable: bool) -> hub.KerasLayer:
         raise HubHandleError(f"model.hub_handle: '{handle}' has no trainable variables, so it "
                              "cannot be fine-tuned; set model.trainable=false or use a "
                              "reusable SavedModel (TF2 format)")
+    if trainable and config.is_op_determinism_enabled():
+        unseeded = unseeded_random_ops(layer.resolved_object)
+        if unseeded:
+            raise HubHandleError(
+                f"runtime.deterministic=true: the module '{handle}' fine-tunes with "
+                f"{len(unseeded)} unseeded random op(s) (e.g. '{unseeded[0]}', its dropout), "
+                "which TensorFlow's op determinism refuses; use a module tfapp reads natively "
+                "(builtin:, or one written by python -m tfapp.hub export), set "
+                "model.trainable=false, or runtime.deterministic=false")
     return layer
+
+
+# Stateful random ops TensorFlow's op determinism refuses when both seed attributes are 0.
+_RANDOM_OPS = frozenset({
+    "RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal",
+    "ParameterizedTruncatedNormal", "RandomShuffle", "RandomGamma", "RandomPoisson",
+    "RandomPoissonV2", "Multinomial"})
+
+
+def unseeded_random_ops(obj: Any) -> list[str]:
+    """Names of the random ops without a seed in ``obj``'s restored ``__call__`` graphs.
+
+    A module saved without a seed (the usual case for TF-Hub encoders) keeps ``seed=0,
+    seed2=0`` on its dropout ops forever; with op determinism on, TensorFlow refuses to
+    run them (only in training, where dropout is live). Reads the traced graphs, runs
+    nothing.
+    """
+    found = set()
+    call = getattr(obj, "__call__", None)  # noqa: B004
+    for fn in getattr(call, "concrete_functions", None) or []:
+        graph_def = fn.graph.as_graph_def()
+        nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
+        found.update(node.name for node in nodes
+                     if node.op in _RANDOM_OPS and not node.attr["seed"].i
+                     and not node.attr["seed2"].i)
+    return sorted(found)
 
 
 def native_encoder_from_hub(handle: str, name: str = "bert_encoder") -> BertEncoder | None:
