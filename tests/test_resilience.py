@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from tfapp.training.status import read_status
+
 import pytest
 from conftest import REPO, subprocess_env
 
@@ -72,6 +74,7 @@ def test_sigkill_then_sigterm_then_resume_matches_an_uninterrupted_run(tmp_path)
     first.send_signal(signal.SIGKILL)
     first.wait(30)
     assert _status(run)["state"] == "running"  # nothing can write after a SIGKILL
+    assert read_status(run)["state"] == "died"  # but its pid is gone, and reports say so
 
     second = _train(tmp_path / "cut")
     lines: list[str] = []

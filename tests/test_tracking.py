@@ -254,3 +254,28 @@ def test_report_shows_generator_samples_and_curves_from_event_files(tmp_path):
     (loss_chart,) = [c for c in page.split("<svg")[1:] if 'aria-label="loss"' in c]
     assert loss_chart.count("<polyline") == 2 and loss_chart.count("<circle") == 6
     assert "val_loss" in page and "task: generator" in page
+
+
+def test_a_killed_run_reads_as_died_in_the_report(tmp_path):
+    """status.json still says running after a SIGKILL: its writer's pid is gone."""
+    from tfapp.config import load_config, save_params
+    from tfapp.tracking import report
+    from tfapp.training.status import read_status, write_status
+
+    run = tmp_path / "killed"
+    save_params(load_config(None, []), run)
+    write_status(run, "running")
+    assert read_status(run)["state"] == "running"  # this process wrote it and is alive
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    status = json.loads((run / "status.json").read_text())
+    (run / "status.json").write_text(json.dumps({**status, "pid": gone.pid}))
+    assert read_status(run)["state"] == "died"
+    assert f"process {gone.pid} ended without writing a final status" in read_status(run)["error"]
+    elsewhere = {**status, "pid": gone.pid, "host": "another-host"}
+    (run / "status.json").write_text(json.dumps(elsewhere))
+    assert read_status(run)["state"] == "running"  # cannot tell from here
+    (run / "status.json").write_text(json.dumps({**status, "pid": gone.pid}))
+    page = report.write_report([run], tmp_path / "r.html", with_profile=False).read_text()
+    assert "state died" in page and "rerun the same command to resume" in page
+    assert read_status(tmp_path / "nothing") == {}

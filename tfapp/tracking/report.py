@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.config import ConfigError
+from tfapp.training.status import read_status
 
 log = logging.getLogger("tfapp")
 
@@ -71,8 +72,7 @@ def _label(run: Path, runs: list[Path]) -> str:
 
 def load_run(run: Path, label: str, with_profile: bool = True) -> RunData:
     data = RunData(path=run, name=label, params=(run / "params.yaml").read_text())
-    if (run / "status.json").is_file():
-        data.status = json.loads((run / "status.json").read_text())
+    data.status = read_status(run)
     if (run / "validation_report.json").is_file():
         data.report = json.loads((run / "validation_report.json").read_text())
     if (run / "confusion_matrix.png").is_file():
@@ -266,6 +266,8 @@ def render(runs: list[RunData], title: str = "tfapp runs") -> str:
         parts.append(f"<p class='muted'>{html.escape(str(r.path))} &middot; state "
                      f"{html.escape(str(r.status.get('state', '?')))} &middot; "
                      f"{html.escape(str(r.status.get('time', '')))}</p>")
+        if r.status.get("error"):  # failed, interrupted or died: why, in the run's words
+            parts.append(f"<p>{html.escape(str(r.status['error']))}</p>")
         if r.wandb:
             parts.append(f"<p class='muted'>{html.escape(r.wandb)}</p>")
         if r.metrics:

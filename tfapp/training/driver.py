@@ -7,7 +7,6 @@ worker must take part in collective saves.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -27,6 +26,7 @@ from tfapp.training.optimizers import build_optimizer, build_schedule
 from tfapp.training.plan import TrainingPlan, plan_training, resolve_jit_compile
 from tfapp.training.run_header import build_header, format_header, save_header
 from tfapp.training.schedule_plot import plot_schedule
+from tfapp.training.status import write_status
 from tfapp.training.step_logs import LearningRateLogger, StepLogger
 
 log = logging.getLogger("tfapp")
@@ -71,14 +71,6 @@ def _check_writable(run_dir: Path) -> None:
     except OSError as err:
         raise ConfigError(f"output directory {run_dir} is not writable ({err.strerror}); "
                           "set output_dir= to a writable place") from None
-
-
-def _write_status(run_dir: Path, state: str, **extra) -> None:
-    status = {"state": state, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "pid": os.getpid(),
-              **extra}
-    tmp = run_dir / ".status.json.tmp"
-    tmp.write_text(json.dumps(status, indent=1))
-    os.replace(tmp, run_dir / "status.json")
 
 
 def _with_accumulation(model, steps: int, rt: runtime_lib.Runtime):
@@ -129,7 +121,7 @@ def train(cfg: ExperimentConfig) -> TrainResult:
     run_dir = runtime_lib.worker_dir(cfg.run_dir, rt)
     _check_writable(run_dir)
     paths: dict = {"params": save_params(cfg, run_dir)}
-    _write_status(run_dir, "running")
+    write_status(run_dir, "running")
 
     global_batch = rt.global_batch_size(cfg.data.batch_size)
     jit = resolve_jit_compile(cfg, rt)
@@ -192,7 +184,7 @@ def train(cfg: ExperimentConfig) -> TrainResult:
         finished = task.finish(model, inputs)
     except BaseException as err:
         state = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
-        _write_status(run_dir, state, error=str(err).splitlines()[0] if str(err) else state)
+        write_status(run_dir, state, error=str(err).splitlines()[0] if str(err) else state)
         if tracker:
             tracker.finish(failed=True)
         raise
@@ -212,7 +204,7 @@ def train(cfg: ExperimentConfig) -> TrainResult:
     result.paths.update(finished)
     if tracker:  # summary metrics, the exported model as an artifact
         result.lines += tracker.finish(result)
-    _write_status(run_dir, "finished", metrics={k: float(v) for k, v in result.metrics.items()
+    write_status(run_dir, "finished", metrics={k: float(v) for k, v in result.metrics.items()
                                                 if isinstance(v, int | float)})
     if not rt.is_chief:  # drop this worker's scratch copy and its empty parents
         shutil.rmtree(run_dir, ignore_errors=True)
