@@ -188,6 +188,45 @@ def test_killed_search_resumes_and_best_config_trains(tmp_path):
     assert (tmp_path / "search_best" / "params.yaml").is_file()
 
 
+def _wait_for_line(log: Path, pattern: str, proc: subprocess.Popen, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not re.search(pattern, log.read_text()):
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"no {pattern!r} in {log}: {log.read_text()[-3000:]}"
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_a_killed_workers_trial_goes_to_the_next_worker_and_the_search_ends(tmp_path):
+    """KerasTuner alone would wait forever for a worker killed mid-trial."""
+    search = tmp_path / "dist"
+    oracle = f"127.0.0.1:{free_ports(1)[0]}"
+    args = [*TINY, f"output_dir={tmp_path}", "name=dist", "trainer.epochs=1",
+            "tune.max_trials=2", "tune.worker_timeout_s=3"]
+    logs = {name: tmp_path / f"{name}.log" for name in ("chief", "w0", "w1")}
+    procs = {"chief": _tune([*args, "--chief", "--oracle", oracle], logs["chief"])}
+    try:
+        procs["w0"] = _tune([*args, "--worker", "0", "--oracle", oracle], logs["w0"])
+        _wait_for_line(logs["w0"], r"trial 0 \[tuner-0\]", procs["w0"], 300)
+        procs["w0"].kill()  # mid-trial: no end_trial, no goodbye
+        procs["w0"].wait(30)
+        procs["w1"] = _tune([*args, "--worker", "1", "--oracle", oracle], logs["w1"])
+        for name in ("w1", "chief"):
+            assert procs[name].wait(timeout=300) == 0, logs[name].read_text()[-3000:]
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    chief = logs["chief"].read_text()
+    assert re.search(r"chief: worker tuner-0 sent no heartbeat for \d+ s \(killed or hung\?\); "
+                     r"trial 0 goes to the next worker", chief), chief[-3000:]
+    worker = logs["w1"].read_text()
+    assert worker.count("trial 0 [tuner-1]") == 1 and worker.count("trial 1 [tuner-1]") == 1
+    results = json.loads((search / "results.json").read_text())
+    assert sorted((t["trial"], t["status"]) for t in results["trials"]) == [
+        ("0", "COMPLETED"), ("1", "COMPLETED")]
+
+
 @pytest.mark.slow
 def test_chief_and_two_workers_run_every_trial_once(tmp_path):
     search = tmp_path / "dist"

@@ -394,6 +394,9 @@ class TuneConfig:
         the objective (0 = trainer.early_stopping_patience).
       hyperband_factor: hyperband: reduction factor of models and epochs between rounds.
       seed: seed of the search algorithm (0 = runtime.seed).
+      worker_timeout_s: distributed search: a worker that sends the chief no heartbeat (one
+        every worker_timeout_s / 6) for this long is taken as gone (killed or hung), and its
+        trial goes to the next worker, which resumes it from the trial's checkpoint.
       space: the search space: dotted config key -> hyperparameter with type, min, max, step,
         sampling, values (see docs/tuning.md), e.g. optimizer.learning_rate: {type: float,
         min: 1.0e-4, max: 1.0e-2, sampling: log}.
@@ -408,6 +411,7 @@ class TuneConfig:
     early_stopping_patience: int = bounded(0, min=0)
     hyperband_factor: int = bounded(3, min=2)
     seed: int = 0
+    worker_timeout_s: float = bounded(120.0, min=2.0)
     space: dict[str, HyperParamConfig] = field(default_factory=dict)
 
 

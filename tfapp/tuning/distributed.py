@@ -4,16 +4,25 @@ KerasTuner reads three environment variables: ``KERASTUNER_TUNER_ID`` ("chief" f
 oracle server, any other unique id for a worker), ``KERASTUNER_ORACLE_IP`` and
 ``KERASTUNER_ORACLE_PORT`` (where the chief listens). ``--chief`` / ``--worker ID`` with
 ``--oracle HOST:PORT`` set them, so each process is started by one command.
+
+KerasTuner's chief cannot tell a dead worker from a slow one: a worker killed mid-trial
+keeps its trial "ongoing" and the chief waits for it forever. tfapp's workers therefore
+send the chief a heartbeat every ``tune.worker_timeout_s / 6`` seconds (a small gRPC
+method next to the oracle's); a worker silent for ``tune.worker_timeout_s`` is taken as
+gone, and its trial goes back to the queue for the next worker that asks, which resumes
+it from the trial's checkpoint.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from tfapp.config import ConfigError
 
 ENV_ID, ENV_IP, ENV_PORT = "KERASTUNER_TUNER_ID", "KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT"
+_HEARTBEAT_SERVICE, _HEARTBEAT_METHOD = "tfapp.TunerWorkers", "Heartbeat"
 
 
 def configure(chief: bool, worker: str | None, oracle: str | None) -> str:
@@ -52,9 +61,10 @@ def is_chief() -> bool:
     return ENV_IP in os.environ and "chief" in os.environ.get(ENV_ID, "")
 
 
-def serve_oracle(oracle, poll_seconds: float = 0.5) -> None:
+def serve_oracle(oracle, worker_timeout_s: float = 120.0, poll_seconds: float = 0.5) -> None:
     """Serve ``oracle`` to the workers until the search is over and every worker has been
-    told so (KerasTuner's ``start_server``, polling twice a second instead of every 20 s)."""
+    told so (KerasTuner's ``start_server``, polling twice a second instead of every 20 s),
+    handing the trial of a worker silent for ``worker_timeout_s`` to the next worker."""
     from concurrent import futures
 
     import grpc
@@ -62,10 +72,24 @@ def serve_oracle(oracle, poll_seconds: float = 0.5) -> None:
     from keras_tuner.src.distribute import oracle_chief
 
     address = f"{os.environ[ENV_IP]}:{os.environ[ENV_PORT]}"
-    # One thread: the oracle's methods are synchronized anyway.
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    # Oracle methods are synchronized anyway; more threads keep heartbeats from queueing
+    # behind a slow oracle call.
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     servicer = oracle_chief.OracleServicer(oracle)
+    beats = _Heartbeats()
+    create_trial = servicer.CreateTrial
+
+    def create_trial_and_beat(request, context):
+        # Asking for a trial also says "alive": a worker killed before its first heartbeat
+        # got through is still noticed.
+        beats.beat(request.tuner_id.encode(), context)
+        return create_trial(request, context)
+
+    servicer.CreateTrial = create_trial_and_beat
     protos.get_service_grpc().add_OracleServicer_to_server(servicer, server)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        _HEARTBEAT_SERVICE, {_HEARTBEAT_METHOD: grpc.unary_unary_rpc_method_handler(
+            beats.beat)}),))
     try:
         bound = server.add_insecure_port(address)
     except RuntimeError:  # newer grpc raises where older ones return 0
@@ -78,5 +102,76 @@ def serve_oracle(oracle, poll_seconds: float = 0.5) -> None:
     try:
         while not (servicer.stop_triggered and oracle_chief.exit_chief(oracle)):
             time.sleep(poll_seconds)
+            for tuner_id, silent in beats.silent(worker_timeout_s):
+                trial_id = _requeue(oracle, tuner_id)
+                if trial_id is not None:
+                    print(f"chief: worker {tuner_id} sent no heartbeat for {silent:.0f} s "
+                          f"(killed or hung?); trial {trial_id} goes to the next worker",
+                          flush=True)
     finally:
         server.stop(grace=2)
+
+
+class _Heartbeats:
+    """When each worker last said it is alive (gRPC threads write, the serve loop reads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}
+
+    def beat(self, request: bytes, context) -> bytes:
+        with self._lock:
+            self._last[request.decode()] = time.monotonic()
+        return b""
+
+    def silent(self, timeout_s: float) -> list[tuple[str, float]]:
+        """Workers silent for over ``timeout_s``, each reported once (until it beats again)."""
+        now = time.monotonic()
+        with self._lock:
+            gone = [(t, now - last) for t, last in self._last.items() if now - last > timeout_s]
+            for tuner_id, _ in gone:
+                del self._last[tuner_id]
+        return gone
+
+
+def _requeue(oracle, tuner_id: str) -> str | None:
+    """Forget worker ``tuner_id``; its ongoing trial (if any) goes back to the queue, not
+    counted as a failed try (the trial did nothing wrong). Returns that trial's id."""
+    from keras_tuner.src.engine.oracle import synchronized
+
+    @synchronized
+    def requeue(oracle, tuner_id):  # under the oracle's lock, like the gRPC calls
+        oracle.tuner_ids.discard(tuner_id)
+        trial = oracle.ongoing_trials.pop(tuner_id, None)
+        if trial is None:
+            return None
+        oracle._retry_queue.append(trial.trial_id)
+        oracle.save()
+        return trial.trial_id
+
+    return requeue(oracle, tuner_id)
+
+
+def start_heartbeat(worker_timeout_s: float) -> threading.Event:
+    """Tell the chief every ``worker_timeout_s / 6`` seconds that this worker is alive, from
+    a daemon thread, until the returned event is set (or the process ends)."""
+    import grpc
+
+    tuner_id = os.environ[ENV_ID].encode()
+    channel = grpc.insecure_channel(f"{os.environ[ENV_IP]}:{os.environ[ENV_PORT]}")
+    beat = channel.unary_unary(f"/{_HEARTBEAT_SERVICE}/{_HEARTBEAT_METHOD}")
+    every = max(0.5, worker_timeout_s / 6)
+    stop = threading.Event()
+
+    def loop() -> None:
+        while True:
+            try:
+                beat(tuner_id, timeout=every)
+            except grpc.RpcError:  # chief busy or gone: the next beat tries again
+                pass
+            if stop.wait(every):
+                channel.close()
+                return
+
+    threading.Thread(target=loop, name="tfapp-heartbeat", daemon=True).start()
+    return stop

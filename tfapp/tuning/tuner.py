@@ -90,10 +90,17 @@ class ConfigTuner(base_tuner.BaseTuner):
             # the end every 20 s).
             self.oracle.verbose = 0
             self.save()
-            distributed.serve_oracle(self.oracle)
+            distributed.serve_oracle(self.oracle, self.cfg.tune.worker_timeout_s)
             return
-        # verbose=0: KerasTuner's own display; the tuner prints one line per trial instead.
-        super().search(*args, verbose=0, **kwargs)
+        heartbeat = None
+        if distributed.role() == "worker":
+            heartbeat = distributed.start_heartbeat(self.cfg.tune.worker_timeout_s)
+        try:
+            # verbose=0: KerasTuner's own display; the tuner prints one line per trial.
+            super().search(*args, verbose=0, **kwargs)
+        finally:
+            if heartbeat is not None:
+                heartbeat.set()
 
     def on_trial_begin(self, trial) -> None:
         shown = ", ".join(f"{k}={_fmt(v)}" for k, v in config_values(
