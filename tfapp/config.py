@@ -271,6 +271,8 @@ class TrainerConfig:
         improvement before stopping (0 = off).
       profile_steps: steps to capture with the TensorBoard profiler, e.g. "10,12" ("" = off).
       profiler_port: start a profiler server on this port for on-demand capture (0 = off).
+        TensorFlow's server listens on all interfaces (it has no host option): use it on
+        trusted networks, or firewall the port.
       export: write the serving SavedModel at the end of training.
     """
 
