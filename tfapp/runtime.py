@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from tfapp import compat
 from tfapp.config import ConfigError, RuntimeConfig
 
 log = logging.getLogger("tfapp")
@@ -77,19 +78,11 @@ class Runtime:
         if self.task_type:
             parts.append(f"task={self.task_type}:{self.task_id}")
         if self.device_kind == "CPU":
-            parts.append(f"onednn={'on' if onednn_enabled() else 'off'}")
+            onednn = compat.onednn_enabled()
+            parts.append("onednn=" + {True: "on", False: "off", None: "unknown"}[onednn])
         return " ".join(parts) + f" ({self.reason})"
 
 
-def onednn_enabled() -> bool:
-    """Whether TensorFlow runs its oneDNN CPU kernels in this process (tfapp turns them on
-    for x86 in ``tfapp/__init__.py``; TensorFlow decides when ``TF_ENABLE_ONEDNN_OPTS`` is
-    unset elsewhere), as TensorFlow itself reports it."""
-    try:
-        from tensorflow.python.util import _pywrap_util_port
-        return bool(_pywrap_util_port.IsMklEnabled())
-    except (ImportError, AttributeError):  # a TensorFlow build without the query
-        return False
 
 
 def tpu_hinted(env: Mapping[str, str], dev_dir: str = "/dev") -> str | None:
@@ -182,7 +175,7 @@ def setup(cfg: RuntimeConfig, env: Mapping[str, str] | None = None) -> Runtime:
         _split_cpu(tf, cfg.cpu_devices)
     tf.keras.utils.set_random_seed(cfg.seed)
     if cfg.deterministic:
-        tf.config.experimental.enable_op_determinism()
+        compat.enable_op_determinism()
 
     gpus = tf.config.list_physical_devices("GPU")
     hint = tpu_hinted(env) if cfg.strategy in ("auto", "tpu") else None

@@ -31,7 +31,6 @@ Grappler pass (see there). A finite pipeline makes a new iterator every epoch.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -42,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tfapp import compat
 from tfapp.config import DataConfig, DataServiceConfig
 from tfapp.data.errors import DataError
 
@@ -236,67 +236,20 @@ def host_map(dataset: tf.data.Dataset, fn: Callable, *, num_parallel_calls: int 
     host CPU, where int32 tensors live in host memory either way, so nothing else changes.
 
     ``Dataset.map`` has no parameter for function attributes, so the dataset is built
-    from the same private pieces ``Dataset.map`` uses (TensorFlow is pinned to 2.21.x). If
-    they are missing, or in tf.data debug mode, this is plain ``Dataset.map``.
+    from the same private pieces ``Dataset.map`` uses (``compat.host_map_dataset``, on the
+    TensorFlow versions tfapp tested it on). If they are missing, or in tf.data debug
+    mode, this is plain ``Dataset.map``.
     The dataset turns off the ``inject_prefetch`` rewrite, which cannot read functions
     with several int32 outputs on this path; tfapp adds its own prefetch (``data.prefetch``).
     """
     if HOST_MAP:
-        try:
-            mapped = _host_map_dataset_class()(dataset, fn, num_parallel_calls, deterministic)
-        except (ImportError, AttributeError, TypeError) as err:
-            log.debug("data: host_map falls back to Dataset.map (%s)", err)
-        else:
+        mapped = compat.host_map_dataset(dataset, fn, num_parallel_calls, deterministic,
+                                         _HOST_FUNCTION_ATTRS)
+        if mapped is not None:
             options = tf.data.Options()
             options.experimental_optimization.inject_prefetch = False
             return mapped.with_options(options)
     return dataset.map(fn, num_parallel_calls=num_parallel_calls, deterministic=deterministic)
-
-
-@functools.cache
-def _host_map_dataset_class() -> type:
-    """The dataset class of ``host_map``, built on first use from TF's private dataset API."""
-    from tensorflow.python.data.ops import dataset_ops, debug_mode, structured_function
-    from tensorflow.python.ops import gen_dataset_ops
-
-    class HostMapDataset(dataset_ops.UnaryDataset):
-        """``map_op._MapDataset`` / ``_ParallelMapDataset`` with function attributes."""
-
-        def __init__(self, input_dataset, fn, num_parallel_calls, deterministic):
-            if debug_mode.DEBUG_MODE:
-                raise TypeError("tf.data debug mode runs maps eagerly")
-            self._input_dataset = input_dataset
-            self._map_func = structured_function.StructuredFunctionWrapper(
-                fn, "Dataset.map()", dataset=input_dataset,
-                defun_kwargs=dict(_HOST_FUNCTION_ATTRS))
-            self._name = None
-            function = self._map_func.function
-            if num_parallel_calls is None:
-                variant = gen_dataset_ops.map_dataset(
-                    input_dataset._variant_tensor, function.captured_inputs, f=function,
-                    use_inter_op_parallelism=True, preserve_cardinality=True,
-                    force_synchronous=False, **self._common_args)
-            else:
-                variant = gen_dataset_ops.parallel_map_dataset_v2(
-                    input_dataset._variant_tensor, function.captured_inputs, f=function,
-                    num_parallel_calls=tf.constant(num_parallel_calls, tf.int64),
-                    deterministic={None: "default", True: "true", False: "false"}[
-                        deterministic],
-                    use_inter_op_parallelism=True, preserve_cardinality=True,
-                    **self._common_args)
-            super().__init__(input_dataset, variant)
-
-        def _functions(self):
-            return [self._map_func]
-
-        @property
-        def element_spec(self):
-            return self._map_func.output_structure
-
-        def _transformation_name(self):
-            return "Dataset.map()"
-
-    return HostMapDataset
 
 
 def snapshot_exists(root: str, name: str, key: str) -> bool:

@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tfapp.runtime import onednn_enabled
+from tfapp import compat
 
 import tensorflow as tf
 
@@ -203,7 +203,7 @@ class FeedForwardDense(tf.keras.layers.Dense):
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
         if self.compute_dtype != "float32" or inputs.shape.rank != 3 \
-                or not onednn_enabled():
+                or not compat.onednn_enabled():
             return super().call(inputs)
         kernel = tf.convert_to_tensor(self.kernel)
         x = tf.reshape(inputs, [-1, kernel.shape[0]])

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from tfapp import compat
 from tfapp.config import ConfigError, ModelConfig
 from tfapp.models.hub_encoder import BERT_INPUT_KEYS, load_hub_encoder, native_encoder_from_hub
 
 import tensorflow as tf
-from tensorflow.python.framework import config
 
 __all__ = ["CLASSIFIER_KINDS", "MaskedMeanMaxPooling", "build_classifier", "output_units"]
 
@@ -90,7 +90,7 @@ def _inputs(seq_length: int) -> dict[str, tf.Tensor]:
 def _bert_features(model_cfg: ModelConfig, inputs: dict[str, tf.Tensor], hub_handle: str,
                    encoder: tf.keras.layers.Layer | None) -> tf.Tensor:
     mixed = tf.keras.mixed_precision.global_policy().compute_dtype != "float32"
-    deterministic = model_cfg.trainable and config.is_op_determinism_enabled()
+    deterministic = model_cfg.trainable and compat.op_determinism_enabled()
     if encoder is None and (mixed or deterministic):
         # A restored Hub graph stays float32 whatever the policy, and its dropout ops keep
         # the seed they were saved with (none, for most modules), which op determinism

@@ -22,12 +22,12 @@ import json
 import os
 from typing import Any
 
+from tfapp import compat
 from tfapp.config import ConfigError
 from tfapp.models.bert import BertConfig, BertEncoder, stable_weight_name
 
 import tensorflow as tf
 import tensorflow_hub as hub
-from tensorflow.python.framework import config
 
 __all__ = ["BERT_INPUT_KEYS", "BERT_OUTPUT_KEYS", "HubHandleError", "check_bert_interface",
            "load_hub_encoder", "native_encoder_from_hub", "unseeded_random_ops"]
@@ -126,7 +126,7 @@ def load_hub_encoder(handle: str, trainable: bool) -> hub.KerasLayer:
         raise HubHandleError(f"model.hub_handle: '{handle}' has no trainable variables, so it "
                              "cannot be fine-tuned; set model.trainable=false or use a "
                              "reusable SavedModel (TF2 format)")
-    if trainable and config.is_op_determinism_enabled():
+    if trainable and compat.op_determinism_enabled():
         unseeded = unseeded_random_ops(layer.resolved_object)
         if unseeded:
             raise HubHandleError(

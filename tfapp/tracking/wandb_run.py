@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from tfapp import compat
 from tfapp.config import ExperimentConfig
 
 import tensorflow as tf
@@ -157,7 +158,7 @@ class WandbLogger(tf.keras.callbacks.Callback):
         self._last = step
         row = {f"batch/{k}": float(v) for k, v in (logs or {}).items()
                if isinstance(v, int | float) or getattr(v, "shape", None) == ()}
-        row["batch/learning_rate"] = _learning_rate(self.model.optimizer)
+        row["batch/learning_rate"] = compat.current_learning_rate(self.model.optimizer)
         row["optimizer_step"] = step
         run.log(row)
 
@@ -171,8 +172,3 @@ class WandbLogger(tf.keras.callbacks.Callback):
         run.log(row)
 
 
-def _learning_rate(optimizer) -> float:
-    lr = getattr(optimizer, "_learning_rate", None) or optimizer.learning_rate
-    if isinstance(lr, tf.keras.optimizers.schedules.LearningRateSchedule):
-        return float(lr(optimizer.iterations))
-    return float(tf.keras.backend.get_value(lr))

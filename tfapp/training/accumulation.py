@@ -10,6 +10,7 @@ updates only.
 
 from __future__ import annotations
 
+from tfapp import compat
 from tfapp.config import ConfigError
 
 import tensorflow as tf
@@ -94,7 +95,7 @@ def wrap_for_accumulation(model: tf.keras.Model, steps: int, num_replicas: int
         # already replicas x data.batch_size.
         raise ConfigError(f"trainer.gradient_accumulation_steps={steps} runs on one replica; "
                           f"with {num_replicas} replicas raise data.batch_size instead")
-    if not getattr(model, "_is_graph_network", False):
+    if not compat.is_functional_model(model):
         raise ConfigError("trainer.gradient_accumulation_steps > 1 needs a functional model "
                           f"({type(model).__name__} has its own train_step); set it to 1")
     return AccumulatingModel.wrap(model, steps)

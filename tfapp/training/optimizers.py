@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from tfapp import compat
 from tfapp.config import OptimizerConfig
 
 import tensorflow as tf
@@ -88,7 +89,8 @@ class FusedAdamW(tf.keras.optimizers.AdamW):
     kernel the TF1 optimizers use (scripts/bench_train.py, docs/performance.md). The
     maths is the same (m, v, bias-corrected step, epsilon outside the square root);
     the slots have the same names, so checkpoints of either class restore into the
-    other. AMSGrad and TPU variables take tf.keras's own path.
+    other. AMSGrad, TPU variables and a tf-keras whose slots ``compat.adam_slots`` cannot
+    find take tf.keras's own path.
 
     Sparse gradients (an embedding gather's IndexedSlices) are applied densely: the
     decoupled weight decay touches every row anyway, and a scatter into the variable
@@ -96,18 +98,18 @@ class FusedAdamW(tf.keras.optimizers.AdamW):
     """
 
     def update_step(self, gradient, variable):
-        if self.amsgrad or _on_tpu():
+        slots = None if self.amsgrad or _on_tpu() else compat.adam_slots(self, variable)
+        if slots is None:
             return super().update_step(gradient, variable)
+        m, v = slots
         if isinstance(gradient, tf.IndexedSlices):
             gradient = tf.convert_to_tensor(gradient)
         dtype = variable.dtype
         local_step = tf.cast(self.iterations + 1, dtype)
         beta_1 = tf.cast(self.beta_1, dtype)
         beta_2 = tf.cast(self.beta_2, dtype)
-        index = self._index_dict[self._var_key(variable)]
         return tf.raw_ops.ResourceApplyAdam(
-            var=variable.handle, m=self._momentums[index].handle,
-            v=self._velocities[index].handle,
+            var=variable.handle, m=m.handle, v=v.handle,
             beta1_power=tf.pow(beta_1, local_step), beta2_power=tf.pow(beta_2, local_step),
             lr=tf.cast(self.learning_rate, dtype), beta1=beta_1, beta2=beta_2,
             epsilon=tf.cast(self.epsilon, dtype), grad=tf.cast(gradient, dtype),

@@ -14,6 +14,11 @@
 A SIGKILL (no warning at all) loses only the work since the last backup: one is written
 at every epoch end.
 
+Step backups read and write tf-keras's training state, which has no public API
+(``compat.step_backups_supported``). Where that is missing, this is Keras's own
+epoch-level ``BackupAndRestore``: SIGTERM still stops the run cleanly, and the rerun
+resumes from the last epoch end.
+
 Multi-worker runs: every worker must write the backup together (saves are collective),
 so at each step end the workers all-reduce "has anyone been signalled" -- one scalar --
 and all stop at the same step even when only one of them got SIGTERM. TF's
@@ -31,6 +36,8 @@ import math
 import os
 import signal
 import threading
+
+from tfapp import compat
 
 import tensorflow as tf
 
@@ -61,7 +68,9 @@ class ResumableBackup(tf.keras.callbacks.BackupAndRestore):
                  signals: tuple[int, ...] = (signal.SIGTERM,)):
         # An integer save_freq makes Keras resume at the saved *step* (a string "epoch"
         # makes it resume at the next epoch); when to save is decided below, not by it.
-        super().__init__(str(backup_dir), save_freq=1)
+        self._steps = compat.step_backups_supported()
+        super().__init__(str(backup_dir), save_freq=1 if self._steps else "epoch")
+        self._epoch = 0
         self._signals = signals
         self._signalled = threading.Event()
         self._previous: dict[int, object] = {}
@@ -105,20 +114,24 @@ class ResumableBackup(tf.keras.callbacks.BackupAndRestore):
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)  # restores the latest backup, if there is one
         self._install_handlers()
-        state = self._training_state
-        epoch, step = int(state._ckpt_saved_epoch.numpy()), int(state._ckpt_saved_batch.numpy())
+        if not self._steps:
+            return
+        epoch, step = compat.backup_position(self)
         if epoch >= 0:
             steps = self.params.get("steps") or 0
             next_epoch, next_step = (epoch + 1, 0) if step >= steps - 1 else (epoch, step + 1)
             optimizer = self.model.optimizer
             iterations = int(optimizer.iterations.numpy())
-            lr = optimizer._learning_rate  # noqa: SLF001  (the schedule, not its last value)
-            lr = float(lr(optimizer.iterations)) if callable(lr) else float(lr)
+            lr = compat.current_learning_rate(optimizer)
             self.resumed_from = {"epoch": next_epoch, "step": next_step,
                                  "optimizer_step": iterations, "learning_rate": lr}
             log.info("resuming from the backup in %s at epoch %d step %d (optimizer step %d, "
                      "learning rate %.3g)", self.backup_dir, next_epoch + 1, next_step,
                      iterations, lr)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        super().on_epoch_begin(epoch, logs)
+        self._epoch = epoch
 
     def on_train_batch_begin(self, batch, logs=None):
         pass  # the step is recorded when a backup is written, not at every step
@@ -126,9 +139,14 @@ class ResumableBackup(tf.keras.callbacks.BackupAndRestore):
     def on_train_batch_end(self, batch, logs=None):
         # ``batch`` is the last step this call covered (steps_per_execution > 1 included).
         if self._stop_requested():
-            self._save(self._current_epoch, batch)
             self._restore_handlers()
-            raise Preempted(f"stopped by a termination signal at epoch {self._current_epoch + 1} "
+            if not self._steps:
+                raise Preempted(f"stopped by a termination signal at epoch {self._epoch + 1} "
+                                f"step {batch + 1}; the last backup in {self.backup_dir} is "
+                                "from the previous epoch end: run the same command again to "
+                                "resume from there")
+            self._save(self._epoch, batch)
+            raise Preempted(f"stopped by a termination signal at epoch {self._epoch + 1} "
                             f"step {batch + 1}; a backup is in {self.backup_dir}: run the same "
                             "command again to resume")
 
@@ -136,7 +154,10 @@ class ResumableBackup(tf.keras.callbacks.BackupAndRestore):
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(float(loss)):
             return  # never back up weights a non-finite loss has broken
-        self._save(epoch, self.params["steps"] - 1)
+        if self._steps:
+            self._save(epoch, self.params["steps"] - 1)
+        else:
+            super().on_epoch_end(epoch, logs)
 
     def on_train_end(self, logs=None):
         # A signal during the last validation: keep the final backup (a rerun then only
@@ -149,7 +170,4 @@ class ResumableBackup(tf.keras.callbacks.BackupAndRestore):
         super().on_train_end(logs)
 
     def _save(self, epoch: int, step: int) -> None:
-        state = self._training_state
-        state._ckpt_saved_epoch.assign(epoch)
-        state._ckpt_saved_batch.assign(step)
-        state.back_up(epoch=epoch, batch=step)
+        compat.write_backup(self, epoch, step)

@@ -19,6 +19,7 @@ import os
 import threading
 import time
 
+from tfapp import compat
 from tfapp.config import ConfigError
 
 ENV_ID, ENV_IP, ENV_PORT = "KERASTUNER_TUNER_ID", "KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT"
@@ -61,32 +62,31 @@ def is_chief() -> bool:
     return ENV_IP in os.environ and "chief" in os.environ.get(ENV_ID, "")
 
 
-def serve_oracle(oracle, worker_timeout_s: float = 120.0, poll_seconds: float = 0.5) -> None:
+def serve_oracle(oracle, worker_timeout_s: float = 120.0, poll_seconds: float = 0.5) -> bool:
     """Serve ``oracle`` to the workers until the search is over and every worker has been
     told so (KerasTuner's ``start_server``, polling twice a second instead of every 20 s),
-    handing the trial of a worker silent for ``worker_timeout_s`` to the next worker."""
+    handing the trial of a worker silent for ``worker_timeout_s`` to the next worker.
+
+    Returns False, having served nothing, where this KerasTuner's service cannot be reached
+    (``compat.oracle_server_parts``): the caller then runs KerasTuner's own chief."""
     from concurrent import futures
 
     import grpc
-    from keras_tuner.src import protos
-    from keras_tuner.src.distribute import oracle_chief
 
+    beats = _Heartbeats()
+    # Asking for a trial also says "alive": a worker killed before its first heartbeat
+    # got through is still noticed.
+    parts = compat.oracle_server_parts(
+        lambda request, context: beats.beat(request.tuner_id.encode(), context))
+    if parts is None:
+        return False
+    servicer_class, add_servicer_to_server, exit_chief = parts
     address = f"{os.environ[ENV_IP]}:{os.environ[ENV_PORT]}"
     # Oracle methods are synchronized anyway; more threads keep heartbeats from queueing
     # behind a slow oracle call.
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    servicer = oracle_chief.OracleServicer(oracle)
-    beats = _Heartbeats()
-    create_trial = servicer.CreateTrial
-
-    def create_trial_and_beat(request, context):
-        # Asking for a trial also says "alive": a worker killed before its first heartbeat
-        # got through is still noticed.
-        beats.beat(request.tuner_id.encode(), context)
-        return create_trial(request, context)
-
-    servicer.CreateTrial = create_trial_and_beat
-    protos.get_service_grpc().add_OracleServicer_to_server(servicer, server)
+    servicer = servicer_class(oracle)
+    add_servicer_to_server(servicer, server)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
         _HEARTBEAT_SERVICE, {_HEARTBEAT_METHOD: grpc.unary_unary_rpc_method_handler(
             beats.beat)}),))
@@ -100,16 +100,17 @@ def serve_oracle(oracle, worker_timeout_s: float = 120.0, poll_seconds: float = 
     server.start()
     print(f"chief: serving the oracle on {address}", flush=True)
     try:
-        while not (servicer.stop_triggered and oracle_chief.exit_chief(oracle)):
+        while not (servicer.stop_triggered and exit_chief(oracle)):
             time.sleep(poll_seconds)
             for tuner_id, silent in beats.silent(worker_timeout_s):
-                trial_id = _requeue(oracle, tuner_id)
+                trial_id = compat.requeue_trial(oracle, tuner_id)
                 if trial_id is not None:
                     print(f"chief: worker {tuner_id} sent no heartbeat for {silent:.0f} s "
                           f"(killed or hung?); trial {trial_id} goes to the next worker",
                           flush=True)
     finally:
         server.stop(grace=2)
+    return True
 
 
 class _Heartbeats:
@@ -132,24 +133,6 @@ class _Heartbeats:
             for tuner_id, _ in gone:
                 del self._last[tuner_id]
         return gone
-
-
-def _requeue(oracle, tuner_id: str) -> str | None:
-    """Forget worker ``tuner_id``; its ongoing trial (if any) goes back to the queue, not
-    counted as a failed try (the trial did nothing wrong). Returns that trial's id."""
-    from keras_tuner.src.engine.oracle import synchronized
-
-    @synchronized
-    def requeue(oracle, tuner_id):  # under the oracle's lock, like the gRPC calls
-        oracle.tuner_ids.discard(tuner_id)
-        trial = oracle.ongoing_trials.pop(tuner_id, None)
-        if trial is None:
-            return None
-        oracle._retry_queue.append(trial.trial_id)
-        oracle.save()
-        return trial.trial_id
-
-    return requeue(oracle, tuner_id)
 
 
 def start_heartbeat(worker_timeout_s: float) -> threading.Event:

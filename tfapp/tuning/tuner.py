@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tfapp import compat
 from tfapp.config import ConfigError, ExperimentConfig
 from tfapp.training.driver import train
 from tfapp.tuning import distributed
@@ -25,7 +26,6 @@ import keras_tuner as kt
 import tensorflow as tf
 from keras_tuner import errors as kt_errors
 from keras_tuner.engine import base_tuner
-from keras_tuner.src import config as kt_config  # DEBUG: no public switch
 
 RECORD = "tfapp_trial.json"
 
@@ -81,7 +81,7 @@ class ConfigTuner(base_tuner.BaseTuner):
         self.last_value: float | None = None
         # KerasTuner prints every failed trial's traceback; on_trial_end prints one line for
         # the expected failures (FailedTrialError) and the traceback only for the others.
-        kt_config.DEBUG = False
+        compat.quiet_tuner_tracebacks()
         super().__init__(oracle=oracle, directory=cfg.output_dir, project_name=cfg.name)
 
     def search(self, *args, **kwargs) -> None:
@@ -90,8 +90,8 @@ class ConfigTuner(base_tuner.BaseTuner):
             # the end every 20 s).
             self.oracle.verbose = 0
             self.save()
-            distributed.serve_oracle(self.oracle, self.cfg.tune.worker_timeout_s)
-            return
+            if distributed.serve_oracle(self.oracle, self.cfg.tune.worker_timeout_s):
+                return
         heartbeat = None
         if distributed.role() == "worker":
             heartbeat = distributed.start_heartbeat(self.cfg.tune.worker_timeout_s)

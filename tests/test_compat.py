@@ -1,0 +1,276 @@
+"""tfapp.compat: each private touch works on its internal path and on its public fallback."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+from tfapp import compat
+from tfapp.training.optimizers import FusedAdamW
+from tfapp.training.preemption import ResumableBackup
+
+import keras_tuner as kt
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import REPO, run_python
+
+
+def test_no_private_library_name_outside_the_compat_module():
+    pattern = re.compile(r"tensorflow\.python|tf_keras\.src|keras_tuner\.src|"
+                         r"\._(learning_rate|training_state|ckpt_saved|index_dict|var_key|"
+                         r"momentums|velocities|is_graph_network|retry_queue|current_epoch)\b")
+    offenders = [f"{p.relative_to(REPO)}:{n}" for p in (REPO / "tfapp").rglob("*.py")
+                 if p.name != "compat.py"
+                 for n, line in enumerate(p.read_text().splitlines(), 1)
+                 if pattern.search(line)]
+    assert offenders == []
+
+
+def test_an_untested_library_version_takes_the_public_path(monkeypatch):
+    assert compat.use_private("host_map")  # TF 2.20/2.21: the internal path
+    monkeypatch.setitem(compat.TESTED_VERSIONS, "tensorflow", ((2, 99),))
+    assert not compat.use_private("host_map")
+    assert compat.host_map_dataset(tf.data.Dataset.range(3), lambda x: x, None, None, {}) is None
+
+
+def test_the_environment_forces_public_paths(monkeypatch):
+    monkeypatch.setenv("TFAPP_COMPAT_PUBLIC", "adam_slots,host_map")
+    assert not compat.use_private("adam_slots") and not compat.use_private("host_map")
+    assert compat.use_private("onednn_query")
+    monkeypatch.setenv("TFAPP_COMPAT_PUBLIC", "all")
+    assert not any(compat.use_private(name) for name in compat.TOUCHES)
+    with pytest.raises(KeyError, match="nope"):
+        with compat.public_path("nope"):
+            pass
+
+
+@pytest.mark.parametrize("env_value, public", [("1", True), ("0", False), (None, None)])
+def test_onednn_query_both_ways(monkeypatch, env_value, public):
+    # tfapp turns oneDNN on for x86 at import; TensorFlow itself confirms it.
+    assert compat.onednn_enabled() is True
+    if env_value is None:
+        monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    else:
+        monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", env_value)
+    with compat.public_path("onednn_query"):
+        assert compat.onednn_enabled() is public
+
+
+def test_determinism_query_both_ways():
+    # Op determinism is global to a process: check it in a fresh one.
+    code = textwrap.dedent("""
+        import tfapp
+        from tfapp import compat
+        import tensorflow as tf
+        print(compat.op_determinism_enabled())
+        with compat.public_path("determinism_query"):
+            print(compat.op_determinism_enabled())
+        tf.config.experimental.enable_op_determinism()   # behind tfapp's back
+        print(compat.op_determinism_enabled())
+        with compat.public_path("determinism_query"):
+            print(compat.op_determinism_enabled())       # cannot know
+            compat.enable_op_determinism()
+            print(compat.op_determinism_enabled())
+    """)
+    proc = run_python(["-c", code], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["False", "False", "True", "False", "True"]
+
+
+def test_host_map_both_ways():
+    from tfapp.data.pipeline import host_map
+
+    ds = tf.data.Dataset.range(6)
+
+    def fn(x):
+        return tf.cast(x, tf.int32) * 3, tf.cast(x, tf.int32) + 1
+
+    private = compat.host_map_dataset(ds, fn, 2, True, {"experimental_ints_on_device": True})
+    assert type(private).__name__ == "HostMapDataset"
+    with compat.public_path("host_map"):
+        assert compat.host_map_dataset(ds, fn, 2, True, {}) is None
+        public = list(host_map(ds, fn, num_parallel_calls=2, deterministic=True))
+    got = list(host_map(ds, fn, num_parallel_calls=2, deterministic=True))
+    expected = [(3 * i, i + 1) for i in range(6)]
+    assert [(int(a), int(b)) for a, b in got] == expected
+    assert [(int(a), int(b)) for a, b in public] == expected
+
+
+def test_learning_rate_both_ways():
+    schedule = tf.keras.optimizers.schedules.PolynomialDecay(1.0, 100, 0.0)
+    opt = tf.keras.optimizers.SGD(learning_rate=schedule)
+    var = tf.Variable([1.0])
+    opt.apply_gradients([(tf.constant([1.0]), var)])  # the update at step 0: rate 1.0
+    opt.iterations.assign(50)                           # as a restore leaves it
+    assert compat.current_learning_rate(opt) == pytest.approx(0.5)
+    with compat.public_path("learning_rate_schedule"):
+        # The public value is the rate of the last update, not of the restored step.
+        assert compat.current_learning_rate(opt) == pytest.approx(1.0)
+    plain = tf.keras.optimizers.SGD(learning_rate=0.25)
+    with compat.public_path("learning_rate_schedule"):
+        assert compat.current_learning_rate(plain) == pytest.approx(0.25)
+
+
+def _adamw_run(cls):
+    var = tf.Variable(np.linspace(-1, 1, 6, dtype=np.float32))
+    opt = cls(learning_rate=1e-2, weight_decay=0.1, epsilon=1e-6)
+    for i in range(4):
+        opt.apply_gradients([(tf.sin(3.0 * var + i), var)])
+    return var, opt
+
+
+def test_adam_slots_both_ways():
+    var, opt = _adamw_run(FusedAdamW)
+    m, v = compat.adam_slots(opt, var)
+    # The second moment of four non-zero gradients is positive everywhere.
+    assert m.shape == v.shape == (6,) and float(tf.reduce_min(v)) > 0
+    reference, _ = _adamw_run(tf.keras.optimizers.AdamW)
+    with compat.public_path("adam_slots"):
+        assert compat.adam_slots(opt, var) is None
+        fallback, _ = _adamw_run(FusedAdamW)   # tf.keras's own update
+    assert not np.allclose(var.numpy(), np.linspace(-1, 1, 6))
+    np.testing.assert_allclose(var.numpy(), reference.numpy(), atol=1e-6)
+    np.testing.assert_allclose(fallback.numpy(), reference.numpy(), atol=1e-7)
+
+
+def test_functional_model_both_ways():
+    inp = tf.keras.Input((3,))
+    functional = tf.keras.Model(inp, tf.keras.layers.Dense(1)(inp))
+    sequential = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
+
+    class OwnStep(tf.keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = tf.keras.layers.Dense(1)
+
+        def call(self, x):
+            return self.dense(x)
+
+        def train_step(self, data):
+            return {}
+
+    own = OwnStep()
+    own(tf.zeros((1, 3)))
+    for forced in (False, True):
+        with compat.public_path("functional_model") if forced else _nothing():
+            assert compat.is_functional_model(functional)
+            assert compat.is_functional_model(sequential)
+            assert not compat.is_functional_model(own)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _StopAt(tf.keras.callbacks.Callback):
+    """Crash (as a kill would) when epoch ``at`` begins; record the epochs that ran."""
+
+    def __init__(self, at: int | None):
+        super().__init__()
+        self.at, self.epochs = at, []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch == self.at:
+            raise RuntimeError("killed")
+        self.epochs.append(epoch)
+
+
+def _fit(backup_dir: Path, stop_at: int | None) -> tuple[list[int], ResumableBackup]:
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
+    model.compile(tf.keras.optimizers.SGD(0.1), "mse")
+    x, y = np.ones((8, 2), np.float32), np.zeros((8, 1), np.float32)
+    backup, stop = ResumableBackup(backup_dir), _StopAt(stop_at)
+    try:
+        model.fit(x, y, batch_size=4, epochs=3, verbose=0, callbacks=[backup, stop])
+    except RuntimeError:
+        pass
+    return stop.epochs, backup
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_backups_resume_both_ways(tmp_path, forced):
+    with compat.public_path("step_backups") if forced else _nothing():
+        assert compat.step_backups_supported() is not forced
+        ran, _ = _fit(tmp_path / "backup", stop_at=2)
+        assert ran == [0, 1]
+        assert any((tmp_path / "backup").iterdir())
+        resumed, backup = _fit(tmp_path / "backup", stop_at=None)
+    assert resumed == [2]                        # epochs 0 and 1 were not trained again
+    # Only the step path knows where it resumed (epoch 1's last step, optimizer step 4).
+    if forced:
+        assert backup.resumed_from is None
+    else:
+        assert backup.resumed_from == {"epoch": 2, "step": 0, "optimizer_step": 4,
+                                       "learning_rate": pytest.approx(0.1)}
+    assert not (tmp_path / "backup").exists() or not any((tmp_path / "backup").iterdir())
+
+
+def test_tuner_tracebacks_both_ways():
+    from keras_tuner.src import config as kt_config
+
+    kt_config.DEBUG = True
+    with compat.public_path("tuner_debug"):
+        compat.quiet_tuner_tracebacks()
+        assert kt_config.DEBUG is True
+    compat.quiet_tuner_tracebacks()
+    assert kt_config.DEBUG is False
+
+
+def _oracle(tmp_path: Path, retries: int = 0) -> kt.Oracle:
+    hp = kt.HyperParameters()
+    hp.Float("lr", 1e-3, 1e-1, sampling="log")
+    oracle = kt.oracles.RandomSearchOracle(objective=kt.Objective("score", "max"),
+                                           max_trials=5, hyperparameters=hp, seed=1,
+                                           max_retries_per_trial=retries)
+    oracle._set_project_dir(str(tmp_path), "search")
+    return oracle
+
+
+def test_oracle_server_parts_both_ways(tmp_path):
+    from keras_tuner.src import protos
+
+    seen = []
+    parts = compat.oracle_server_parts(lambda request, context: seen.append(request.tuner_id))
+    assert parts is not None
+    servicer_class, _, exit_chief = parts
+    oracle = _oracle(tmp_path)
+    servicer = servicer_class(oracle)
+    reply = servicer.CreateTrial(protos.get_service().CreateTrialRequest(tuner_id="w1"), None)
+    assert seen == ["w1"] and reply.trial.trial_id == oracle.ongoing_trials["w1"].trial_id
+    assert not exit_chief(oracle)                # a trial is still running
+    with compat.public_path("oracle_server"):
+        assert compat.oracle_server_parts(lambda r, c: None) is None
+
+
+def test_serve_oracle_steps_aside_on_the_public_path(monkeypatch, tmp_path):
+    from tfapp.tuning import distributed
+
+    monkeypatch.setenv(distributed.ENV_IP, "127.0.0.1")
+    monkeypatch.setenv(distributed.ENV_PORT, "1")   # never bound: nothing is served
+    with compat.public_path("oracle_server"):
+        assert distributed.serve_oracle(_oracle(tmp_path)) is False
+
+
+@pytest.mark.parametrize("forced, retries, next_is_same", [
+    (False, 0, True),    # internal path: back in the queue, not a failed try
+    (True, 0, False),    # public path: ended as INVALID, no retries left -> FAILED
+    (True, 1, True),     # public path within max_retries_per_trial: retried
+])
+def test_requeue_both_ways(tmp_path, forced, retries, next_is_same):
+    oracle = _oracle(tmp_path, retries)
+    first = oracle.create_trial("w1")
+    with compat.public_path("oracle_requeue") if forced else _nothing():
+        assert compat.requeue_trial(oracle, "w1") == first.trial_id
+        assert compat.requeue_trial(oracle, "w1") is None        # nothing left running
+    assert "w1" not in oracle.ongoing_trials
+    nxt = oracle.create_trial("w2")
+    assert (nxt.trial_id == first.trial_id) is next_is_same
+    if not next_is_same:
+        assert oracle.trials[first.trial_id].status == "FAILED"

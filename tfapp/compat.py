@@ -1,0 +1,386 @@
+"""Every private TensorFlow, tf-keras and KerasTuner name tfapp touches, in one place.
+
+tfapp supports TensorFlow 2.20 (the newest TPU build, ``tensorflow-tpu``) and 2.21, with
+the matching tf-keras, and KerasTuner 1.4. A few things it needs have no public API; each
+is one function here that
+
+* uses the library's internal path only on a version tfapp was tested on
+  (``TESTED_VERSIONS``) and only if the internal names are really there;
+* otherwise takes the public path, or turns the speed-up off, and says so in one debug
+  line (``-v`` shows it), once per process.
+
+Nothing else in ``tfapp/`` imports ``tensorflow.python``, ``tf_keras.src`` or
+``keras_tuner.src``, reads their underscore attributes or patches their objects.
+``tests/test_compat.py`` runs every touch both ways: ``TFAPP_COMPAT_PUBLIC=all`` (or a
+comma-separated list of the names in ``TOUCHES``) forces the public path in a process, and
+``public_path(name)`` does it inside a test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+log = logging.getLogger("tfapp")
+
+# (major, minor) releases each private path was tested on.
+TESTED_VERSIONS: dict[str, tuple[tuple[int, int], ...]] = {
+    "tensorflow": ((2, 20), (2, 21)),
+    "tf_keras": ((2, 20), (2, 21)),
+    "keras_tuner": ((1, 4),),
+}
+
+# name -> (library, what the internal path buys, what the public fallback does)
+TOUCHES: dict[str, tuple[str, str, str]] = {
+    "onednn_query": ("tensorflow", "TensorFlow's own answer to 'are oneDNN kernels on?'",
+                     "read TF_ENABLE_ONEDNN_OPTS; unknown when unset"),
+    "determinism_query": ("tensorflow", "TensorFlow's own op-determinism flag",
+                          "what tfapp enabled, or TF_DETERMINISTIC_OPS"),
+    "host_map": ("tensorflow", "tf.data maps that start without a Grappler pass per epoch",
+                 "plain Dataset.map"),
+    "learning_rate_schedule": ("tf_keras", "the optimizer's schedule, evaluated at its step",
+                               "optimizer.learning_rate (the rate of the last update)"),
+    "adam_slots": ("tf_keras", "AdamW's update as one fused ResourceApplyAdam kernel",
+                   "tf.keras AdamW's own update"),
+    "functional_model": ("tf_keras", "tf-keras's own 'is a functional model' flag",
+                         "a model with inputs and Keras's own train_step"),
+    "step_backups": ("tf_keras", "BackupAndRestore saves and resumes at a step, on SIGTERM",
+                     "BackupAndRestore at epoch ends (SIGTERM stops without a new backup)"),
+    "tuner_debug": ("keras_tuner", "one line per failed trial instead of its traceback",
+                    "KerasTuner prints the traceback"),
+    "oracle_server": ("keras_tuner", "a chief that polls twice a second and hands a silent "
+                      "worker's trial to the next worker",
+                      "KerasTuner's own chief (polls every 20 s, no heartbeats)"),
+    "oracle_requeue": ("keras_tuner", "a dead worker's trial is retried, not counted failed",
+                       "the trial is ended as failed"),
+}
+
+_forced_public: set[str] = set()
+_said: set[str] = set()
+
+
+def _env_forced() -> set[str]:
+    raw = os.environ.get("TFAPP_COMPAT_PUBLIC", "")
+    names = {n.strip() for n in raw.split(",") if n.strip()}
+    return set(TOUCHES) if "all" in names else names
+
+
+def parse_version(text: str) -> tuple[int, int] | None:
+    """(major, minor) of a version string such as ``2.20.0`` or ``2.21.0rc1``."""
+    m = re.match(r"(\d+)\.(\d+)", text or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+@functools.cache
+def installed_version(library: str) -> tuple[int, int] | None:
+    """(major, minor) of an importable library (by module, so the TPU build of TensorFlow,
+    a different distribution, counts as TensorFlow), or None."""
+    try:
+        module = __import__(library)
+    except ImportError:
+        return None
+    return parse_version(getattr(module, "__version__", ""))
+
+
+def _say(name: str, why: str) -> None:
+    if name not in _said:
+        _said.add(name)
+        log.debug("compat: %s takes the public path (%s): %s", name, why, TOUCHES[name][2])
+
+
+def use_private(name: str) -> bool:
+    """Whether ``name``'s internal path may be tried here (version tested, not forced off)."""
+    library = TOUCHES[name][0]
+    if name in _forced_public or name in _env_forced():
+        _say(name, "forced by TFAPP_COMPAT_PUBLIC")
+        return False
+    version = installed_version(library)
+    if version not in TESTED_VERSIONS[library]:
+        shown = ".".join(map(str, version)) if version else "unknown"
+        _say(name, f"{library} {shown} is not a version tfapp tested it on")
+        return False
+    return True
+
+
+def _missing(name: str, err: BaseException) -> None:
+    _say(name, f"internal API missing: {type(err).__name__}: {err}")
+
+
+@contextlib.contextmanager
+def public_path(*names: str) -> Iterator[None]:
+    """Force the public path of ``names`` (all touches if none) inside the block."""
+    chosen = set(names or TOUCHES)
+    unknown = chosen - set(TOUCHES)
+    if unknown:
+        raise KeyError(f"unknown compat touch(es): {sorted(unknown)}")
+    added = chosen - _forced_public
+    _forced_public.update(added)
+    _said.difference_update(added)
+    try:
+        yield
+    finally:
+        _forced_public.difference_update(added)
+
+
+# -- TensorFlow ---------------------------------------------------------------------------
+
+def onednn_enabled() -> bool | None:
+    """Whether TensorFlow runs its oneDNN CPU kernels in this process; None if unknown."""
+    if use_private("onednn_query"):
+        try:
+            from tensorflow.python.util import _pywrap_util_port
+            return bool(_pywrap_util_port.IsMklEnabled())
+        except (ImportError, AttributeError) as err:
+            _missing("onednn_query", err)
+    value = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower()
+    if value in ("1", "true"):
+        return True
+    if value in ("0", "false"):
+        return False
+    return None
+
+
+_determinism_enabled_here = False
+
+
+def enable_op_determinism() -> None:
+    """``tf.config.experimental.enable_op_determinism()``, remembered for the public query."""
+    global _determinism_enabled_here
+    import tensorflow as tf
+
+    tf.config.experimental.enable_op_determinism()
+    _determinism_enabled_here = True
+
+
+def op_determinism_enabled() -> bool:
+    """Whether TensorFlow's op determinism is on (TF has no public query)."""
+    if use_private("determinism_query"):
+        try:
+            from tensorflow.python.framework import config
+            return bool(config.is_op_determinism_enabled())
+        except (ImportError, AttributeError) as err:
+            _missing("determinism_query", err)
+    env = os.environ.get("TF_DETERMINISTIC_OPS", "").strip().lower()
+    return _determinism_enabled_here or env in ("1", "true")
+
+
+def host_map_dataset(dataset: Any, fn: Callable, num_parallel_calls: int | None,
+                     deterministic: bool | None, function_attrs: dict[str, Any]) -> Any | None:
+    """``dataset.map(fn, ...)`` whose function carries ``function_attrs``, or None when
+    that cannot be built here (the caller then uses ``Dataset.map``)."""
+    if not use_private("host_map"):
+        return None
+    try:
+        cls = _host_map_dataset_class()
+        return cls(dataset, fn, num_parallel_calls, deterministic, function_attrs)
+    except (ImportError, AttributeError, TypeError) as err:
+        _missing("host_map", err)
+        return None
+
+
+@functools.cache
+def _host_map_dataset_class() -> type:
+    """TF's ``_MapDataset`` / ``_ParallelMapDataset`` (``map_op.py``) with function
+    attributes, built from the same private pieces ``Dataset.map`` uses."""
+    import tensorflow as tf
+    from tensorflow.python.data.ops import dataset_ops, debug_mode, structured_function
+    from tensorflow.python.ops import gen_dataset_ops
+
+    class HostMapDataset(dataset_ops.UnaryDataset):
+        def __init__(self, input_dataset, fn, num_parallel_calls, deterministic, attrs):
+            if debug_mode.DEBUG_MODE:
+                raise TypeError("tf.data debug mode runs maps eagerly")
+            self._input_dataset = input_dataset
+            self._map_func = structured_function.StructuredFunctionWrapper(
+                fn, "Dataset.map()", dataset=input_dataset, defun_kwargs=dict(attrs))
+            self._name = None
+            function = self._map_func.function
+            if num_parallel_calls is None:
+                variant = gen_dataset_ops.map_dataset(
+                    input_dataset._variant_tensor, function.captured_inputs, f=function,
+                    use_inter_op_parallelism=True, preserve_cardinality=True,
+                    force_synchronous=False, **self._common_args)
+            else:
+                variant = gen_dataset_ops.parallel_map_dataset_v2(
+                    input_dataset._variant_tensor, function.captured_inputs, f=function,
+                    num_parallel_calls=tf.constant(num_parallel_calls, tf.int64),
+                    deterministic={None: "default", True: "true", False: "false"}[
+                        deterministic],
+                    use_inter_op_parallelism=True, preserve_cardinality=True,
+                    **self._common_args)
+            super().__init__(input_dataset, variant)
+
+        def _functions(self):
+            return [self._map_func]
+
+        @property
+        def element_spec(self):
+            return self._map_func.output_structure
+
+        def _transformation_name(self):
+            return "Dataset.map()"
+
+    return HostMapDataset
+
+
+# -- tf-keras -----------------------------------------------------------------------------
+
+def current_learning_rate(optimizer: Any) -> float:
+    """The rate of ``optimizer``'s current step: its schedule evaluated at
+    ``optimizer.iterations`` (tf-keras's public ``learning_rate`` is the rate of the last
+    update, stale right after a restore)."""
+    import tensorflow as tf
+
+    lr = None
+    if use_private("learning_rate_schedule"):
+        lr = getattr(optimizer, "_learning_rate", None)
+        if lr is None:
+            _missing("learning_rate_schedule", AttributeError("no _learning_rate"))
+    if lr is None:
+        lr = optimizer.learning_rate
+    if isinstance(lr, tf.keras.optimizers.schedules.LearningRateSchedule):
+        return float(lr(optimizer.iterations))
+    return float(tf.keras.backend.get_value(lr))
+
+
+def adam_slots(optimizer: Any, variable: Any) -> tuple[Any, Any] | None:
+    """(m, v) slot variables of ``variable`` in a tf.keras Adam/AdamW, or None."""
+    if not use_private("adam_slots"):
+        return None
+    try:
+        index = optimizer._index_dict[optimizer._var_key(variable)]
+        return optimizer._momentums[index], optimizer._velocities[index]
+    except (AttributeError, KeyError, IndexError) as err:
+        _missing("adam_slots", err)
+        return None
+
+
+def is_functional_model(model: Any) -> bool:
+    """Whether ``model`` is a functional/Sequential tf.keras model (a graph of layers
+    with Keras's own ``train_step``), not a subclass with its own step."""
+    import tensorflow as tf
+
+    if use_private("functional_model"):
+        flag = getattr(model, "_is_graph_network", None)
+        if flag is not None:
+            return bool(flag)
+        _missing("functional_model", AttributeError("no _is_graph_network"))
+    own_step = type(model).train_step is not tf.keras.Model.train_step
+    return not own_step and bool(getattr(model, "inputs", None))
+
+
+def step_backups_supported() -> bool:
+    """Whether ``BackupAndRestore``'s training state can be read and written at a step."""
+    if not use_private("step_backups"):
+        return False
+    try:
+        from tf_keras.src.distribute import worker_training_state
+    except ImportError as err:
+        _missing("step_backups", err)
+        return False
+    cls = worker_training_state.WorkerTrainingState
+    if not hasattr(cls, "back_up"):
+        _missing("step_backups", AttributeError("WorkerTrainingState.back_up"))
+        return False
+    return True
+
+
+def backup_position(callback: Any) -> tuple[int, int]:
+    """(epoch, step) the restored backup of a running ``BackupAndRestore`` was written at;
+    epoch is -1 when there was none. Only when ``step_backups_supported()``."""
+    state = callback._training_state
+    return int(state._ckpt_saved_epoch.numpy()), int(state._ckpt_saved_batch.numpy())
+
+
+def write_backup(callback: Any, epoch: int, step: int) -> None:
+    """Write ``callback``'s backup now, recording (epoch, step) as its position. Only when
+    ``step_backups_supported()``."""
+    state = callback._training_state
+    state._ckpt_saved_epoch.assign(epoch)
+    state._ckpt_saved_batch.assign(step)
+    state.back_up(epoch=epoch, batch=step)
+
+
+# -- KerasTuner ---------------------------------------------------------------------------
+
+def quiet_tuner_tracebacks() -> None:
+    """Stop KerasTuner printing every failed trial's traceback (no public switch)."""
+    if not use_private("tuner_debug"):
+        return
+    try:
+        from keras_tuner.src import config as kt_config
+    except ImportError as err:
+        _missing("tuner_debug", err)
+        return
+    kt_config.DEBUG = False
+
+
+def oracle_server_parts(on_create_trial: Callable[[Any, Any], None]
+                        ) -> tuple[Any, Callable[[Any, Any], None], Callable[[Any], bool]
+                                   ] | None:
+    """What a tfapp chief needs from KerasTuner's gRPC service, or None (then use
+    ``BaseTuner.search``'s own chief).
+
+    Returns ``(servicer_class, add_servicer_to_server, exit_chief)``: ``servicer_class(
+    oracle)`` is KerasTuner's ``OracleServicer`` calling ``on_create_trial(request,
+    context)`` before each ``CreateTrial``; ``exit_chief(oracle)`` says every worker has
+    been told the search is over."""
+    if not use_private("oracle_server"):
+        return None
+    try:
+        from keras_tuner.src import protos
+        from keras_tuner.src.distribute import oracle_chief
+        base = oracle_chief.OracleServicer
+        add = protos.get_service_grpc().add_OracleServicer_to_server
+        exit_chief = oracle_chief.exit_chief
+    except (ImportError, AttributeError) as err:
+        _missing("oracle_server", err)
+        return None
+
+    class Servicer(base):
+        def CreateTrial(self, request, context):  # noqa: N802  (the gRPC method name)
+            on_create_trial(request, context)
+            return super().CreateTrial(request, context)
+
+    return Servicer, add, exit_chief
+
+
+def requeue_trial(oracle: Any, tuner_id: str) -> str | None:
+    """Forget worker ``tuner_id`` and put its ongoing trial (if any) back in the queue,
+    under the oracle's lock like the gRPC calls. Returns that trial's id.
+
+    Public fallback: the trial is ended as INVALID (KerasTuner then retries it only
+    within ``max_retries_per_trial``, else records it as failed)."""
+    private = use_private("oracle_requeue")
+    if private:
+        try:
+            from keras_tuner.src.engine.oracle import synchronized
+            oracle._retry_queue  # noqa: B018  (present?)
+        except (ImportError, AttributeError) as err:
+            _missing("oracle_requeue", err)
+            private = False
+    if private:
+        @synchronized
+        def requeue(oracle, tuner_id):
+            oracle.tuner_ids.discard(tuner_id)
+            trial = oracle.ongoing_trials.pop(tuner_id, None)
+            if trial is None:
+                return None
+            oracle._retry_queue.append(trial.trial_id)
+            oracle.save()
+            return trial.trial_id
+
+        return requeue(oracle, tuner_id)
+    oracle.tuner_ids.discard(tuner_id)
+    trial = oracle.ongoing_trials.get(tuner_id)
+    if trial is None:
+        return None
+    trial.status = "INVALID"
+    trial.message = f"worker {tuner_id} stopped sending heartbeats"
+    oracle.end_trial(trial)
+    return trial.trial_id
