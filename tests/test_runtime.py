@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from tfapp.config import ConfigError
-from tfapp.runtime import choose_precision, choose_strategy, is_chief, tpu_hinted
+from tfapp.runtime import choose_precision, choose_strategy, is_chief
+from tfapp.tpu_vm import tpu_hint
 
 import numpy as np
 import pytest
@@ -36,12 +37,12 @@ def test_explicit_strategy_is_kept_and_multi_worker_needs_tf_config():
 
 
 def test_tpu_hints_from_environment_and_devices(tmp_path):
-    assert tpu_hinted({}, dev_dir=str(tmp_path)) is None
-    assert "COLAB_TPU_ADDR" in tpu_hinted({"COLAB_TPU_ADDR": "10.0.0.2:8470"},
+    assert tpu_hint({}, dev_dir=str(tmp_path)) is None
+    assert "COLAB_TPU_ADDR" in tpu_hint({"COLAB_TPU_ADDR": "10.0.0.2:8470"},
                                           dev_dir=str(tmp_path))
-    assert "TPU_NAME" in tpu_hinted({"TPU_NAME": "my-tpu"}, dev_dir=str(tmp_path))
+    assert "TPU_NAME" in tpu_hint({"TPU_NAME": "my-tpu"}, dev_dir=str(tmp_path))
     (tmp_path / "accel0").touch()  # what a TPU VM (Kaggle, GCE) exposes
-    assert "accel" in tpu_hinted({}, dev_dir=str(tmp_path))
+    assert "accel" in tpu_hint({}, dev_dir=str(tmp_path))
 
 
 def test_precision_by_device():

@@ -20,4 +20,10 @@ if platform.machine().lower() in ("x86_64", "amd64"):
 # TensorFlow's C++ INFO/WARNING lines drown the run header on every start; errors stay.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+# On a TPU VM, point TensorFlow's TPU build at the libtpu wheel (tfapp/tpu_vm.py says
+# exactly what and why); the user's own values win.
+from tfapp import tpu_vm  # noqa: E402
+
+tpu_vm.apply()
+
 __version__ = "0.1.0"

@@ -33,7 +33,18 @@ COMMANDS = {
     "data_service": "tfapp.data_service",
     "profile": "tfapp.profile",
     "share": "tfapp.share",
+    "doctor": "tfapp.doctor",
 }
+
+
+# Modules that come with TensorFlow's extra ([cpu], [gpu], or the TPU recipe), not with tfapp.
+TENSORFLOW_MODULES = ("tensorflow", "tf_keras", "tensorflow_text", "tensorflow_hub")
+
+
+def missing_tensorflow_message(module: str) -> str:
+    return (f"'{module}' is not installed: TensorFlow comes with an extra: pip install -e "
+            "'.[cpu]' (or '.[gpu]'; on a TPU VM, Colab or Kaggle TPU follow docs/tpu.md, "
+            "which keeps the TPU build); python -m tfapp.doctor checks the install")
 
 
 def setup_logging(verbose: bool = False) -> None:
@@ -91,6 +102,11 @@ def run_main(body: Callable[[], int | None]) -> int:
         return body() or 0
     except ConfigError as err:
         print(f"tfapp: error: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except ModuleNotFoundError as err:
+        if err.name not in TENSORFLOW_MODULES:
+            raise
+        print(f"tfapp: error: {missing_tensorflow_message(err.name)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt as err:  # Ctrl-C (130), or SIGTERM after a backup (Preempted)
         print(f"tfapp: interrupted{': ' + str(err) if str(err) else ''}", file=sys.stderr)

@@ -24,14 +24,9 @@ from pathlib import Path
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import compat
 from tfapp.config import ConfigError, RuntimeConfig
+from tfapp.tpu_vm import tpu_hint
 
 log = logging.getLogger("tfapp")
-
-# Environment variables that say a TPU is attached: Colab (COLAB_TPU_ADDR), a named
-# TPU node (TPU_NAME), and TPU VMs incl. Kaggle (TPU_ACCELERATOR_TYPE / TPU_WORKER_ID
-# are set by the TPU VM image).
-TPU_ENV_VARS = ("TPU_NAME", "COLAB_TPU_ADDR", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID")
-
 
 @dataclass
 class Runtime:
@@ -83,19 +78,6 @@ class Runtime:
         return " ".join(parts) + f" ({self.reason})"
 
 
-
-
-def tpu_hinted(env: Mapping[str, str], dev_dir: str = "/dev") -> str | None:
-    """Why a TPU may be attached (an env var or /dev/accel*), or None."""
-    for var in TPU_ENV_VARS:
-        if env.get(var):
-            return f"{var} is set"
-    try:
-        if any(name.startswith("accel") for name in os.listdir(dev_dir)):
-            return f"{dev_dir}/accel* present (TPU VM)"
-    except OSError:
-        pass
-    return None
 
 
 def choose_strategy(requested: str, *, env: Mapping[str, str], tpu_found: bool,
@@ -178,7 +160,7 @@ def setup(cfg: RuntimeConfig, env: Mapping[str, str] | None = None) -> Runtime:
         compat.enable_op_determinism()
 
     gpus = tf.config.list_physical_devices("GPU")
-    hint = tpu_hinted(env) if cfg.strategy in ("auto", "tpu") else None
+    hint = tpu_hint(env) if cfg.strategy in ("auto", "tpu") else None
     resolver = None
     if cfg.strategy == "tpu" or (cfg.strategy == "auto" and hint):
         try:

@@ -1,0 +1,71 @@
+"""python -m tfapp.doctor: the report on this machine, a faked TPU VM, and install problems."""
+
+from __future__ import annotations
+
+import json
+
+from tfapp import doctor
+
+from conftest import run_python, subprocess_env
+
+GOOD = {"tensorflow": "2.21.0", "tf-keras": "2.21.0", "tensorflow-text": "2.21.1",
+        "tensorflow-hub": "0.16.1"}
+
+
+def test_doctor_on_this_machine_reports_and_exits_0():
+    proc = run_python(["-m", "tfapp.doctor"], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "TensorFlow 2.2" in out and "tf.keras is tf-keras" in out
+    assert "runtime.strategy=auto -> cpu (auto: no TPU or GPU found)" in out
+    assert "precision auto -> float32; jit_compile auto -> no" in out
+    assert "oneDNN CPU kernels: on" in out
+    assert "no problems found" in out
+
+
+def test_doctor_json_on_a_faked_tpu_vm_names_the_stock_build(tmp_path):
+    env = subprocess_env(TPU_ACCELERATOR_TYPE="v5litepod-8", WANDB_API_KEY="secret-key-123",
+                         TFAPP_CACHE_DIR=str(tmp_path / "cache"))
+    proc = run_python(["-m", "tfapp.doctor", "--json"], env=env, timeout=120)
+    assert proc.returncode == doctor.EXIT_PROBLEM, proc.stderr
+    assert "secret-key-123" not in proc.stdout
+    report = json.loads(proc.stdout)
+    assert report["plan"]["strategy"] == "tpu"
+    assert report["plan"]["precision"] == "mixed_bfloat16" and report["plan"]["jit_compile"]
+    assert report["tpu"]["hint"] == "TPU_ACCELERATOR_TYPE is set"
+    assert report["wandb"]["api_key_set"] is True
+    assert report["tensorflow"]["build"] in ("cuda", "cpu")
+    problems = [p["problem"] for p in report["problems"]]
+    assert len(problems) == 1 and "stock build" in problems[0]
+    assert "docs/tpu.md" in report["problems"][0]["fix"]
+
+
+def test_package_problems_each_with_a_fix():
+    ok = doctor.package_problems(GOOD, ["tensorflow"], "2.21.0", None)
+    assert ok == []
+    both = doctor.package_problems(GOOD, ["tensorflow", "tensorflow-tpu"], "2.20.0",
+                                   "TPU_ACCELERATOR_TYPE is set")
+    assert "several distributions" in both[0][0]
+    assert both[0][1].startswith("pip uninstall -y tensorflow tensorflow-tpu")
+    old = doctor.package_problems({**GOOD, "tf-keras": "2.19.0"}, ["tensorflow"], "2.19.0",
+                                  None)
+    assert "outside the supported 2.20 and 2.21" in old[0][0]
+    mismatch = doctor.package_problems({**GOOD, "tensorflow-text": "2.20.1"}, ["tensorflow-tpu"],
+                                       "2.20.0", "/dev/accel* present (TPU VM)")
+    assert mismatch == [("tf-keras 2.21.0 does not match TensorFlow 2.20.0",
+                         "pip install --no-deps 'tf-keras~=2.20.0'")]
+    missing = doctor.package_problems({}, [], None, None)
+    assert missing[0][0] == "TensorFlow is not installed (or does not import)"
+
+
+def test_tensorflow_build_and_cache_checks(tmp_path):
+    assert doctor.tensorflow_build(["tensorflow-tpu"], {"is_cuda_build": False}) == "tpu"
+    assert doctor.tensorflow_build(["tensorflow"], {"is_cuda_build": True}) == "cuda"
+    assert doctor.tensorflow_build(["tensorflow-cpu"], {}) == "cpu"
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    assert doctor.writable(str(tmp_path / "new" / "dir")) is True
+    assert doctor.writable("gs://bucket/cache") is None
+    import os
+    if os.geteuid() != 0:  # root writes anywhere
+        assert doctor.writable(str(locked / "cache")) is False

@@ -1,0 +1,75 @@
+"""tfapp.tpu_vm: what is set before TensorFlow loads on a TPU VM, and that the user wins."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+from tfapp import tpu_vm
+
+from conftest import run_python, subprocess_env
+
+
+def _libtpu(tmp_path: Path) -> Path:
+    lib = tmp_path / "site-packages" / "libtpu" / "libtpu.so"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"\x7fELF")
+    return lib
+
+
+def test_libtpu_is_found_on_the_search_path(tmp_path):
+    assert tpu_vm.libtpu_library_path([str(tmp_path)]) is None
+    lib = _libtpu(tmp_path)
+    assert tpu_vm.libtpu_library_path([str(tmp_path), str(lib.parents[1])]) == str(lib)
+
+
+def test_tpu_vm_with_libtpu_gets_the_library_path(tmp_path):
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "accel0").touch()
+    assert tpu_vm.on_tpu_vm({}, str(dev))
+    assert tpu_vm.tpu_environment({}, dev_dir=str(dev), libtpu="/x/libtpu.so") == {
+        "TPU_LIBRARY_PATH": "/x/libtpu.so"}
+    env = {"TPU_ACCELERATOR_TYPE": "v5litepod-8"}
+    assert tpu_vm.tpu_environment(env, dev_dir=str(tmp_path), libtpu="/x/libtpu.so") == {
+        "TPU_LIBRARY_PATH": "/x/libtpu.so"}
+
+
+def test_nothing_is_set_off_a_tpu_vm_or_without_libtpu(tmp_path):
+    # A TPU node behind a gRPC address (TPU_NAME, Colab's old COLAB_TPU_ADDR) is not local.
+    for env in ({}, {"TPU_NAME": "my-node"}, {"COLAB_TPU_ADDR": "10.0.0.2:8470"}):
+        assert tpu_vm.tpu_environment(env, dev_dir=str(tmp_path), libtpu="/x/libtpu.so") == {}
+    assert tpu_vm.tpu_environment({"TPU_WORKER_ID": "0"}, dev_dir=str(tmp_path),
+                                  libtpu=None) == {}
+
+
+def test_the_users_own_values_win(tmp_path):
+    env = {"TPU_ACCELERATOR_TYPE": "v6e-8", "TPU_LIBRARY_PATH": "/opt/my/libtpu.so"}
+    assert tpu_vm.tpu_environment(env, dev_dir=str(tmp_path), libtpu="/x/libtpu.so") == {}
+    before = dict(env)
+    assert tpu_vm.apply(env, dev_dir=str(tmp_path)) == {}
+    assert env == before
+
+
+def test_import_tfapp_sets_the_environment_before_tensorflow(tmp_path):
+    # A faked TPU VM: TPU_ACCELERATOR_TYPE and a libtpu wheel on the path. tfapp is imported
+    # first (as every entry point does); TensorFlow must not be loaded by then.
+    lib = _libtpu(tmp_path)
+    code = textwrap.dedent("""
+        import json, os, sys
+        import tfapp
+        from tfapp import tpu_vm
+        print(json.dumps({"tf_loaded": "tensorflow" in sys.modules,
+                          "env": os.environ.get("TPU_LIBRARY_PATH"),
+                          "applied": tpu_vm.APPLIED}))
+    """)
+    base = subprocess_env(TPU_ACCELERATOR_TYPE="v5litepod-8")
+    base["PYTHONPATH"] += f":{lib.parents[1]}"
+    base.pop("TPU_LIBRARY_PATH", None)
+    out = json.loads(run_python(["-c", code], env=base, timeout=60).stdout)
+    assert out == {"tf_loaded": False, "env": str(lib),
+                   "applied": {"TPU_LIBRARY_PATH": str(lib)}}
+    base["TPU_LIBRARY_PATH"] = "/opt/mine/libtpu.so"
+    out = json.loads(run_python(["-c", code], env=base, timeout=60).stdout)
+    assert out == {"tf_loaded": False, "env": "/opt/mine/libtpu.so", "applied": {}}

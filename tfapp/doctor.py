@@ -1,0 +1,298 @@
+"""``python -m tfapp.doctor``: what tfapp sees here and what it would do, on one screen.
+
+Python and package versions, which TensorFlow build is installed (stock, CUDA, TPU),
+devices, TPU hints and the PJRT environment, what ``runtime.strategy: auto`` would pick
+and why with its precision and ``jit_compile`` defaults, oneDNN, the Hub caches, W&B. It
+never initialises a TPU system and trains nothing. Problems that would stop a run are
+named with their fix, and make the exit code 1; ``--json`` prints the same for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import json
+import os
+import platform
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import tfapp
+from tfapp import tpu_vm
+from tfapp.compat import TESTED_VERSIONS, parse_version
+
+EXIT_PROBLEM = 1
+PACKAGES = ("tensorflow", "tensorflow-tpu", "tensorflow-cpu", "tf-keras", "tensorflow-text",
+            "tensorflow-hub", "keras", "keras-tuner", "tensorboard",
+            "tensorboard-plugin-profile", "wandb", "libtpu")
+SUPPORTED_TF = TESTED_VERSIONS["tensorflow"]
+TPU_RECIPE = "docs/tpu.md"
+
+
+@dataclass
+class Report:
+    """Everything doctor prints; ``problems`` are (what is wrong, how to fix it)."""
+
+    python: str
+    platform: str
+    tfapp: str
+    packages: dict[str, str | None]
+    tensorflow: dict = field(default_factory=dict)
+    devices: dict = field(default_factory=dict)
+    tpu: dict = field(default_factory=dict)
+    plan: dict = field(default_factory=dict)
+    caches: dict = field(default_factory=dict)
+    wandb: dict = field(default_factory=dict)
+    problems: list[tuple[str, str]] = field(default_factory=list)
+
+
+def installed_packages() -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            found[name] = md.version(name)
+        except md.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def tensorflow_distributions() -> list[str]:
+    """Installed distributions that ship the ``tensorflow`` module (normalised names)."""
+    providers = md.packages_distributions().get("tensorflow", [])
+    return sorted({p.lower().replace("_", "-") for p in providers})
+
+
+def tensorflow_build(distributions: Sequence[str], build_info: Mapping | None) -> str:
+    """tpu (Google's TPU build), cuda (stock, CUDA-capable) or cpu."""
+    if "tensorflow-tpu" in distributions:
+        return "tpu"
+    if build_info and build_info.get("is_cuda_build"):
+        return "cuda"
+    return "cpu"
+
+
+def writable(path: str) -> bool | None:
+    """Whether ``path`` (or, if missing, its nearest existing parent) can be written;
+    None for remote paths, which are not checked."""
+    if "://" in path:
+        return None
+    p = Path(path).expanduser()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return os.access(p, os.W_OK | os.X_OK)
+
+
+def package_problems(packages: Mapping[str, str | None], distributions: Sequence[str],
+                     tf_version: str | None, tpu_hint: str | None) -> list[tuple[str, str]]:
+    """The install problems that stop a run, each with its fix (pure: testable anywhere)."""
+    problems = []
+    recipe = f"follow the TPU recipe in {TPU_RECIPE}" if tpu_hint else \
+        "pip install -e '.[cpu]' (or '.[gpu]')"
+    if len(distributions) > 1:
+        problems.append((f"several distributions install the same 'tensorflow' module "
+                         f"({', '.join(distributions)}); whichever was installed last won",
+                         f"pip uninstall -y {' '.join(distributions)}, then {recipe}"))
+    if tpu_hint and distributions and "tensorflow-tpu" not in distributions:
+        problems.append((f"this is a TPU VM ({tpu_hint}) but TensorFlow is the stock build "
+                         f"({', '.join(distributions)}), which cannot drive the TPU",
+                         f"pip uninstall -y {' '.join(distributions)}, then follow the TPU "
+                         f"recipe in {TPU_RECIPE}"))
+    if tf_version is None:
+        problems.append(("TensorFlow is not installed (or does not import)", recipe))
+        return problems
+    minor = parse_version(tf_version)
+    if minor not in SUPPORTED_TF:
+        shown = " and ".join(".".join(map(str, v)) for v in SUPPORTED_TF)
+        problems.append((f"TensorFlow {tf_version} is outside the supported {shown}",
+                         f"install TensorFlow {shown} ({recipe})"))
+    for name, pin in (("tf-keras", "~="), ("tensorflow-text", "~=")):
+        version = packages.get(name)
+        wanted = f"{name}{pin}{minor[0]}.{minor[1]}.0" if minor else name
+        if version is None:
+            problems.append((f"{name} is not installed",
+                             f"pip install --no-deps '{wanted}'" if tpu_hint or
+                             "tensorflow-tpu" in distributions else recipe))
+        elif minor and parse_version(version) != minor:
+            problems.append((f"{name} {version} does not match TensorFlow {tf_version}",
+                             f"pip install --no-deps '{wanted}'"))
+    if packages.get("tensorflow-hub") is None:
+        problems.append(("tensorflow-hub is not installed",
+                         "pip install --no-deps 'tensorflow-hub~=0.16.1'"))
+    return problems
+
+
+def gather(env: Mapping[str, str] | None = None, dev_dir: str = "/dev") -> Report:
+    env = os.environ if env is None else env
+    packages = installed_packages()
+    distributions = tensorflow_distributions()
+    hint = tpu_vm.tpu_hint(env, dev_dir)
+    report = Report(python=platform.python_version(),
+                    platform=f"{platform.system()} {platform.machine()}",
+                    tfapp=tfapp.__version__, packages=packages)
+    report.tpu = {"hint": hint, "libtpu": tpu_vm.libtpu_library_path(),
+                  "pjrt": {k: env.get(k) for k in tpu_vm.PJRT_VARIABLES},
+                  "set_by_tfapp": dict(tpu_vm.APPLIED)}
+
+    tf_version = None
+    try:
+        import tensorflow as tf
+        tf_version = tf.__version__
+    except Exception as err:  # a broken install raises all sorts of errors  # noqa: BLE001
+        report.tensorflow = {"error": f"{type(err).__name__}: {str(err).splitlines()[0]}"}
+    if tf_version:
+        _describe_tensorflow(report, tf, distributions, hint)
+
+    report.caches = _caches(env)
+    report.wandb = _wandb(env)
+    report.problems = package_problems(packages, distributions, tf_version, hint)
+    for name, info in report.caches.items():
+        if info["writable"] is False:
+            report.problems.append((f"the {name} cache {info['path']} is not writable",
+                                    f"set {info['variable']} to a writable directory"))
+    return report
+
+
+def _describe_tensorflow(report: Report, tf, distributions: list[str], hint: str | None) -> None:
+    from tfapp import compat
+    from tfapp.runtime import Runtime, choose_precision, choose_strategy
+
+    try:
+        build_info = dict(tf.sysconfig.get_build_info())
+    except Exception:  # noqa: BLE001  (older or unusual builds)
+        build_info = {}
+    report.tensorflow = {"version": tf.__version__, "distributions": distributions,
+                         "build": tensorflow_build(distributions, build_info),
+                         "keras": "tf-keras" if os.environ.get("TF_USE_LEGACY_KERAS") == "1"
+                         else "keras 3"}
+    gpus = tf.config.list_physical_devices("GPU")
+    capability = None
+    gpu_names = []
+    for gpu in gpus:
+        details = tf.config.experimental.get_device_details(gpu)
+        gpu_names.append(details.get("device_name", gpu.name))
+        capability = capability or details.get("compute_capability")
+    report.devices = {"cpu_cores": os.cpu_count(), "gpus": gpu_names,
+                      "onednn": compat.onednn_enabled()}
+    # The TPU is not connected here (that would initialise it): a hint stands for "found".
+    kind, reason = choose_strategy("auto", env=os.environ, tpu_found=hint is not None,
+                                   num_gpus=len(gpus), tpu_hint=hint)
+    device_kind = "TPU" if kind == "tpu" else "GPU" if gpus else "CPU"
+    precision = choose_precision("auto", device_kind, capability)
+    rt = Runtime(strategy=None, kind=kind, reason=reason, num_replicas=0,
+                 precision=precision, device_kind=device_kind)
+    report.plan = {"strategy": kind, "why": reason + (
+                       " -- if the TPU cluster resolver connects; doctor does not initialise "
+                       "the TPU" if kind == "tpu" else ""),
+                   "device": device_kind, "precision": precision,
+                   "jit_compile": rt.default_jit_compile(None),
+                   "jit_compile_hub_finetune": rt.default_jit_compile(
+                       None, recompiles_under_xla=True)}
+
+
+def _caches(env: Mapping[str, str]) -> dict:
+    tfapp_cache = env.get("TFAPP_CACHE_DIR") or str(Path.home() / ".cache" / "tfapp")
+    # tensorflow_hub's own default when TFHUB_CACHE_DIR is unset.
+    hub_cache = env.get("TFHUB_CACHE_DIR") or os.path.join(tempfile.gettempdir(),
+                                                           "tfhub_modules")
+    return {name: {"path": path, "variable": var, "writable": writable(path)}
+            for name, path, var in (("tfapp", tfapp_cache, "TFAPP_CACHE_DIR"),
+                                    ("TF-Hub", hub_cache, "TFHUB_CACHE_DIR"))}
+
+
+def _wandb(env: Mapping[str, str]) -> dict:
+    try:
+        from tfapp.tracking.wandb_run import has_api_key
+        key = has_api_key()
+    except ImportError:
+        key = bool(env.get("WANDB_API_KEY"))
+    mode = env.get("WANDB_MODE") or "config (tracking.wandb.mode, default offline)"
+    return {"mode": mode, "api_key_set": key,
+            "online_possible": key and env.get("WANDB_MODE") not in ("offline", "disabled")}
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ", ".join(map(str, value)) or "none"
+    return str(value)
+
+
+def render(report: Report) -> str:
+    lines = [f"tfapp {report.tfapp} on Python {report.python}, {report.platform}", ""]
+    lines.append("packages:")
+    for name, version in report.packages.items():
+        if version or name in ("tensorflow", "tf-keras", "tensorflow-text", "tensorflow-hub"):
+            lines.append(f"  {name:28s}{version or 'not installed'}")
+    t = report.tensorflow
+    lines.append("")
+    if "version" in t:
+        lines.append(f"TensorFlow {t['version']}: {t['build']} build (distribution: "
+                     f"{_fmt(t['distributions'])}); tf.keras is {t['keras']}")
+    else:
+        lines.append(f"TensorFlow: cannot import ({t.get('error', 'not installed')})")
+    d = report.devices
+    if d:
+        onednn = {True: "on", False: "off", None: "unknown"}[d["onednn"]]
+        lines.append(f"devices: {d['cpu_cores']} CPU cores, GPUs: {_fmt(d['gpus'])}, "
+                     f"oneDNN CPU kernels: {onednn}")
+    tpu = report.tpu
+    lines.append(f"TPU: {tpu['hint'] or 'no hint (no TPU_* variables, no /dev/accel*)'}; "
+                 f"libtpu: {tpu['libtpu'] or 'not installed'}")
+    pjrt = {k: v for k, v in tpu["pjrt"].items() if v}
+    if pjrt or tpu["hint"]:
+        for key, value in tpu["pjrt"].items():
+            who = " (set by tfapp)" if key in tpu["set_by_tfapp"] else ""
+            lines.append(f"  {key}={value or '(unset)'}{who}")
+    p = report.plan
+    if p:
+        lines.append("")
+        lines.append(f"runtime.strategy=auto -> {p['strategy']} ({p['why']})")
+        lines.append(f"  on {p['device']}: precision auto -> {p['precision']}; jit_compile "
+                     f"auto -> {_fmt(p['jit_compile'])} "
+                     f"({_fmt(p['jit_compile_hub_finetune'])} when fine-tuning a restored "
+                     "TF-Hub encoder)")
+    lines.append("")
+    for name, info in report.caches.items():
+        state = {True: "writable", False: "NOT writable", None: "remote, not checked"}[
+            info["writable"]]
+        lines.append(f"{name} cache: {info['path']} ({state}; ${info['variable']})")
+    w = report.wandb
+    lines.append(f"W&B: mode {w['mode']}; API key {'set' if w['api_key_set'] else 'not set'}"
+                 f"{'' if w['online_possible'] else ' (runs stay offline)'}")
+    lines.append("")
+    if report.problems:
+        lines.append(f"{len(report.problems)} problem(s) that stop a run:")
+        for what, fix in report.problems:
+            lines.append(f"  - {what}\n    fix: {fix}")
+    else:
+        lines.append("no problems found")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tfapp.doctor",
+        description="Say what tfapp sees (Python, packages, the TensorFlow build, devices, "
+                    "TPU hints and PJRT variables, caches, W&B) and what it would do "
+                    "(strategy, precision, XLA), without initialising a TPU or training. "
+                    "Exits 1 when something would stop a run, naming the fix.")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    report = gather()
+    if args.json:
+        data = asdict(report)
+        data["problems"] = [{"problem": w, "fix": f} for w, f in report.problems]
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        print(render(report))
+    return EXIT_PROBLEM if report.problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
