@@ -36,12 +36,29 @@ def test_tpu_vm_with_libtpu_gets_the_library_path(tmp_path):
         "TPU_LIBRARY_PATH": "/x/libtpu.so"}
 
 
-def test_nothing_is_set_off_a_tpu_vm_or_without_libtpu(tmp_path):
+def test_v5e_and_newer_show_their_chips_through_vfio(tmp_path):
+    (tmp_path / "vfio").mkdir()
+    (tmp_path / "vfio" / "vfio").touch()   # the VFIO control node alone is no TPU
+    assert tpu_vm.tpu_hint({}, str(tmp_path)) is None
+    (tmp_path / "vfio" / "0").touch()
+    assert tpu_vm.tpu_hint({}, str(tmp_path)) == f"{tmp_path}/vfio/<n> present (TPU VM)"
+    assert tpu_vm.on_tpu_vm({}, str(tmp_path))
+
+
+def test_libtpu_without_any_tpu_is_not_loaded(tmp_path):
+    # The TPU build on a CPU machine: skip libtpu's minutes of metadata-server retries.
+    assert tpu_vm.tpu_environment({}, dev_dir=str(tmp_path), libtpu="/x/libtpu.so") == {
+        "TPU_LOAD_LIBRARY": "0"}
+    assert tpu_vm.tpu_environment({"TPU_LOAD_LIBRARY": "1"}, dev_dir=str(tmp_path),
+                                  libtpu="/x/libtpu.so") == {}
+
+
+def test_nothing_is_set_for_a_remote_tpu_or_without_libtpu(tmp_path):
     # A TPU node behind a gRPC address (TPU_NAME, Colab's old COLAB_TPU_ADDR) is not local.
-    for env in ({}, {"TPU_NAME": "my-node"}, {"COLAB_TPU_ADDR": "10.0.0.2:8470"}):
+    for env in ({"TPU_NAME": "my-node"}, {"COLAB_TPU_ADDR": "10.0.0.2:8470"}):
         assert tpu_vm.tpu_environment(env, dev_dir=str(tmp_path), libtpu="/x/libtpu.so") == {}
-    assert tpu_vm.tpu_environment({"TPU_WORKER_ID": "0"}, dev_dir=str(tmp_path),
-                                  libtpu=None) == {}
+    for env in ({}, {"TPU_WORKER_ID": "0"}):
+        assert tpu_vm.tpu_environment(env, dev_dir=str(tmp_path), libtpu=None) == {}
 
 
 def test_the_users_own_values_win(tmp_path):
@@ -73,3 +90,7 @@ def test_import_tfapp_sets_the_environment_before_tensorflow(tmp_path):
     base["TPU_LIBRARY_PATH"] = "/opt/mine/libtpu.so"
     out = json.loads(run_python(["-c", code], env=base, timeout=60).stdout)
     assert out == {"tf_loaded": False, "env": "/opt/mine/libtpu.so", "applied": {}}
+    del base["TPU_ACCELERATOR_TYPE"], base["TPU_LIBRARY_PATH"]
+    base.pop("TPU_LOAD_LIBRARY", None)
+    out = json.loads(run_python(["-c", code], env=base, timeout=60).stdout)
+    assert out["applied"] == {"TPU_LOAD_LIBRARY": "0"} and out["env"] is None

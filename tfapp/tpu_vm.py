@@ -15,10 +15,16 @@ sources cited in docs/tpu.md:
   ``NEXT_PLUGGABLE_DEVICE_USE_C_API`` and ``PJRT_DEVICE`` (PyTorch/XLA's variable) appear
   nowhere in the 2.20 wheel, so TensorFlow 2.20 does not read them.
 
-So on a TPU VM tfapp sets ``TPU_LIBRARY_PATH`` to the installed libtpu wheel's library
-(where the platform's own search may miss a virtualenv's site-packages) and nothing
-else; a value the user set always wins. ``APPLIED`` records what tfapp set, for
-``python -m tfapp.doctor`` and the run log.
+So tfapp sets, only where the user has not:
+
+* on a TPU VM, ``TPU_LIBRARY_PATH`` to the installed libtpu wheel's library (where the
+  platform's own search may miss a virtualenv's site-packages);
+* with libtpu installed on a machine with no sign of a TPU, ``TPU_LOAD_LIBRARY=0``:
+  otherwise libtpu asks the GCE metadata server about the TPU, 30 tries per variable,
+  and ``import tensorflow`` took minutes on a CPU machine before going on (measured
+  here; with the variable it took 8 s).
+
+``APPLIED`` records what tfapp set, for ``python -m tfapp.doctor``.
 """
 
 from __future__ import annotations
@@ -41,11 +47,17 @@ PJRT_VARIABLES = ("TPU_LIBRARY_PATH", "TPU_LOAD_LIBRARY", "TF_PLUGGABLE_DEVICE_L
 APPLIED: dict[str, str] = {}
 
 
-def _accel_devices(dev_dir: str) -> bool:
+def _tpu_device_files(dev_dir: str) -> str | None:
+    """TPU chips as the kernel shows them: /dev/accel* (v2-v4), /dev/vfio/<n> (v5e and
+    newer, through VFIO)."""
     try:
-        return any(name.startswith("accel") for name in os.listdir(dev_dir))
+        if any(name.startswith("accel") for name in os.listdir(dev_dir)):
+            return f"{dev_dir}/accel*"
+        if any(name.isdigit() for name in os.listdir(os.path.join(dev_dir, "vfio"))):
+            return f"{dev_dir}/vfio/<n>"
     except OSError:
-        return False
+        pass
+    return None
 
 
 def tpu_hint(env: Mapping[str, str], dev_dir: str = "/dev") -> str | None:
@@ -53,14 +65,13 @@ def tpu_hint(env: Mapping[str, str], dev_dir: str = "/dev") -> str | None:
     for var in TPU_ENV_VARS:
         if env.get(var):
             return f"{var} is set"
-    if _accel_devices(dev_dir):
-        return f"{dev_dir}/accel* present (TPU VM)"
-    return None
+    found = _tpu_device_files(dev_dir)
+    return f"{found} present (TPU VM)" if found else None
 
 
 def on_tpu_vm(env: Mapping[str, str], dev_dir: str = "/dev") -> bool:
     """Whether the TPU chips are local (a TPU VM, Kaggle/Colab TPU VM runtimes)."""
-    return any(env.get(var) for var in TPU_VM_ENV_VARS) or _accel_devices(dev_dir)
+    return any(env.get(var) for var in TPU_VM_ENV_VARS) or bool(_tpu_device_files(dev_dir))
 
 
 def libtpu_library_path(search_path: Sequence[str] | None = None) -> str | None:
@@ -75,10 +86,16 @@ def libtpu_library_path(search_path: Sequence[str] | None = None) -> str | None:
 def tpu_environment(env: Mapping[str, str], *, dev_dir: str = "/dev",
                     libtpu: str | None = None) -> dict[str, str]:
     """The variables to add to ``env`` before TensorFlow is imported (pure: no side
-    effects). Empty off a TPU VM, without a libtpu wheel, or where the user set them."""
-    if not on_tpu_vm(env, dev_dir) or not libtpu:
+    effects), given the libtpu library found (None: no libtpu wheel). Never one the user
+    set; nothing without libtpu, or for a TPU node reached over gRPC (``TPU_NAME``)."""
+    if not libtpu:
         return {}
-    wanted = {"TPU_LIBRARY_PATH": libtpu}
+    if on_tpu_vm(env, dev_dir):
+        wanted = {"TPU_LIBRARY_PATH": libtpu}
+    elif tpu_hint(env, dev_dir) is None:
+        wanted = {"TPU_LOAD_LIBRARY": "0"}
+    else:
+        wanted = {}
     return {key: value for key, value in wanted.items() if key not in env}
 
 
@@ -87,8 +104,7 @@ def apply(env: MutableMapping[str, str] | None = None, *, dev_dir: str = "/dev")
     env = os.environ if env is None else env
     if "tensorflow" in sys.modules:
         return {}  # too late: TensorFlow has read its environment already
-    added = tpu_environment(env, dev_dir=dev_dir,
-                            libtpu=libtpu_library_path() if on_tpu_vm(env, dev_dir) else None)
+    added = tpu_environment(env, dev_dir=dev_dir, libtpu=libtpu_library_path())
     env.update(added)
     APPLIED.update(added)
     return added
