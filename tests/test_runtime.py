@@ -111,3 +111,13 @@ def test_jit_compile_defaults(device, hub, configured, expected):
     rt = Runtime(strategy=None, kind="cpu", reason="test", num_replicas=1,
                  precision="float32", device_kind=device)
     assert rt.default_jit_compile(configured, recompiles_under_xla=hub) is expected
+
+
+def test_tpu_address_is_local_on_a_tpu_vm(tmp_path):
+    from tfapp.runtime import tpu_address
+
+    assert tpu_address("", {}, str(tmp_path)) is None                # resolver decides
+    assert tpu_address("", {"TPU_ACCELERATOR_TYPE": "v6e-8"}, str(tmp_path)) == "local"
+    (tmp_path / "accel0").touch()
+    assert tpu_address("", {}, str(tmp_path)) == "local"
+    assert tpu_address("my-pod", {}, str(tmp_path)) == "my-pod"      # runtime.tpu wins

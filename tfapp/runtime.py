@@ -24,7 +24,7 @@ from pathlib import Path
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import compat
 from tfapp.config import ConfigError, RuntimeConfig
-from tfapp.tpu_vm import tpu_hint
+from tfapp.tpu_vm import on_tpu_vm, tpu_hint
 
 log = logging.getLogger("tfapp")
 
@@ -137,9 +137,18 @@ def _split_cpu(tf, n: int) -> None:
                           "runs TensorFlow") from None
 
 
-def _connect_tpu(tf, tpu: str):
+def tpu_address(configured: str, env: Mapping[str, str], dev_dir: str = "/dev") -> str | None:
+    """What to give ``TPUClusterResolver(tpu=...)``: ``runtime.tpu`` if set; "local" on a
+    TPU VM (the chips are on this host: no gRPC, no Cloud TPU API; what Google's TPU VM
+    recipes pass); else None (TPU_NAME, Colab's COLAB_TPU_ADDR, the metadata server)."""
+    if configured:
+        return configured
+    return "local" if on_tpu_vm(env, dev_dir) else None
+
+
+def _connect_tpu(tf, tpu: str, env: Mapping[str, str]):
     try:
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or None)
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu_address(tpu, env))
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
     except (ValueError, tf.errors.OpError, RuntimeError) as err:
@@ -164,7 +173,7 @@ def setup(cfg: RuntimeConfig, env: Mapping[str, str] | None = None) -> Runtime:
     resolver = None
     if cfg.strategy == "tpu" or (cfg.strategy == "auto" and hint):
         try:
-            resolver = _connect_tpu(tf, cfg.tpu)
+            resolver = _connect_tpu(tf, cfg.tpu, env)
         except ConfigError:
             if cfg.strategy == "tpu":
                 raise
