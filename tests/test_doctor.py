@@ -54,6 +54,14 @@ def test_package_problems_each_with_a_fix():
                                        "2.20.0", "/dev/accel* present (TPU VM)")
     assert mismatch == [("tf-keras 2.21.0 does not match TensorFlow 2.20.0",
                          "pip install --no-deps 'tf-keras~=2.20.0'")]
+    tpu_build = {**GOOD, "tf-keras": "2.20.1", "tensorflow-text": "2.20.1"}
+    assert doctor.package_problems({**tpu_build, "libtpu": "0.0.20"}, ["tensorflow-tpu"],
+                                   "2.20.0", None) == []
+    too_new = doctor.package_problems({**tpu_build, "libtpu": "0.0.52"}, ["tensorflow-tpu"],
+                                      "2.20.0", None)
+    assert too_new == [("libtpu 0.0.52 is too new for TensorFlow 2.20's TPU build (it no "
+                        "longer exports the TPU functions TensorFlow calls)",
+                        "pip install 'libtpu==0.0.20' (what tfapp's [tpu] extra pins)")]
     missing = doctor.package_problems({}, [], None, None)
     assert missing[0][0] == "TensorFlow is not installed (or does not import)"
 

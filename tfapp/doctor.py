@@ -14,6 +14,7 @@ import importlib.metadata as md
 import json
 import os
 import platform
+import re
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -29,6 +30,9 @@ PACKAGES = ("tensorflow", "tensorflow-tpu", "tensorflow-cpu", "tf-keras", "tenso
             "tensorflow-hub", "keras", "keras-tuner", "tensorboard",
             "tensorboard-plugin-profile", "wandb", "libtpu")
 SUPPORTED_TF = TESTED_VERSIONS["tensorflow"]
+# The newest libtpu that exports every Tpu* function TensorFlow 2.20 looks up (0.0.35
+# misses one, 0.0.52 misses 130; docs/tpu.md).
+LIBTPU_NEWEST_FOR_TF_2_20 = (0, 0, 30)
 TPU_RECIPE = "docs/tpu.md"
 
 
@@ -72,6 +76,10 @@ def tensorflow_build(distributions: Sequence[str], build_info: Mapping | None) -
     if build_info and build_info.get("is_cuda_build"):
         return "cuda"
     return "cpu"
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:4])
 
 
 def writable(path: str) -> bool | None:
@@ -118,6 +126,12 @@ def package_problems(packages: Mapping[str, str | None], distributions: Sequence
         elif minor and parse_version(version) != minor:
             problems.append((f"{name} {version} does not match TensorFlow {tf_version}",
                              f"pip install --no-deps '{wanted}'"))
+    libtpu = packages.get("libtpu")
+    if "tensorflow-tpu" in distributions and libtpu and minor == (2, 20) \
+            and _release(libtpu) > LIBTPU_NEWEST_FOR_TF_2_20:
+        problems.append((f"libtpu {libtpu} is too new for TensorFlow 2.20's TPU build (it no "
+                         "longer exports the TPU functions TensorFlow calls)",
+                         "pip install 'libtpu==0.0.20' (what tfapp's [tpu] extra pins)"))
     if packages.get("tensorflow-hub") is None:
         problems.append(("tensorflow-hub is not installed",
                          "pip install --no-deps 'tensorflow-hub~=0.16.1'"))
