@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tfapp import doctor
+from tfapp import doctor, tpu_vm
 
 from conftest import run_python, subprocess_env
 
@@ -26,7 +26,16 @@ def test_doctor_on_this_machine_reports_and_exits_0():
 def test_doctor_json_on_a_faked_tpu_vm_names_the_stock_build(tmp_path):
     env = subprocess_env(TPU_ACCELERATOR_TYPE="v5litepod-8", WANDB_API_KEY="secret-key-123",
                          TFAPP_CACHE_DIR=str(tmp_path / "cache"))
+    for key in tpu_vm.APPLIED:  # what tfapp set for this process is not the user's choice
+        env.pop(key, None)
+    tpu_build = "tensorflow-tpu" in doctor.tensorflow_distributions()
     proc = run_python(["-m", "tfapp.doctor", "--json"], env=env, timeout=120)
+    if tpu_build:  # scripts/check_tpu_install.py runs the suite on the TPU build
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        report = json.loads(proc.stdout)
+        assert report["tensorflow"]["build"] == "tpu" and report["problems"] == []
+        assert report["tpu"]["set_by_tfapp"]["NEXT_PLUGGABLE_DEVICE_USE_C_API"] == "true"
+        return
     assert proc.returncode == doctor.EXIT_PROBLEM, proc.stderr
     assert "secret-key-123" not in proc.stdout
     report = json.loads(proc.stdout)

@@ -109,6 +109,7 @@ def test_greedy_equals_step_by_step_argmax_reference(trained):
     np.testing.assert_array_equal(tokens, ref)
 
 
+@pytest.mark.xla_cpu
 def test_beam_one_top_k_one_and_xla_agree_with_greedy(trained):
     _, model, gen = trained
     enc = encode(gen, PROMPTS + [""])
@@ -132,6 +133,7 @@ def test_step_limit_and_batch_independence(trained):
     np.testing.assert_array_equal(many[0], run(model, encode(gen, ["the red fox"]))[0][0])
 
 
+@pytest.mark.xla_cpu
 def test_seeded_sampling_is_reproducible_and_differs_across_seeds(trained):
     _, model, gen = trained
     enc = encode(gen, [""] * 8)

@@ -87,6 +87,7 @@ def test_unfused_lstm_is_the_same_network(bidirectional):
     np.testing.assert_allclose(plain(x).numpy(), fused(x).numpy(), atol=1e-5)
 
 
+@pytest.mark.xla_cpu
 def test_xla_training_step_and_mixed_precision_logits():
     x, y = batch(np.random.default_rng(4), b=8)
     model = seq2seq.Seq2Seq(20, embedding_dim=8, units=16, fused_lstm=False).build_for(5, 6)

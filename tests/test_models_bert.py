@@ -136,6 +136,7 @@ def test_config_validation_and_round_trip():
     assert enc(dummy_inputs(2, 4))["pooled_output"].shape == (2, 32)
 
 
+@pytest.mark.xla_cpu
 def test_trains_under_xla():
     enc = BertEncoder(CFG, seed=4)
     x = _batch()

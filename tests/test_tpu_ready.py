@@ -39,6 +39,7 @@ def test_training_batches_are_fixed_shape_numbers(tmp_path, case):
         assert spec.shape[0] == cfg.data.batch_size, spec
 
 
+@pytest.mark.xla_cpu
 @pytest.mark.parametrize("case", ["classifier-cnn", "generator"])
 def test_the_training_step_compiles_with_xla(tmp_path, case):
     # The Hub BERT is left out: its restored graph recompiles every step under XLA on CPU

@@ -24,16 +24,18 @@ def test_libtpu_is_found_on_the_search_path(tmp_path):
     assert tpu_vm.libtpu_library_path([str(tmp_path), str(lib.parents[1])]) == str(lib)
 
 
-def test_tpu_vm_with_libtpu_gets_the_library_path(tmp_path):
+PJRT = {"NEXT_PLUGGABLE_DEVICE_USE_C_API": "true",
+        "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": "/x/libtpu.so"}
+
+
+def test_tpu_vm_with_libtpu_gets_the_pjrt_plugin(tmp_path):
     dev = tmp_path / "dev"
     dev.mkdir()
     (dev / "accel0").touch()
     assert tpu_vm.on_tpu_vm({}, str(dev))
-    assert tpu_vm.tpu_environment({}, dev_dir=str(dev), libtpu="/x/libtpu.so") == {
-        "TPU_LIBRARY_PATH": "/x/libtpu.so"}
+    assert tpu_vm.tpu_environment({}, dev_dir=str(dev), libtpu="/x/libtpu.so") == PJRT
     env = {"TPU_ACCELERATOR_TYPE": "v5litepod-8"}
-    assert tpu_vm.tpu_environment(env, dev_dir=str(tmp_path), libtpu="/x/libtpu.so") == {
-        "TPU_LIBRARY_PATH": "/x/libtpu.so"}
+    assert tpu_vm.tpu_environment(env, dev_dir=str(tmp_path), libtpu="/x/libtpu.so") == PJRT
 
 
 def test_v5e_and_newer_show_their_chips_through_vfio(tmp_path):
@@ -62,11 +64,17 @@ def test_nothing_is_set_for_a_remote_tpu_or_without_libtpu(tmp_path):
 
 
 def test_the_users_own_values_win(tmp_path):
-    env = {"TPU_ACCELERATOR_TYPE": "v6e-8", "TPU_LIBRARY_PATH": "/opt/my/libtpu.so"}
-    assert tpu_vm.tpu_environment(env, dev_dir=str(tmp_path), libtpu="/x/libtpu.so") == {}
-    before = dict(env)
-    assert tpu_vm.apply(env, dev_dir=str(tmp_path)) == {}
-    assert env == before
+    vm = {"TPU_ACCELERATOR_TYPE": "v6e-8"}
+    for own in ({"TF_PLUGGABLE_DEVICE_LIBRARY_PATH": "/opt/my/libtpu.so"},
+                {"TPU_LOAD_LIBRARY": "0"}):              # Google's pod-slice recipe
+        env = {**vm, **own}
+        assert tpu_vm.tpu_environment(env, dev_dir=str(tmp_path), libtpu="/x/libtpu.so") == {}
+        before = dict(env)
+        assert tpu_vm.apply(env, dev_dir=str(tmp_path)) == {}
+        assert env == before
+    env = {**vm, "NEXT_PLUGGABLE_DEVICE_USE_C_API": "false"}
+    assert tpu_vm.tpu_environment(env, dev_dir=str(tmp_path), libtpu="/x/libtpu.so") == {
+        "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": "/x/libtpu.so"}
 
 
 def test_import_tfapp_sets_the_environment_before_tensorflow(tmp_path):
@@ -78,19 +86,22 @@ def test_import_tfapp_sets_the_environment_before_tensorflow(tmp_path):
         import tfapp
         from tfapp import tpu_vm
         print(json.dumps({"tf_loaded": "tensorflow" in sys.modules,
-                          "env": os.environ.get("TPU_LIBRARY_PATH"),
+                          "env": os.environ.get("TF_PLUGGABLE_DEVICE_LIBRARY_PATH"),
                           "applied": tpu_vm.APPLIED}))
     """)
     base = subprocess_env(TPU_ACCELERATOR_TYPE="v5litepod-8")
     base["PYTHONPATH"] += f":{lib.parents[1]}"
-    base.pop("TPU_LIBRARY_PATH", None)
+    for key in ("TF_PLUGGABLE_DEVICE_LIBRARY_PATH", "NEXT_PLUGGABLE_DEVICE_USE_C_API",
+                "TPU_LOAD_LIBRARY"):
+        base.pop(key, None)
     out = json.loads(run_python(["-c", code], env=base, timeout=60).stdout)
     assert out == {"tf_loaded": False, "env": str(lib),
-                   "applied": {"TPU_LIBRARY_PATH": str(lib)}}
-    base["TPU_LIBRARY_PATH"] = "/opt/mine/libtpu.so"
+                   "applied": {"NEXT_PLUGGABLE_DEVICE_USE_C_API": "true",
+                               "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": str(lib)}}
+    base["TF_PLUGGABLE_DEVICE_LIBRARY_PATH"] = "/opt/mine/libtpu.so"
     out = json.loads(run_python(["-c", code], env=base, timeout=60).stdout)
     assert out == {"tf_loaded": False, "env": "/opt/mine/libtpu.so", "applied": {}}
-    del base["TPU_ACCELERATOR_TYPE"], base["TPU_LIBRARY_PATH"]
+    del base["TPU_ACCELERATOR_TYPE"], base["TF_PLUGGABLE_DEVICE_LIBRARY_PATH"]
     base.pop("TPU_LOAD_LIBRARY", None)
     out = json.loads(run_python(["-c", code], env=base, timeout=60).stdout)
     assert out["applied"] == {"TPU_LOAD_LIBRARY": "0"} and out["env"] is None

@@ -147,11 +147,12 @@ def gather(env: Mapping[str, str] | None = None, dev_dir: str = "/dev") -> Repor
                     platform=f"{platform.system()} {platform.machine()}",
                     tfapp=tfapp.__version__, packages=packages)
     report.tpu = {"hint": hint, "libtpu": tpu_vm.libtpu_library_path(),
-                  "pjrt": {k: env.get(k) for k in tpu_vm.PJRT_VARIABLES},
+                  "environment": {k: env.get(k) for k in tpu_vm.START_VARIABLES},
                   "set_by_tfapp": dict(tpu_vm.APPLIED)}
 
     tf_version = None
     try:
+        _without_libtpu()
         import tensorflow as tf
         tf_version = tf.__version__
     except Exception as err:  # a broken install raises all sorts of errors  # noqa: BLE001
@@ -167,6 +168,15 @@ def gather(env: Mapping[str, str] | None = None, dev_dir: str = "/dev") -> Repor
             report.problems.append((f"the {name} cache {info['path']} is not writable",
                                     f"set {info['variable']} to a writable directory"))
     return report
+
+
+def _without_libtpu() -> None:
+    """Keep this process's TensorFlow off libtpu: loading it takes the TPU (one process per
+    host), which may be a running job's, and doctor must not initialise it. The report
+    shows the environment a run gets, read before this."""
+    if "tensorflow" not in sys.modules:
+        os.environ.pop("TF_PLUGGABLE_DEVICE_LIBRARY_PATH", None)
+        os.environ["TPU_LOAD_LIBRARY"] = "0"
 
 
 def _describe_tensorflow(report: Report, tf, distributions: list[str], hint: str | None) -> None:
@@ -189,7 +199,8 @@ def _describe_tensorflow(report: Report, tf, distributions: list[str], hint: str
         gpu_names.append(details.get("device_name", gpu.name))
         capability = capability or details.get("compute_capability")
     report.devices = {"cpu_cores": os.cpu_count(), "gpus": gpu_names,
-                      "onednn": compat.onednn_enabled()}
+                      "onednn": compat.onednn_enabled(),
+                      "tpu_chips": "not listed (doctor does not load libtpu)"}
     # The TPU is not connected here (that would initialise it): a hint stands for "found".
     kind, reason = choose_strategy("auto", env=os.environ, tpu_found=hint is not None,
                                    num_gpus=len(gpus), tpu_hint=hint)
@@ -256,11 +267,13 @@ def render(report: Report) -> str:
         lines.append(f"devices: {d['cpu_cores']} CPU cores, GPUs: {_fmt(d['gpus'])}, "
                      f"oneDNN CPU kernels: {onednn}")
     tpu = report.tpu
-    lines.append(f"TPU: {tpu['hint'] or 'no hint (no TPU_* variables, no /dev/accel*)'}; "
-                 f"libtpu: {tpu['libtpu'] or 'not installed'}")
-    pjrt = {k: v for k, v in tpu["pjrt"].items() if v}
-    if pjrt or tpu["hint"]:
-        for key, value in tpu["pjrt"].items():
+    hint = tpu["hint"] or "no hint (no TPU_* variables, no /dev/accel* or /dev/vfio/<n>)"
+    lines.append(f"TPU: {hint}; libtpu: {tpu['libtpu'] or 'not installed'}")
+    if tpu["hint"]:
+        lines.append("  (TPU chips are not listed: doctor does not load libtpu, which would "
+                     "take the TPU from a running job)")
+    if any(tpu["environment"].values()) or tpu["hint"]:
+        for key, value in tpu["environment"].items():
             who = " (set by tfapp)" if key in tpu["set_by_tfapp"] else ""
             lines.append(f"  {key}={value or '(unset)'}{who}")
     p = report.plan

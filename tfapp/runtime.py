@@ -14,6 +14,7 @@ replica count (``optimizer.scale_lr_by_replicas``).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -217,6 +218,27 @@ def setup(cfg: RuntimeConfig, env: Mapping[str, str] | None = None) -> Runtime:
                  task_type=task_type, task_id=task_id)
     log.debug("runtime: %s", rt.describe())
     return rt
+
+
+@functools.cache
+def host_xla_available() -> bool:
+    """Whether XLA can compile for the host CPU in this process.
+
+    TensorFlow's TPU build (``tensorflow-tpu``) has no XLA CPU backend: a ``jit_compile``
+    function on the CPU fails there with "could not find registered transfer manager for
+    platform Host" (measured with 2.20.0). Host-side functions that would compile with
+    XLA (the generator's decoding loop) run uncompiled there instead.
+    """
+    import tensorflow as tf
+
+    try:
+        with tf.device("/CPU:0"):
+            tf.function(lambda x: x + 1, jit_compile=True)(tf.constant(1))
+    except (tf.errors.NotFoundError, tf.errors.UnimplementedError,
+            tf.errors.InvalidArgumentError) as err:
+        log.debug("runtime: no XLA for the host CPU here (%s)", str(err).splitlines()[0])
+        return False
+    return True
 
 
 def is_chief(task_type: str | None, task_id: int | None) -> bool:

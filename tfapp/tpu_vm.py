@@ -2,27 +2,31 @@
 
 Imported by ``tfapp/__init__.py``: nothing here imports TensorFlow.
 
-What TensorFlow 2.20's TPU build (``tensorflow-tpu``, the newest) reads, established from
-its wheel (``strings`` of ``libtensorflow_cc.so.2``; ``tensorflow/__init__.py``) and the
-sources cited in docs/tpu.md:
+What TensorFlow 2.20's TPU build (``tensorflow-tpu``, the newest) needs on a TPU VM,
+established from its wheel, the libtpu wheel and Google's own recipes (docs/tpu.md has
+the details and sources):
 
-* its TPU platform opens ``libtpu.so`` itself at import: the path in ``TPU_LIBRARY_PATH``,
-  else ``libtpu.so`` on the loader path / ``libtpu/libtpu.so`` (the ``libtpu`` wheel),
-  unless ``TPU_LOAD_LIBRARY=0``; one process per TPU host (``/tmp/libtpu_lockfile``,
-  ``ALLOW_MULTIPLE_LIBTPU_LOAD``);
-* ``TF_PLUGGABLE_DEVICE_LIBRARY_PATH`` makes ``import tensorflow`` load a PJRT plugin as
-  a pluggable device. Setting it to libtpu would load the library a second time;
-  ``NEXT_PLUGGABLE_DEVICE_USE_C_API`` and ``PJRT_DEVICE`` (PyTorch/XLA's variable) appear
-  nowhere in the 2.20 wheel, so TensorFlow 2.20 does not read them.
+* TPU v5e, v5p and v6e run TensorFlow only through PJRT (Cloud TPU's ``-pjrt``
+  runtimes). ``TF_PLUGGABLE_DEVICE_LIBRARY_PATH`` makes ``import tensorflow`` load libtpu
+  as a PJRT "next pluggable device" (``tensorflow/__init__.py``; libtpu exports
+  ``TFNPD_InitPlugin`` and ``GetPjrtApi``), and ``NEXT_PLUGGABLE_DEVICE_USE_C_API=true``
+  is read by libtpu itself (the string is in ``libtpu.so``, in no file of TensorFlow).
+  keras-io's TPU example for tensorflow-tpu and Google's TensorFlow TPU CI
+  (ml-auto-solutions) set exactly these two on a single-host TPU VM; nothing in
+  TensorFlow sets them.
+* ``PJRT_DEVICE`` is PyTorch/XLA's variable: neither TensorFlow 2.20 nor libtpu reads it.
+* Without libtpu in sight of a TPU, TensorFlow's TPU platform still opens libtpu at
+  import unless ``TPU_LOAD_LIBRARY=0``, and libtpu then asks the GCE metadata server about
+  the TPU, 30 tries per variable: ``import tensorflow`` did not finish in 120 s on a CPU
+  machine (8 s with the variable). Google's CI sets ``TPU_LOAD_LIBRARY=0`` for pod slices,
+  whose TPU is reached over gRPC.
 
-So tfapp sets, only where the user has not:
+So, before TensorFlow is imported and only where the user set none of them, tfapp sets
 
-* on a TPU VM, ``TPU_LIBRARY_PATH`` to the installed libtpu wheel's library (where the
-  platform's own search may miss a virtualenv's site-packages);
-* with libtpu installed on a machine with no sign of a TPU, ``TPU_LOAD_LIBRARY=0``:
-  otherwise libtpu asks the GCE metadata server about the TPU, 30 tries per variable,
-  and ``import tensorflow`` took minutes on a CPU machine before going on (measured
-  here; with the variable it took 8 s).
+* on a TPU VM with the libtpu wheel: ``NEXT_PLUGGABLE_DEVICE_USE_C_API=true`` and
+  ``TF_PLUGGABLE_DEVICE_LIBRARY_PATH=<site-packages>/libtpu/libtpu.so``, unless the user
+  set ``TPU_LOAD_LIBRARY=0`` (the pod recipe) or a plugin path of their own;
+* with libtpu installed and no sign of a TPU: ``TPU_LOAD_LIBRARY=0``.
 
 ``APPLIED`` records what tfapp set, for ``python -m tfapp.doctor``.
 """
@@ -39,10 +43,11 @@ from collections.abc import Mapping, MutableMapping, Sequence
 TPU_ENV_VARS = ("TPU_NAME", "COLAB_TPU_ADDR", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID")
 # Hints that the TPU chips are on this host (a TPU VM), not behind a gRPC address.
 TPU_VM_ENV_VARS = ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID")
-# What doctor shows of the environment TensorFlow's TPU start-up reads.
-PJRT_VARIABLES = ("TPU_LIBRARY_PATH", "TPU_LOAD_LIBRARY", "TF_PLUGGABLE_DEVICE_LIBRARY_PATH",
-                  "NEXT_PLUGGABLE_DEVICE_USE_C_API", "PJRT_DEVICE",
-                  "TFHUB_MODEL_LOAD_FORMAT")
+# What doctor shows: what TensorFlow 2.20's TPU start-up and libtpu read, PJRT_DEVICE
+# (older recipes set it; nothing here reads it), and TF-Hub's in-place loading from gs://.
+START_VARIABLES = ("NEXT_PLUGGABLE_DEVICE_USE_C_API", "TF_PLUGGABLE_DEVICE_LIBRARY_PATH",
+                   "TPU_LOAD_LIBRARY", "TPU_LIBRARY_PATH", "PJRT_DEVICE",
+                   "TFHUB_MODEL_LOAD_FORMAT")
 
 APPLIED: dict[str, str] = {}
 
@@ -91,7 +96,10 @@ def tpu_environment(env: Mapping[str, str], *, dev_dir: str = "/dev",
     if not libtpu:
         return {}
     if on_tpu_vm(env, dev_dir):
-        wanted = {"TPU_LIBRARY_PATH": libtpu}
+        if env.get("TPU_LOAD_LIBRARY") == "0" or env.get("TF_PLUGGABLE_DEVICE_LIBRARY_PATH"):
+            return {}
+        wanted = {"NEXT_PLUGGABLE_DEVICE_USE_C_API": "true",
+                  "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": libtpu}
     elif tpu_hint(env, dev_dir) is None:
         wanted = {"TPU_LOAD_LIBRARY": "0"}
     else:

@@ -26,6 +26,7 @@ import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp.config import ConfigError, GenerationConfig
 from tfapp.data import text_lines
 from tfapp.models import decoding, seq2seq
+from tfapp.runtime import host_xla_available
 from tfapp.tasks.base import Inputs, Task
 
 import tensorflow as tf
@@ -50,7 +51,8 @@ class TextGenerator(tf.Module):
 
     def __init__(self, model: seq2seq.Seq2Seq, vocabulary: list[str], *, context_words: int,
                  keep: str = "last", strip_punctuation: bool = True,
-                 generation: GenerationConfig | None = None, jit_compile: bool = True):
+                 generation: GenerationConfig | None = None,
+                 jit_compile: bool | None = None):
         super().__init__(name="text_generator")
         gen = generation or GenerationConfig()
         # Only the variables are tracked (what the SavedModel must hold); tracking the Keras
@@ -77,6 +79,8 @@ class TextGenerator(tf.Module):
         ids = dict(start_id=text_lines.START_ID, end_id=text_lines.END_ID,
                    pad_id=text_lines.PAD_ID,
                    suppress_ids=(text_lines.PAD_ID, text_lines.UNK_ID, text_lines.START_ID))
+        if jit_compile is None:  # XLA where the host has it (the TPU build does not)
+            jit_compile = host_xla_available()
         common = dict(max_length=gen.max_length, jit_compile=jit_compile, **ids)
         self._greedy = decoding.make_decoder(model, method="greedy", **common)
         self._sample = decoding.make_decoder(model, method="sample", **common)
