@@ -15,10 +15,10 @@ the details and sources):
   (ml-auto-solutions) set exactly these two on a single-host TPU VM; nothing in
   TensorFlow sets them.
 * ``PJRT_DEVICE`` is PyTorch/XLA's variable: neither TensorFlow 2.20 nor libtpu reads it.
-* Without libtpu in sight of a TPU, TensorFlow's TPU platform still opens libtpu at
+* With libtpu installed and no TPU in sight, TensorFlow's TPU platform still opens libtpu at
   import unless ``TPU_LOAD_LIBRARY=0``, and libtpu then asks the GCE metadata server about
-  the TPU, 30 tries per variable: ``import tensorflow`` did not finish in 120 s on a CPU
-  machine (8 s with the variable). Google's CI sets ``TPU_LOAD_LIBRARY=0`` for pod slices,
+  the TPU, 30 tries per variable: ``import tensorflow`` took 503 s on a CPU machine
+  (8 s with the variable). Google's CI sets ``TPU_LOAD_LIBRARY=0`` for pod slices,
   whose TPU is reached over gRPC.
 
 So, before TensorFlow is imported and only where the user set none of them, tfapp sets
