@@ -86,3 +86,25 @@ def test_tensorflow_build_and_cache_checks(tmp_path):
     import os
     if os.geteuid() != 0:  # root writes anywhere
         assert doctor.writable(str(locked / "cache")) is False
+
+
+def test_a_missing_tensorflow_is_one_line_naming_the_extra(capsys):
+    from tfapp import cli
+
+    def body():
+        raise ModuleNotFoundError("No module named 'tf_keras'", name="tf_keras")
+
+    assert cli.run_main(body) == cli.EXIT_USER_ERROR
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tfapp: error: 'tf_keras' is not installed") and "[cpu]" in err
+    assert "docs/tpu.md" in err and "\n" not in err
+
+    def other():
+        raise ModuleNotFoundError("No module named 'nope'", name="nope")
+
+    try:  # not TensorFlow's: a real bug, left as a traceback
+        cli.run_main(other)
+    except ModuleNotFoundError as exc:
+        assert exc.name == "nope"
+    else:
+        raise AssertionError("an unrelated missing module was swallowed")
