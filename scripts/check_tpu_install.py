@@ -118,7 +118,7 @@ def check_libtpu_exports(venv: Path) -> str:
     site = next(venv.glob("lib/python*/site-packages"))
     tf_lib = site / "tensorflow" / "libtensorflow_cc.so.2"
     libtpu = site / "libtpu" / "libtpu.so"
-    needed = set(re.findall(rb"\x00(Tpu[A-Za-z]+_[A-Za-z_]+)\x00", tf_lib.read_bytes()))
+    needed = set(re.findall(rb"(?<=\x00)(Tpu[A-Za-z]+_[A-Za-z_]+)(?=\x00)", tf_lib.read_bytes()))
     nm = subprocess.run(["nm", "-D", "--defined-only", str(libtpu)], capture_output=True,
                         text=True, check=True).stdout
     exported = {line.split()[-1].split("@")[0].encode() for line in nm.splitlines() if line}
