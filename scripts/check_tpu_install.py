@@ -5,7 +5,7 @@
     python scripts/check_tpu_install.py --recipe kaggle --keep /tmp/tpu-check
 
 For each recipe (the ```bash block after ``<!-- recipe: NAME -->`` in docs/tpu.md, run as
-written: ``%pip``/``!`` notebook lines become shell lines, ``/content/`` and
+written: ``%pip``/``%cd``/``!`` notebook lines become shell lines, ``/content/`` and
 ``/kaggle/working/`` become folders of a fresh HOME, ``/kaggle/input/tfapp`` is this
 checkout) in a fresh virtual environment with the real ``tensorflow-tpu==2.20.0`` wheel:
 
@@ -57,14 +57,15 @@ def recipe_blocks(text: str) -> dict[str, str]:
     return dict(found)
 
 
-def to_shell(block: str, home: Path) -> str:
+def to_shell(block: str, home: Path, kaggle_input: Path | None = None) -> str:
     """A recipe block as a bash script: notebook magics become commands, notebook paths
     folders under ``home``, and every line must succeed."""
     lines = ["set -euo pipefail"]
     for line in block.splitlines():
         line = re.sub(r"^%pip\b", "python -m pip", line.strip())
+        line = re.sub(r"^%cd\b", "cd", line)
         line = re.sub(r"^!", "", line)
-        line = line.replace("/kaggle/input/tfapp", str(REPO))
+        line = line.replace("/kaggle/input/tfapp", str(kaggle_input or REPO))
         line = line.replace("/kaggle/working/", f"{home}/").replace("/content/", f"{home}/")
         if line:
             lines.append(line)
@@ -160,8 +161,18 @@ def check_recipe(name: str, block: str, root: Path, suite: bool) -> list[str]:
         site = next(venv.glob("lib/python*/site-packages"))
         before = file_digest(site / "libtpu" / "libtpu.so")
         results.append(f"image: {' '.join(KAGGLE_IMAGE)} preinstalled ({t:.0f} s)")
+    kaggle_input = None
+    if name == "kaggle":
+        # The checkout as a user uploads it as a dataset: its files, no venvs or caches.
+        kaggle_input = root / name / "input" / "tfapp"
+        files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
+                               capture_output=True, text=True, check=True).stdout.split()
+        for rel in files:
+            if (REPO / rel).is_file():
+                (kaggle_input / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO / rel, kaggle_input / rel)
     script = home / "recipe.sh"
-    script.write_text(to_shell(block, home))
+    script.write_text(to_shell(block, home, kaggle_input))
     t = run(["bash", str(script)], env=env, cwd=home, log=log, timeout=3600)
     results.append(f"recipe ran ({t:.0f} s)")
     python = venv / "bin" / "python"
