@@ -34,8 +34,8 @@ def test_tpu_vm_with_libtpu_gets_the_pjrt_plugin(tmp_path):
     (dev / "accel0").touch()
     assert tpu_vm.on_tpu_vm({}, str(dev))
     assert tpu_vm.tpu_environment({}, dev_dir=str(dev), libtpu="/x/libtpu.so") == PJRT
-    env = {"TPU_ACCELERATOR_TYPE": "v5litepod-8"}
-    assert tpu_vm.tpu_environment(env, dev_dir=str(tmp_path), libtpu="/x/libtpu.so") == PJRT
+    for env in ({"TPU_ACCELERATOR_TYPE": "v5litepod-8"}, {"ISTPUVM": "1"}):  # ISTPUVM: Kaggle
+        assert tpu_vm.tpu_environment(env, dev_dir=str(tmp_path), libtpu="/x/libtpu.so") == PJRT
 
 
 def test_v5e_and_newer_show_their_chips_through_vfio(tmp_path):

@@ -38,11 +38,12 @@ import sys
 from collections.abc import Mapping, MutableMapping, Sequence
 
 # Environment variables that say a TPU is attached: Colab (COLAB_TPU_ADDR), a named
-# TPU node (TPU_NAME), and TPU VMs incl. Kaggle (TPU_ACCELERATOR_TYPE / TPU_WORKER_ID
-# are set by the TPU VM image).
-TPU_ENV_VARS = ("TPU_NAME", "COLAB_TPU_ADDR", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID")
+# TPU node (TPU_NAME), and TPU VMs (TPU_ACCELERATOR_TYPE / TPU_WORKER_ID where the image
+# sets them; Kaggle's TPU image sets ISTPUVM=1, Kaggle/docker-python tpu/Dockerfile).
+TPU_ENV_VARS = ("TPU_NAME", "COLAB_TPU_ADDR", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID",
+                "ISTPUVM")
 # Hints that the TPU chips are on this host (a TPU VM), not behind a gRPC address.
-TPU_VM_ENV_VARS = ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID")
+TPU_VM_ENV_VARS = ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID", "ISTPUVM")
 # What doctor shows: what TensorFlow 2.20's TPU start-up and libtpu read, PJRT_DEVICE
 # (older recipes set it; nothing here reads it), and TF-Hub's in-place loading from gs://.
 START_VARIABLES = ("NEXT_PLUGGABLE_DEVICE_USE_C_API", "TF_PLUGGABLE_DEVICE_LIBRARY_PATH",
