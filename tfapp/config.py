@@ -15,10 +15,11 @@ import difflib
 import inspect
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tfapp.atomic import write_text
 
 import yaml
 from omegaconf import OmegaConf
@@ -765,14 +766,7 @@ def to_yaml(cfg: ExperimentConfig) -> str:
 
 def save_params(cfg: ExperimentConfig, run_dir: str | os.PathLike) -> Path:
     """Write the resolved config to ``run_dir/params.yaml`` atomically (temp + rename)."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    target = run_dir / "params.yaml"
-    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".params.", suffix=".yaml")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write("# Resolved tfapp config; rerun with: python -m tfapp.train --config "
-                 f"{target}\n")
-        fh.write(to_yaml(cfg))
-    os.replace(tmp, target)
-    return target
+    target = Path(run_dir) / "params.yaml"
+    return write_text(target, "# Resolved tfapp config; rerun with: python -m tfapp.train "
+                      f"--config {target}\n" + to_yaml(cfg))
 

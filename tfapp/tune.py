@@ -9,13 +9,13 @@ an interrupted search. See docs/tuning.md.
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import sys
 from collections.abc import Sequence
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import cli
+from tfapp.atomic import write_text
 from tfapp.config import ConfigError, ExperimentConfig, load_config, to_yaml
 
 
@@ -39,10 +39,7 @@ def _check_same_search(cfg: ExperimentConfig, role: str, overwrite: bool) -> Non
                               "from this config in more than tune.max_trials); pass --overwrite "
                               "to start it again, or set name= for a new search")
     if role != "worker":
-        search_dir.mkdir(parents=True, exist_ok=True)
-        tmp = search_dir / f".search.yaml.{os.getpid()}"
-        tmp.write_text(current)
-        os.replace(tmp, stored)  # workers may read it at any moment
+        write_text(stored, current)  # workers may read it at any moment
 
 
 def main(argv: Sequence[str] | None = None) -> int:

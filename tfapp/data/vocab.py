@@ -10,10 +10,10 @@ first, so ``[PAD]`` is id 0 -- the id the packers pad with and ``input_mask`` ig
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from tfapp.atomic import write_text
 from tfapp.data.errors import DataError
 
 import tensorflow as tf
@@ -63,12 +63,7 @@ def write_vocab(tokens: Sequence[str], path: str | os.PathLike) -> Path:
     bad = [t for t in tokens if not t or "\n" in t or "\r" in t]
     if bad:
         raise DataError(f"vocabulary token {bad[0]!r} is empty or holds a line break")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write("".join(t + "\n" for t in tokens))
-    os.replace(tmp, path)
-    return path
+    return write_text(path, "".join(t + "\n" for t in tokens))
 
 
 def read_vocab(path: str | os.PathLike) -> list[str]:

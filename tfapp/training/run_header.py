@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tfapp.atomic import write_text
 from tfapp.config import ExperimentConfig
 from tfapp.runtime import Runtime
 from tfapp.training.plan import TrainingPlan
@@ -98,8 +99,5 @@ def save_header(header: dict[str, Any], run_dir: str | os.PathLike) -> dict[str,
     out = {}
     for name, text in (("run_header.txt", format_header(header) + "\n"),
                        ("run_header.json", json.dumps(header, indent=1) + "\n")):
-        tmp = run_dir / f".{name}.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, run_dir / name)
-        out[name] = run_dir / name
+        out[name] = write_text(run_dir / name, text)
     return out

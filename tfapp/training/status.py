@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tfapp.atomic import write_text
+
 __all__ = ["write_status", "read_status"]
 
 FILE = "status.json"
@@ -24,9 +26,7 @@ def write_status(run_dir: Path, state: str, **extra: Any) -> None:
     """Replace ``status.json`` atomically (a reader never sees half a file)."""
     status = {"state": state, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "pid": os.getpid(),
               "host": socket.gethostname(), **extra}
-    tmp = Path(run_dir) / f".{FILE}.tmp"
-    tmp.write_text(json.dumps(status, indent=1))
-    os.replace(tmp, Path(run_dir) / FILE)
+    write_text(Path(run_dir) / FILE, json.dumps(status, indent=1))
 
 
 def read_status(run_dir: Path) -> dict[str, Any]:

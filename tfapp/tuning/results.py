@@ -5,11 +5,10 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from tfapp.atomic import atomic_open
 from tfapp.config import ExperimentConfig, to_yaml
 from tfapp.tuning.space import best_config, config_values
 from tfapp.tuning.tuner import read_record
@@ -53,13 +52,13 @@ def write_results(rows: list[dict[str, Any]], objective: kt.Objective,
                   search_dir: Path) -> dict[str, Path]:
     keys = sorted({k for r in rows for k in r["values"]})
     csv_path, json_path = search_dir / "results.csv", search_dir / "results.json"
-    with _atomic(csv_path) as fh:
+    with atomic_open(csv_path, newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["trial", "status", objective.name, *keys, "epochs", "seconds"])
         for r in rows:
             writer.writerow([r["trial"], r["status"], r["objective"],
                              *(r["values"].get(k) for k in keys), r["epochs"], r["seconds"]])
-    with _atomic(json_path) as fh:
+    with atomic_open(json_path, newline="") as fh:
         json.dump({"objective": objective.name, "direction": objective.direction,
                    "trials": rows}, fh, indent=1, default=str)
     return {"csv": csv_path, "json": json_path}
@@ -76,7 +75,7 @@ def write_best_params(cfg: ExperimentConfig, rows: list[dict[str, Any]],
         values["tuner/epochs"] = best["epochs"]
     best_cfg = best_config(cfg, values, objective)
     path = search_dir / "best_params.yaml"
-    with _atomic(path) as fh:
+    with atomic_open(path, newline="") as fh:
         fh.write(f"# Best of search {cfg.name}: trial {best['trial']}, {objective.name}="
                  f"{best['objective']:.6g}\n# Train it with: python -m tfapp.train --config "
                  f"{path}\n")
@@ -92,20 +91,3 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-class _atomic:
-    """Write a text file through a temp file renamed into place (never half-written)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __enter__(self):
-        fd, self.tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
-        self.fh = os.fdopen(fd, "w", encoding="utf-8", newline="")
-        return self.fh
-
-    def __exit__(self, exc_type, *_):
-        self.fh.close()
-        if exc_type is None:
-            os.replace(self.tmp, self.path)
-        else:
-            os.unlink(self.tmp)
