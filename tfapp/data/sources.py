@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tfapp.atomic import write_text
 from tfapp.config import DataConfig
 from tfapp.data.errors import DataError
 
@@ -493,13 +494,8 @@ class LabelVocab:
 
 
 def write_label_vocab(vocab: LabelVocab, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps({"labels": vocab.names, "multi_label": vocab.multi_label},
-                              indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_text(path, json.dumps({"labels": vocab.names, "multi_label": vocab.multi_label},
+                                       indent=2, ensure_ascii=False) + "\n")
 
 
 def read_label_vocab(path: str | Path) -> LabelVocab:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from tfapp.atomic import write_text
 from tfapp.config import DataConfig
 from tfapp.data.errors import DataError
 
@@ -199,10 +200,7 @@ def make_vectorizer(vocabulary: list[str]) -> tf.keras.layers.TextVectorization:
 
 def save_vocabulary(vocabulary: list[str], path: str | Path) -> Path:
     """One token per line; line 1 is the (empty) padding token."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
-    return path
+    return write_text(path, "\n".join(vocabulary) + "\n")
 
 
 def load_vocabulary(path: str | Path) -> list[str]:

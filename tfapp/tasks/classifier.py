@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+from tfapp.atomic import write_text
 from tfapp.data.bert_preprocess import make_bert_preprocess_fn
 from tfapp.data.classification import load_classification_splits, make_classification_dataset
 from tfapp.data.pipeline import distribute
@@ -146,8 +147,8 @@ class ClassifierTask(Task):
                 stacked = stacked[:, 1:]
             report = classification_report(validation.labels, stacked, s.label_names,
                                            s.multi_label)
-            (self.run_dir / "validation_report.json").write_text(json.dumps(report, indent=1))
-            out["report"] = self.run_dir / "validation_report.json"
+            out["report"] = write_text(self.run_dir / "validation_report.json",
+                                       json.dumps(report, indent=1))
             out["lines"] = ["validation report:", format_report(report)]
             out["metrics"] = {f"val_report_{k}": report[k]
                               for k in ("accuracy", "macro_f1", "auc")}

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tfapp.atomic import write_text
 from tfapp.config import ConfigError
 from tfapp.training.status import read_status
 
@@ -304,9 +305,4 @@ def write_report(paths: list[str | Path], out: str | Path, with_profile: bool = 
     runs = find_runs(paths)
     data = [load_run(r, _label(r, runs), with_profile) for r in runs]
     title = "tfapp: " + ", ".join(d.name for d in data[:4]) + (" ..." if len(data) > 4 else "")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(render(data, title), encoding="utf-8")
-    tmp.replace(out)
-    return out
+    return write_text(out, render(data, title))

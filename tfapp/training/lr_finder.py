@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tfapp.atomic import write_text
 from tfapp.config import ConfigError, ExperimentConfig, OptimizerConfig
 from tfapp.training.optimizers import ExponentialSweep, build_optimizer
 
@@ -55,9 +56,7 @@ class LRFindResult:
                 "optimizer.lr_find_min/lr_find_max, or set optimizer.learning_rate")
 
     def save_json(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.write_text(json.dumps(asdict(self), indent=1))
-        return path
+        return write_text(path, json.dumps(asdict(self), indent=1))
 
     @classmethod
     def load_json(cls, path: str | Path) -> LRFindResult:

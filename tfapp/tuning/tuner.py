@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tfapp import compat
+from tfapp.atomic import write_text
 from tfapp.config import ConfigError, ExperimentConfig
 from tfapp.training.driver import train
 from tfapp.tuning import distributed
@@ -144,8 +145,8 @@ class ConfigTuner(base_tuner.BaseTuner):
                   "values": config_values(values), "objective": objective.name,
                   "value": self.last_value, "seconds": round(time.time() - started, 2),
                   "runs": runs}
-        path = Path(self.get_trial_dir(trial.trial_id)) / RECORD
-        path.write_text(json.dumps(record, indent=1, default=str))
+        write_text(Path(self.get_trial_dir(trial.trial_id)) / RECORD,
+                   json.dumps(record, indent=1, default=str))
         return results
 
 
