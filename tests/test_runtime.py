@@ -121,3 +121,21 @@ def test_tpu_address_is_local_on_a_tpu_vm(tmp_path):
     (tmp_path / "accel0").touch()
     assert tpu_address("", {}, str(tmp_path)) == "local"
     assert tpu_address("my-pod", {}, str(tmp_path)) == "my-pod"      # runtime.tpu wins
+
+
+def test_tf_config_is_parsed_in_one_place():
+    import json
+
+    from tfapp.config import ConfigError
+    from tfapp.runtime import read_tf_config
+
+    import pytest
+
+    assert read_tf_config({}).cluster == {} and read_tf_config({}).num_workers == 0
+    tf_config = read_tf_config({"TF_CONFIG": json.dumps({
+        "cluster": {"chief": ["h0:1"], "worker": ["h1:1", "h2:1"], "ps": ["h3:1"]},
+        "task": {"type": "worker", "index": "1"}})})
+    assert (tf_config.task_type, tf_config.task_index, tf_config.num_workers) == ("worker", 1, 3)
+    for bad in ("{not json", "[1, 2]", '{"task": {"index": "x"}}'):
+        with pytest.raises(ConfigError, match="TF_CONFIG is not valid JSON"):
+            read_tf_config({"TF_CONFIG": bad})

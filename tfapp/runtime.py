@@ -29,6 +29,36 @@ from tfapp.tpu_vm import on_tpu_vm, tpu_hint
 
 log = logging.getLogger("tfapp")
 
+@dataclass(frozen=True)
+class TFConfig:
+    """``TF_CONFIG``, parsed in one place: the cluster (job -> addresses) and this task."""
+
+    cluster: dict[str, list[str]]
+    task_type: str | None = None
+    task_index: int | None = None
+
+    @property
+    def num_workers(self) -> int:
+        return sum(len(v) for k, v in self.cluster.items() if k in ("chief", "worker"))
+
+
+def read_tf_config(env: Mapping[str, str] | None = None) -> TFConfig:
+    """``TF_CONFIG`` of ``env`` (``os.environ``); empty when unset, a ConfigError when it is
+    not the JSON TensorFlow expects."""
+    raw = (os.environ if env is None else env).get("TF_CONFIG", "")
+    if not raw:
+        return TFConfig(cluster={})
+    try:
+        config = json.loads(raw)
+        task = config.get("task") or {}
+        index = task.get("index")
+        return TFConfig(cluster=dict(config.get("cluster") or {}), task_type=task.get("type"),
+                        task_index=None if index is None else int(index))
+    except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
+        raise ConfigError("TF_CONFIG is not valid JSON with 'cluster' and 'task' (see README "
+                          "'Several hosts')") from None
+
+
 @dataclass
 class Runtime:
     """What ``setup`` chose. Build models and datasets inside ``strategy.scope()``."""
@@ -95,14 +125,9 @@ def choose_strategy(requested: str, *, env: Mapping[str, str], tpu_found: bool,
         return requested, "requested by runtime.strategy"
     if tpu_found:
         return "tpu", f"auto: TPU cluster resolver found a TPU ({tpu_hint or 'resolver'})"
-    if env.get("TF_CONFIG"):
-        try:
-            cluster = json.loads(env["TF_CONFIG"]).get("cluster", {})
-        except json.JSONDecodeError:
-            raise ConfigError("TF_CONFIG is not valid JSON") from None
-        workers = sum(len(v) for k, v in cluster.items() if k in ("chief", "worker"))
-        if workers > 1:
-            return "multi_worker", f"auto: TF_CONFIG lists {workers} workers"
+    workers = read_tf_config(env).num_workers
+    if workers > 1:
+        return "multi_worker", f"auto: TF_CONFIG lists {workers} workers"
     if num_gpus > 1:
         return "mirrored", f"auto: {num_gpus} GPUs"
     if num_gpus == 1:
@@ -252,8 +277,7 @@ def is_chief(task_type: str | None, task_id: int | None) -> bool:
     if task_type == "chief":
         return True
     if task_type == "worker":
-        cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
-        return "chief" not in cluster and task_id == 0
+        return "chief" not in read_tf_config().cluster and task_id == 0
     return False
 
 

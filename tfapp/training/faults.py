@@ -13,10 +13,12 @@ backups let the same command, started again on every worker, resume.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 from collections.abc import Iterator
+
+from tfapp.config import ConfigError
+from tfapp.runtime import TFConfig, read_tf_config
 
 EXIT_WORKER_LOST = 75
 
@@ -30,13 +32,13 @@ class WorkerLost(RuntimeError):
 def _peer(message: str) -> str:
     """The first task named in ``message`` that is not this one, with its address."""
     try:
-        config = json.loads(os.environ.get("TF_CONFIG", "{}"))
-        me = (config["task"]["type"], int(config["task"]["index"]))
-    except (KeyError, TypeError, ValueError):
-        config, me = {}, None
+        tf_config = read_tf_config()
+    except ConfigError:
+        tf_config = TFConfig(cluster={})
+    me = (tf_config.task_type, tf_config.task_index)
     for job, task in re.findall(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)", message):
         if (job, int(task)) != me:
-            address = config.get("cluster", {}).get(job, [])
+            address = tf_config.cluster.get(job, [])
             where = f" ({address[int(task)]})" if int(task) < len(address) else ""
             return f"{job} {task}{where}"
     return "another worker"

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tfapp.config import ExperimentConfig
+from tfapp.runtime import read_tf_config
 
 import numpy as np
 import tensorflow as tf
@@ -191,10 +190,9 @@ def plot_confusion_matrix(matrix: np.ndarray, label_names: list[str], title: str
 def _task_offset() -> int:
     """0 for the chief (or a single process), else this worker's position after it, so
     several workers on one host do not compete for one port."""
-    task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
-    cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
-    if task.get("type") == "worker":
-        return int(task.get("index", 0)) + (1 if "chief" in cluster else 0)
+    tf_config = read_tf_config()
+    if tf_config.task_type == "worker":
+        return (tf_config.task_index or 0) + (1 if "chief" in tf_config.cluster else 0)
     return 0
 
 
