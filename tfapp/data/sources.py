@@ -36,6 +36,7 @@ from typing import Any
 from tfapp.atomic import write_text
 from tfapp.config import DataConfig
 from tfapp.data.errors import DataError
+from tfapp.demo import DEMO_DIR
 
 import numpy as np
 import tensorflow as tf
@@ -57,7 +58,7 @@ MAX_REPORTED = 5
 
 def demo_file(split: str) -> str:
     """Path of the classification demo CSV shipped inside the package (train/validation/test)."""
-    return str(Path(__file__).resolve().parent.parent / "demo" / f"reviews_{split}.csv")
+    return str(DEMO_DIR / f"reviews_{split}.csv")
 
 
 # ------------------------------------------------------------------------------ bad rows

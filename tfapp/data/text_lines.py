@@ -31,6 +31,7 @@ import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp.atomic import write_text
 from tfapp.config import DataConfig
 from tfapp.data.errors import DataError
+from tfapp.demo import DEMO_DIR
 
 import numpy as np
 import tensorflow as tf
@@ -41,7 +42,6 @@ PAD, UNK, START, END = "", "[UNK]", "[START]", "[END]"
 PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
 SPECIAL_TOKENS = (PAD, UNK, START, END)
 
-DEMO_DIR = Path(__file__).resolve().parents[1] / "demo"
 DEMO_CORPUS = DEMO_DIR / "generator_corpus.txt"
 DEMO_PAIRS = DEMO_DIR / "generator_pairs.tsv"
 

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tfapp.config import ConfigError
+from tfapp.demo import DEMO_DIR
 from tfapp.hub.builder import BuildParams
 
 __all__ = ["BUILTIN_MODULES", "builtin_module_dir", "cache_dir", "ensure_builtin",
@@ -43,7 +44,6 @@ HUB_METADATA_FILE = "tfapp_hub.json"  # same name as tfapp.hub.export (no TF imp
 # Bump when the exported module layout changes, so cached builds are rebuilt.
 MODULE_FORMAT = 1
 BUILTIN_PREFIX = "builtin:"
-DEMO_DIR = Path(__file__).resolve().parents[1] / "demo"
 
 # name -> (build parameters, corpus file inside tfapp/demo, its text column)
 BUILTIN_MODULES: dict[str, tuple[BuildParams, str, str]] = {
