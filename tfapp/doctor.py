@@ -218,7 +218,9 @@ def _describe_tensorflow(report: Report, tf, distributions: list[str], hint: str
 
 
 def _caches(env: Mapping[str, str]) -> dict:
-    tfapp_cache = env.get("TFAPP_CACHE_DIR") or str(Path.home() / ".cache" / "tfapp")
+    from tfapp.hub.handles import cache_dir  # the one definition of tfapp's cache root
+
+    tfapp_cache = str(cache_dir())
     # tensorflow_hub's own default when TFHUB_CACHE_DIR is unset.
     hub_cache = env.get("TFHUB_CACHE_DIR") or os.path.join(tempfile.gettempdir(),
                                                            "tfhub_modules")
