@@ -1,18 +1,26 @@
-"""Local files written whole or not at all: a unique temporary file next to the target,
-flushed to disk, then renamed over it. A reader sees the old file or the new one, never
-half of one; an error (or a kill) while writing leaves the old file as it was; two writers
-of the same file never share a temporary name (the last rename wins, whole)."""
+"""Local files and directories written whole or not at all.
+
+A file: a unique temporary file next to the target, flushed to disk, then renamed over it.
+A reader sees the old file or the new one, never half of one; an error (or a kill) while
+writing leaves the old file as it was; two writers of the same file never share a
+temporary name (the last rename wins, whole).
+
+A directory (a SavedModel, a module pair): written into a temporary sibling, renamed into
+place when complete, so a crash never leaves a half-written export that looks complete.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
-__all__ = ["atomic_open", "write_text"]
+__all__ = ["atomic_directory", "atomic_open", "save_model", "write_text"]
 
 
 @contextlib.contextmanager
@@ -39,3 +47,55 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
     with atomic_open(path) as fh:
         fh.write(text)
     return Path(path)
+
+
+@contextlib.contextmanager
+def atomic_directory(final: str | os.PathLike, *, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary directory that becomes ``final`` when the block succeeds.
+
+    The temp dir is a sibling of ``final`` (same filesystem, so the rename is atomic).
+    If ``final`` exists: with ``overwrite`` it is replaced, else ``FileExistsError``.
+    If another process renamed its own result into ``final`` first (a race on a
+    cache entry), that result is kept and ours is discarded; callers treat an
+    existing complete ``final`` as success.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if final.exists() and not overwrite:
+        raise FileExistsError(f"{final} already exists")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    # mkdtemp makes the directory private (0700); a module is meant to be shared and read
+    # by other users/services, like any directory the user would create.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)
+    try:
+        yield tmp
+        if final.exists() and overwrite:
+            trash = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:8]}"
+            os.rename(final, trash)
+            shutil.rmtree(trash, ignore_errors=True)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not final.exists():
+                raise
+            # Lost a race: another writer finished first; its copy is equally valid.
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def save_model(module: Any, export_dir: str | os.PathLike, *, signatures: dict,
+               metadata: dict, metadata_file: str) -> Path:
+    """``tf.saved_model.save`` of ``module`` plus its ``metadata_file`` (JSON) into
+    ``export_dir`` as one atomic directory write; replaces an old export."""
+    import json
+
+    import tensorflow as tf
+
+    export_dir = Path(export_dir)
+    with atomic_directory(export_dir, overwrite=True) as tmp:
+        tf.saved_model.save(module, str(tmp), signatures=signatures)
+        write_text(tmp / metadata_file, json.dumps(metadata, indent=1))
+    return export_dir

@@ -11,14 +11,14 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from tfapp import cli
 from tfapp.config import DataConfig, load_config
+from tfapp.run_layout import RunLayout
 
 
 def _data_config(model: str, args: argparse.Namespace) -> DataConfig:
-    params = Path(model) / "params.yaml"
+    params = RunLayout(model).params
     data = load_config(params).data if params.is_file() else DataConfig()
     for flag, key in (("text_column", "text_column"), ("text_pair_column", "text_pair_column"),
                       ("label_column", "label_column"), ("format", "format")):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.config import ConfigError
+from tfapp.run_layout import RunLayout
 
 # xprof's own thresholds (input_pipeline_analysis: "HIGHLY" >= 20 %, "MODERATELY" >= 5 %).
 HIGHLY_INPUT_BOUND = 20.0
@@ -152,7 +153,7 @@ def _run_data_config(session: Path) -> dict | None:
     import yaml
 
     for parent in session.parents:
-        params = parent / "params.yaml"
+        params = RunLayout(parent).params
         if params.is_file():
             return (yaml.safe_load(params.read_text()) or {}).get("data") or {}
     return None

@@ -20,6 +20,7 @@ from typing import Any
 
 from tfapp.atomic import write_text
 from tfapp.config import ConfigError
+from tfapp.run_layout import RunLayout, is_worker_scratch
 from tfapp.training.status import read_status
 
 log = logging.getLogger("tfapp")
@@ -57,8 +58,9 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
         if not p.is_dir():
             raise ConfigError(f"'{p}' is not a directory; give run directories "
                               "(output_dir/name) or a tuner search directory")
-        found = [p] if (p / "params.yaml").is_file() else sorted(
-            q.parent for q in p.rglob("params.yaml") if ".workers" not in q.parts)
+        params = RunLayout(p).params.name
+        found = [p] if RunLayout(p).params.is_file() else sorted(
+            q.parent for q in p.rglob(params) if not is_worker_scratch(q))
         if not found:
             raise ConfigError(f"'{p}' holds no tfapp run (no params.yaml at or under it)")
         runs += [r for r in found if r not in runs]
@@ -72,13 +74,14 @@ def _label(run: Path, runs: list[Path]) -> str:
 
 
 def load_run(run: Path, label: str, with_profile: bool = True) -> RunData:
-    data = RunData(path=run, name=label, params=(run / "params.yaml").read_text())
+    layout = RunLayout(run)
+    data = RunData(path=run, name=label, params=layout.params.read_text())
     data.status = read_status(run)
-    if (run / "validation_report.json").is_file():
-        data.report = json.loads((run / "validation_report.json").read_text())
-    if (run / "confusion_matrix.png").is_file():
-        data.confusion_png = (run / "confusion_matrix.png").read_bytes()
-    logs = run / "logs"
+    if layout.validation_report.is_file():
+        data.report = json.loads(layout.validation_report.read_text())
+    if layout.confusion_matrix.is_file():
+        data.confusion_png = layout.confusion_matrix.read_bytes()
+    logs = layout.logs
     if logs.is_dir():
         data.scalars, data.samples = _read_events(logs)
     if with_profile:

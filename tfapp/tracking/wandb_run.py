@@ -22,6 +22,7 @@ from typing import Any
 
 from tfapp import compat
 from tfapp.config import ExperimentConfig
+from tfapp.run_layout import RunLayout
 
 import tensorflow as tf
 
@@ -81,7 +82,7 @@ class WandbRun:
                     self.run.summary[key] = float(value)
             images = {name: wandb.Image(str(path)) for name, path in
                       (("curves", result.paths.get("curves")),
-                       ("confusion_matrix", result.run_dir / "confusion_matrix.png"))
+                       ("confusion_matrix", RunLayout(result.run_dir).confusion_matrix))
                       if path and Path(path).is_file()}
             if images:
                 self.run.log(images)

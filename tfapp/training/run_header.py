@@ -7,12 +7,12 @@ Printed when training starts and saved as ``RUN_DIR/run_header.txt`` (as printed
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from tfapp.atomic import write_text
 from tfapp.config import ExperimentConfig
+from tfapp.run_layout import RunLayout
 from tfapp.runtime import Runtime
 from tfapp.training.plan import TrainingPlan
 
@@ -93,11 +93,8 @@ def format_header(header: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def save_header(header: dict[str, Any], run_dir: str | os.PathLike) -> dict[str, Path]:
-    """Write run_header.txt and run_header.json (each atomically: temp file + rename)."""
-    run_dir = Path(run_dir)
-    out = {}
-    for name, text in (("run_header.txt", format_header(header) + "\n"),
-                       ("run_header.json", json.dumps(header, indent=1) + "\n")):
-        out[name] = write_text(run_dir / name, text)
-    return out
+def save_header(header: dict[str, Any], layout: RunLayout) -> Path:
+    """Write run_header.txt and run_header.json (each atomically: temp file + rename);
+    returns the .txt."""
+    write_text(layout.header_json, json.dumps(header, indent=1) + "\n")
+    return write_text(layout.header_txt, format_header(header) + "\n")

@@ -16,23 +16,22 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.atomic import write_text
+from tfapp.run_layout import RunLayout
 
 __all__ = ["write_status", "read_status"]
-
-FILE = "status.json"
 
 
 def write_status(run_dir: Path, state: str, **extra: Any) -> None:
     """Replace ``status.json`` atomically (a reader never sees half a file)."""
     status = {"state": state, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "pid": os.getpid(),
               "host": socket.gethostname(), **extra}
-    write_text(Path(run_dir) / FILE, json.dumps(status, indent=1))
+    write_text(RunLayout(run_dir).status, json.dumps(status, indent=1))
 
 
 def read_status(run_dir: Path) -> dict[str, Any]:
     """The run's status, ``{}`` if it has none. A ``running`` status whose writer is gone
     (same host, pid no longer alive) reads as ``died``, with the reason in ``error``."""
-    path = Path(run_dir) / FILE
+    path = RunLayout(run_dir).status
     if not path.is_file():
         return {}
     status = json.loads(path.read_text())
