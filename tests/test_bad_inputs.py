@@ -82,7 +82,7 @@ ROWS = [
     ("hub-unknown-builtin", "tfapp.train", [*TRAIN, "model.hub_handle=builtin:huge"],
      "builtin:huge"),
     # model directories
-    ("predict-no-export", "tfapp.predict", ["--model", "{out}", "hello"], "no exported model"),
+    ("predict-no-export", "tfapp.predict", ["--model", "{out}", "hello"], "no exported classifier"),
     ("predict-missing-input", "tfapp.predict", ["--model", "{out}", "--input", "/no/in.txt"],
      "/no/in.txt"),
     ("evaluate-missing-model", "tfapp.evaluate", ["--model", "/no/run", "--data", "{good}"],

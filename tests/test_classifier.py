@@ -109,7 +109,7 @@ def test_bad_inputs_are_one_line(tmp_path, override, fragment):
 
 def test_predict_without_export_is_one_line(tmp_path):
     proc = run_python(["-m", "tfapp.predict", "--model", str(tmp_path), "hello"])
-    assert proc.returncode == 2 and "no exported model" in proc.stderr
+    assert proc.returncode == 2 and "no exported classifier" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

@@ -174,12 +174,18 @@ def test_schedule_values_cover_every_step(schedule):
         assert values == pytest.approx([float(sched(s)) for s in range(10)], rel=1e-6)
 
 
-def test_lr_finder_suggests_inside_the_range_and_restores_weights():
+def test_lr_finder_suggests_inside_the_range_and_restores_weights(tmp_path):
     """A real sweep on a small regression problem whose SGD diverges above lr ~ 1."""
-    from tfapp.config import OptimizerConfig
+    from tfapp.config import ExperimentConfig, OptimizerConfig, RuntimeConfig
+    from tfapp.training.context import RunContext
     from tfapp.training.lr_finder import find_lr
 
     import tensorflow as tf
+
+    def context(optimizer: OptimizerConfig) -> RunContext:
+        return RunContext.create(ExperimentConfig(optimizer=optimizer,
+                                                  runtime=RuntimeConfig(seed=0)),
+                                 run_dir=tmp_path)
 
     tf.keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
@@ -191,8 +197,7 @@ def test_lr_finder_suggests_inside_the_range_and_restores_weights():
     before = [w.copy() for w in model.get_weights()]
     cfg = OptimizerConfig(name="sgd", clipnorm=0.0, lr_find_steps=60, lr_find_min=1e-5,
                           lr_find_max=10.0)
-    result = find_lr(model, data, optimizer_cfg=cfg, loss="mse",
-                     strategy=tf.distribute.get_strategy())
+    result = find_lr(context(cfg), model, data, loss="mse")
     for a, b in zip(before, model.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
     assert 1e-5 <= result.suggestion <= 10.0
@@ -210,8 +215,7 @@ def test_lr_finder_suggests_inside_the_range_and_restores_weights():
     model.set_weights(before)
     tiny = OptimizerConfig(name="sgd", clipnorm=0.0, lr_find_steps=10, lr_find_min=1e-9,
                            lr_find_max=1e-8)
-    flat = find_lr(model, data, optimizer_cfg=tiny, loss="mse",
-                   strategy=tf.distribute.get_strategy())
+    flat = find_lr(context(tiny), model, data, loss="mse")
     assert not flat.loss_fell and "unreliable" in flat.describe()
     with pytest.raises(ConfigError, match="the loss did not fall clearly over 10 steps"):
         flat.check_usable()

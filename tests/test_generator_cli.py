@@ -21,7 +21,7 @@ def one_line_error(proc, fragment):
 
 def test_missing_run_dir_is_one_line_exit_2(tmp_path):
     proc = run_python(["-m", "tfapp.generate", "--model", str(tmp_path / "nope"), "hi"])
-    one_line_error(proc, "does not exist")
+    one_line_error(proc, "no such directory; give a generator run directory")
 
 
 def test_errors_in_process(tmp_path, capsys):

@@ -7,10 +7,10 @@ plain TF, seeded sampling, and the exported SavedModel reloaded in a fresh proce
 import json
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-from tfapp import runtime
 from tfapp.config import load_config
 from tfapp.models import decoding
-from tfapp.tasks.generator import GeneratorTask, TextGenerator, serving_copy
+from tfapp.tasks.generator.task import GeneratorTask, TextGenerator, serving_copy
+from tfapp.training.context import RunContext
 
 import numpy as np
 import pytest
@@ -38,18 +38,17 @@ def trained(tmp_path_factory):
         "model.units=64", "model.dropout=0", "generation.max_length=10",
         "generation.num_beams=3", "generation.method=greedy", f"output_dir={tmp}",
         "name=run"])
-    rt = runtime.setup(cfg.runtime)
-    task = GeneratorTask(cfg, rt, cfg.run_dir)
+    task = GeneratorTask(RunContext.create(cfg))
     inputs = task.build_inputs()
     assert inputs.num_train_examples == 4 * 9 and inputs.validation is None
     model = task.build_model(inputs)
-    model.compile(optimizer=tf.keras.optimizers.Adam(1e-2), loss=task.build_losses(),
-                  metrics=task.build_metrics())
+    model.compile(optimizer=tf.keras.optimizers.Adam(1e-2), loss=task.build_losses(inputs),
+                  metrics=task.build_metrics(inputs))
     hist = model.fit(inputs.train, steps_per_epoch=20, epochs=12, verbose=0).history
     # Only the line openings (empty context -> 4 different lines) stay ambiguous.
     assert hist["token_accuracy"][-1] > 0.95, hist["token_accuracy"]
-    generator = task._generator_for(model)
-    return task, model, generator
+    generator = task._generator_for(model, inputs)
+    return task, model, generator, inputs
 
 
 def encode(generator, prompts):
@@ -80,7 +79,7 @@ PROMPTS = ["the red fox", "a small bird sings", "my old", "her green kite flies 
 
 
 def test_greedy_reproduces_memorised_continuations(trained):
-    _, model, gen = trained
+    _, model, gen, _ = trained
     tokens, lengths, _ = run(model, encode(gen, PROMPTS))
     assert words(gen, tokens) == ["jumps over the lazy dog", "in the tall tree",
                                   "boat sails across the cold sea", "windy hill"]
@@ -91,7 +90,7 @@ def test_greedy_reproduces_memorised_continuations(trained):
 
 
 def test_greedy_equals_step_by_step_argmax_reference(trained):
-    _, model, gen = trained
+    _, model, gen, _ = trained
     enc = encode(gen, PROMPTS + ["", "unknown words only", "dog"])
     tokens, _, _ = run(model, enc)
     # Reference: rerun the teacher-forced model on the growing prefix, take the argmax.
@@ -111,7 +110,7 @@ def test_greedy_equals_step_by_step_argmax_reference(trained):
 
 @pytest.mark.xla_cpu
 def test_beam_one_top_k_one_and_xla_agree_with_greedy(trained):
-    _, model, gen = trained
+    _, model, gen, _ = trained
     enc = encode(gen, PROMPTS + [""])
     greedy, _, greedy_scores = run(model, enc)
     np.testing.assert_array_equal(run(model, enc, jit=True)[0], greedy)  # XLA == plain TF
@@ -126,7 +125,7 @@ def test_beam_one_top_k_one_and_xla_agree_with_greedy(trained):
 
 
 def test_step_limit_and_batch_independence(trained):
-    _, model, gen = trained
+    _, model, gen, _ = trained
     tokens, lengths, _ = run(model, encode(gen, ["the red fox"]), limit=2)
     assert words(gen, tokens) == ["jumps over"] and list(lengths) == [2]
     many = run(model, encode(gen, ["the red fox"] * 5 + ["my old"]))[0]
@@ -135,7 +134,7 @@ def test_step_limit_and_batch_independence(trained):
 
 @pytest.mark.xla_cpu
 def test_seeded_sampling_is_reproducible_and_differs_across_seeds(trained):
-    _, model, gen = trained
+    _, model, gen, _ = trained
     enc = encode(gen, [""] * 8)
     hot = dict(method="sample", temperature=5.0)  # flatten the memorised distribution
     a = run(model, enc, seed=1, **hot)[0]
@@ -166,7 +165,7 @@ def test_filter_logits_top_k_and_top_p():
 
 
 def test_prompt_edge_cases(trained):
-    _, _, gen = trained
+    _, _, gen, _ = trained
     prompts = ["", "zebra quantum", "THE RED FOX!!", "x " * 50 + "the red fox"]
     out = gen.greedy(tf.constant(prompts), tf.constant(10))["text"].numpy()
     texts = [t.decode() for t in out]
@@ -177,10 +176,10 @@ def test_prompt_edge_cases(trained):
 
 
 def test_export_reloads_in_a_fresh_process_with_the_same_output(trained, tmp_path):
-    task, model, gen = trained
-    result = task.finish(model, None)
-    export = result["exported"]
-    assert result["lines"][0].startswith("sample (greedy): ")
+    task, model, gen, inputs = trained
+    result = task.finish(model, inputs, {})
+    export = str(result.paths["exported"])
+    assert result.lines[0].startswith("sample (greedy): ")
     prompts = ["the red fox", "", "a small bird", "zebra", "my old boat sails"]
     expect = {
         "generate": gen.generate(tf.constant(prompts))["text"].numpy(),
@@ -210,15 +209,15 @@ print(json.dumps({{k: [t.decode() for t in v.numpy()] for k, v in out.items()}})
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got == {k: v for k, v in expect.items() if k != "greedy"}  # generate is greedy
-    meta = json.loads((task.run_dir / "export" / "generator.json").read_text())
+    meta = json.loads((task.layout.export / "generator.json").read_text())
     assert meta["num_beams"] == 3 and meta["defaults"]["method"] == "greedy"
 
 
 def test_serving_copy_follows_the_trained_weights(trained):
-    task, model, _ = trained
+    _, model, _, inputs = trained
     copy = serving_copy(model, 4, 6)
     for a, b in zip(copy.get_weights(), model.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
-    fresh = TextGenerator(copy, task.vocabulary, context_words=4)
+    fresh = TextGenerator(copy, inputs.vocabulary, context_words=4)
     same = fresh.greedy(tf.constant(["the red fox"]), tf.constant(10))["text"].numpy()
     assert same[0].decode() == "jumps over the lazy dog"

@@ -104,11 +104,11 @@ def tiny_module(tmp_path_factory):
 
 def test_pretrain_loss_falls_and_writes_a_new_module(tiny_module, capsys):
     root, hub_dir = tiny_module
-    out, logdir = root / "adapted", root / "logs"
+    out = root / "adapted"
     code = pretrain_main(["--corpus", str(root / "corpus.txt"), "--hub", str(hub_dir),
                           "--out", str(out), "--steps", "40", "--log-every", "10",
-                          "--batch-size", "16", "--whole-word-masking", "--logdir",
-                          str(logdir), "optimizer.learning_rate=3e-3",
+                          "--batch-size", "16", "--whole-word-masking",
+                          f"output_dir={root / 'runs'}", "optimizer.learning_rate=3e-3",
                           "optimizer.warmup_ratio=0.05"])
     assert code == 0, capsys.readouterr().err
     assert f"model.hub_handle={out}" in capsys.readouterr().out
@@ -122,9 +122,15 @@ def test_pretrain_loss_falls_and_writes_a_new_module(tiny_module, capsys):
     assert meta["pretrained_from"]["mlm"]["whole_word"] is True
     assert (out / "vocab.txt").read_text() == (hub_dir / "vocab.txt").read_text()
 
+    # It ran in the training loop: a run directory with its config, status and history.
+    run = root / "runs" / "pretrain_adapted"
+    assert "task: mlm" in (run / "params.yaml").read_text()
+    assert json.loads((run / "status.json").read_text())["state"] == "finished"
+    assert (run / "history.csv").read_text().splitlines()[0].split(",")[:3] == \
+        ["epoch", "masked_accuracy", "mlm_loss"]
     # TensorBoard got both curves.
     tags = set()
-    for f in (logdir / "train").glob("events.out.tfevents.*"):
+    for f in (run / "logs" / "train").glob("events.out.tfevents.*"):
         for event in tf.compat.v1.train.summary_iterator(str(f)):
             tags.update(v.tag for v in event.summary.value)
     assert {"epoch_mlm_loss", "epoch_masked_accuracy"} <= tags
@@ -145,7 +151,7 @@ def test_pretrain_one_line_errors(tiny_module, tmp_path, capsys):
     def error(*args: str) -> str:
         capsys.readouterr()
         code = pretrain_main(["--corpus", str(root / "corpus.txt"), "--out",
-                              str(tmp_path / "out"), *args])
+                              str(tmp_path / "out"), *args, f"output_dir={tmp_path / 'runs'}"])
         err = capsys.readouterr().err.strip()
         assert code == 2 and err.startswith("tfapp: error: ") and "\n" not in err, err
         assert not (tmp_path / "out").exists()
@@ -156,7 +162,7 @@ def test_pretrain_one_line_errors(tiny_module, tmp_path, capsys):
     assert "not a tfapp module directory" in error("--hub", str(plain))
     assert "missing" in error("--hub", str(tmp_path / "missing"))
     assert "--mask-rate" in error("--hub", str(hub_dir), "--mask-rate", "1.5")
-    assert "--seq-length 100 must be in [3, 64]" in error("--hub", str(hub_dir),
+    assert "data.seq_length 100 must be in [3, 64]" in error("--hub", str(hub_dir),
                                                           "--seq-length", "100")
     assert "corpus file not found" in error("--hub", str(hub_dir), "--corpus",
                                             str(tmp_path / "nope.txt"))
@@ -172,8 +178,8 @@ def test_pretrain_under_mirrored_strategy(tiny_module, tmp_path):
     root, hub_dir = tiny_module
     proc = run_python(["-m", "tfapp.pretrain", "--corpus", str(root / "corpus.txt"), "--hub",
                        str(hub_dir), "--out", str(tmp_path / "out"), "--steps", "8",
-                       "--log-every", "4", "--batch-size", "8", "--logdir",
-                       str(tmp_path / "logs"), "runtime.strategy=mirrored",
+                       "--log-every", "4", "--batch-size", "8",
+                       f"output_dir={tmp_path / 'runs'}", "runtime.strategy=mirrored",
                        "runtime.cpu_devices=2", "optimizer.learning_rate=3e-3"], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "strategy=mirrored replicas=2" in proc.stderr

@@ -8,9 +8,9 @@ with XLA on the CPU (``jit_compile=True``), which rejects strings as a TPU would
 
 from __future__ import annotations
 
-from tfapp import runtime
 from tfapp.config import load_config
 from tfapp.tasks import get_task
+from tfapp.training.context import RunContext
 
 import pytest
 import tensorflow as tf
@@ -24,8 +24,7 @@ CASES = {
 
 def _task(tmp_path, config, overrides):
     cfg = load_config(config, [*overrides, f"output_dir={tmp_path}", "trainer.epochs=1"])
-    rt = runtime.setup(cfg.runtime)
-    task = get_task(cfg.task)(cfg, rt, cfg.run_dir)
+    task = get_task(cfg.task)(RunContext.create(cfg))
     return cfg, task, task.build_inputs()
 
 
@@ -46,7 +45,7 @@ def test_the_training_step_compiles_with_xla(tmp_path, case):
     # (slow, see runtime.default_jit_compile); its inputs are checked above.
     _, task, inputs = _task(tmp_path, *CASES[case])
     model = task.build_model(inputs)
-    model.compile(optimizer=tf.keras.optimizers.Adam(1e-3), loss=task.build_losses(),
-                  metrics=task.build_metrics(), jit_compile=True)
+    model.compile(optimizer=tf.keras.optimizers.Adam(1e-3), loss=task.build_losses(inputs),
+                  metrics=task.build_metrics(inputs), jit_compile=True)
     history = model.fit(inputs.train, steps_per_epoch=2, epochs=1, verbose=0).history
     assert all(tf.math.is_finite(v[-1]) for v in history.values())

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from tfapp.config import ConfigError, OptimizerConfig
-from tfapp.runtime import Runtime
-from tfapp.training.accumulation import AccumulatingModel
-from tfapp.training.driver import _with_accumulation
+from tfapp.training.accumulation import AccumulatingModel, wrap_for_accumulation
 from tfapp.training.optimizers import NO_DECAY, FusedAdamW, build_optimizer, build_schedule
 
 import numpy as np
@@ -109,7 +107,5 @@ def test_accumulating_two_batches_equals_one_double_batch():
 
 
 def test_accumulation_with_several_replicas_is_refused():
-    rt = Runtime(strategy=tf.distribute.get_strategy(), kind="mirrored", reason="test",
-                 num_replicas=2, precision="float32", device_kind="CPU")
     with pytest.raises(ConfigError, match="raise data.batch_size"):
-        _with_accumulation(_tiny(1), 4, rt)
+        wrap_for_accumulation(_tiny(1), 4, num_replicas=2)

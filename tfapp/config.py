@@ -36,7 +36,7 @@ __all__ = [
 
 STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "one_device", "cpu")
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
-TASKS = ("classifier", "generator")
+TASKS = ("classifier", "generator", "mlm")
 
 
 class ConfigError(ValueError):
@@ -358,6 +358,27 @@ class GenerationConfig:
 
 
 @dataclass
+class MlmConfig:
+    """Masked-LM pretraining of a BERT module (task=mlm, python -m tfapp.pretrain).
+
+    Attributes:
+      mask_rate: share of tokens chosen for prediction (BERT: 0.15), 80/10/10
+        [MASK]/random/kept.
+      whole_word: choose whole words (all their ## pieces) instead of single WordPieces.
+      max_predictions: most predicted tokens per sequence; 0 = enough for nearly all.
+      output: directory of the adapted module pair ("" = the run's export/); use it as
+        model.hub_handle.
+      overwrite: replace an existing output directory.
+    """
+
+    mask_rate: float = bounded(0.15, gt=0.0, max=0.99)
+    whole_word: bool = False
+    max_predictions: int = bounded(0, min=0)
+    output: str = ""
+    overwrite: bool = False
+
+
+@dataclass
 class HyperParamConfig:
     """One hyperparameter of a search space: the value of one ``tune.space`` entry.
 
@@ -423,7 +444,8 @@ class ExperimentConfig:
     """One experiment.
 
     Attributes:
-      task: classifier (BERT or baseline text classification) or generator (seq2seq text).
+      task: classifier (BERT or baseline text classification), generator (seq2seq text) or
+        mlm (masked-LM pretraining of a BERT module on unlabelled text).
       name: run name; the run directory is output_dir/name ("" = the config file's stem,
         or the task name). Re-running the same name resumes an interrupted run.
       output_dir: parent directory of run directories.
@@ -434,6 +456,7 @@ class ExperimentConfig:
       trainer: the training loop.
       tracking: TensorBoard and W&B.
       generation: how the generator writes text (task=generator).
+      mlm: masked-LM pretraining (task=mlm).
       tune: hyperparameter search (python -m tfapp.tune).
     """
 
@@ -447,6 +470,7 @@ class ExperimentConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
+    mlm: MlmConfig = field(default_factory=MlmConfig)
     tune: TuneConfig = field(default_factory=TuneConfig)
 
     @property
@@ -675,13 +699,48 @@ def validate(cfg: ExperimentConfig) -> None:
         raise ConfigError(f"trainer.max_steps={t.max_steps} is not a multiple of "
                           f"trainer.eval_every_steps={t.eval_every_steps}; set "
                           f"trainer.max_steps={upper}" + (f" or {lower}" if lower else ""))
-    if cfg.task == "generator" and cfg.model.kind != "seq2seq":
-        raise ConfigError(f"model.kind: task 'generator' needs model.kind=seq2seq, "
-                          f"got '{cfg.model.kind}'")
-    if cfg.task == "classifier" and cfg.model.kind == "seq2seq":
-        raise ConfigError("model.kind: task 'classifier' takes bert, cnn or rnn, not seq2seq")
+    _validate_for_task(cfg)
     if cfg.tune.space:
         _validate_space(cfg)
+
+
+def _changed_leaves(cfg: ExperimentConfig, key: str) -> list[tuple[str, Any]]:
+    """(dotted key, value) of each leaf at or under ``key`` that differs from its default."""
+    value, unset = cfg, ExperimentConfig()
+    for part in key.split("."):
+        value, unset = getattr(value, part), getattr(unset, part)
+    if not dataclasses.is_dataclass(value):
+        return [] if value == unset else [(key, value)]
+    changed: list[tuple[str, Any]] = []
+    for f in dataclasses.fields(value):
+        changed += _changed_leaves(cfg, f"{key}.{f.name}")
+    return changed
+
+
+def _task_rules(task: str) -> Any:
+    import importlib
+
+    return importlib.import_module(f"tfapp.tasks.{task}.config")
+
+
+def task_uses(task: str, key: str) -> bool:
+    """Whether ``task`` honours config ``key`` (not listed among its unused keys)."""
+    return not any(key == k or key.startswith(k + ".") for k in _task_rules(task).UNUSED)
+
+
+def _validate_for_task(cfg: ExperimentConfig) -> None:
+    """The chosen task's model kinds, and no key set that the task cannot honour
+    (``tfapp/tasks/<task>/config.py`` lists them): one line naming the key."""
+    rules = _task_rules(cfg.task)
+    if cfg.model.kind not in rules.MODEL_KINDS:
+        raise ConfigError(f"model.kind: task '{cfg.task}' needs model.kind="
+                          f"{' or '.join(rules.MODEL_KINDS)}, got '{cfg.model.kind}'")
+    for key in rules.UNUSED:
+        for leaf, value in _changed_leaves(cfg, key):
+            raise ConfigError(f"{leaf}: task '{cfg.task}' does not use it (set to {value!r}); "
+                              f"remove it, or choose the task it belongs to")
+    for check in getattr(rules, "CHECKS", ()):
+        check(cfg)
 
 
 # --------------------------------------------------------------------------- search spaces
@@ -723,6 +782,9 @@ def _validate_space(cfg: ExperimentConfig) -> None:
             raise ConfigError(_unknown_key_message(key, "tune.space"))
         if key in _NOT_TUNABLE:
             raise ConfigError(f"{where}: '{key}' names the run, it cannot be tuned")
+        if key.startswith("runtime.") and key != "runtime.seed":
+            raise ConfigError(f"{where}: '{key}' is set up once per process (strategy, "
+                              "precision, devices), it cannot change between trials")
         field_type = spec.type if isinstance(spec.type, str) else spec.type.__name__
         parts = {t.strip() for t in field_type.split("|")}  # e.g. "float | int | str"
         allowed = _HP_FIELD_TYPES.get(hp.type)
@@ -766,7 +828,9 @@ def to_yaml(cfg: ExperimentConfig) -> str:
 
 def save_params(cfg: ExperimentConfig, run_dir: str | os.PathLike) -> Path:
     """Write the resolved config to ``run_dir/params.yaml`` atomically (temp + rename)."""
-    target = Path(run_dir) / "params.yaml"
+    from tfapp.run_layout import RunLayout
+
+    target = RunLayout(run_dir).params
     return write_text(target, "# Resolved tfapp config; rerun with: python -m tfapp.train "
                       f"--config {target}\n" + to_yaml(cfg))
 

@@ -19,7 +19,6 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import cli
@@ -130,11 +129,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
     def body() -> int:
-        if not Path(args.model).exists():  # fail before paying for TensorFlow's import
-            raise ConfigError(f"--model: '{args.model}' does not exist; give a generator run "
-                              "directory (output_dir/name) or its export/ directory")
+        from tfapp.serving import find_export
+
         prompts = read_prompts(args)
-        from tfapp.tasks.generator import load_export
+        find_export(args.model, "generator")  # fail before paying for TensorFlow's import
+        from tfapp.tasks.generator.task import load_export
 
         loaded, meta = load_export(args.model)
         s = settings(args, meta)

@@ -42,9 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not out.parent.is_dir():
             raise ConfigError(f"--output {out}: folder {out.parent} does not exist")
         # TensorFlow loads only past the config checks.
-        from tfapp.training.lr_finder import plot_lr_find, run_lr_find
+        from tfapp.training.driver import find_learning_rate
+        from tfapp.training.lr_finder import plot_lr_find
 
-        result = run_lr_find(cfg)
+        result = find_learning_rate(cfg)
         plot_lr_find(result, out, title=f"{cfg.name}: LR range test")
         data = result.save_json(out.with_suffix(".json"))
         print(result.describe())

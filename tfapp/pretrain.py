@@ -4,9 +4,12 @@
 Continues BERT's masked-LM pretraining of a tfapp Hub module (``build-bert``,
 ``tfapp.hub convert`` or an earlier ``pretrain``; ``builtin:tiny`` too) on your texts and
 writes a new encoder + preprocessor pair, used as ``model.hub_handle=NEW_HUB_DIR``.
-``runtime.*`` (strategy, precision), ``optimizer.*`` (learning rate, schedule) and
-``trainer.jit_compile``/``trainer.steps_per_execution`` overrides apply as in
-``python -m tfapp.train``. See docs/hub.md.
+
+The flags are shorthands for ``task=mlm`` config keys, and the run goes through the same
+training loop as ``python -m tfapp.train`` (run directory ``output_dir/name`` with
+params.yaml, status.json, TensorBoard logs and backups; rerunning resumes). Any other
+override (``runtime.*``, ``optimizer.*``, ``trainer.*``, ``tracking.*``) applies as there.
+See docs/hub.md.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ from pathlib import Path
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import cli
-from tfapp.hub.mlm import MlmParams
+from tfapp.config import ExperimentConfig
 
-_D = MlmParams()
+_D = ExperimentConfig()
+_STEPS, _LOG_EVERY = 1000, 100
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
                     "[MASK]/random/kept, optional whole-word masking) of a BERT Hub module on "
                     "a text corpus, inside the resolved distribution strategy, and export the "
                     "adapted encoder as a new TF-Hub module pair. TensorBoard: mlm_loss, "
-                    "masked_accuracy under --logdir.")
+                    "masked_accuracy under the run directory's logs/.")
     p.add_argument("--corpus", nargs="+", required=True, metavar="FILE",
                    help="text files (one text per line), .csv/.tsv (see --text-column) or .jsonl")
     p.add_argument("--text-column", default="text",
@@ -42,32 +46,43 @@ def _parser() -> argparse.ArgumentParser:
                         "builtin:tiny")
     p.add_argument("--out", required=True, metavar="NEW_HUB_DIR", help="output directory (new)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    p.add_argument("--steps", type=int, default=_D.steps,
-                   help=f"optimizer steps (default {_D.steps})")
-    p.add_argument("--batch-size", type=int, default=_D.batch_size,
-                   help=f"sequences per replica per step (default {_D.batch_size})")
-    p.add_argument("--seq-length", type=int, default=_D.seq_length,
-                   help="tokens per sequence (default: the module's default length)")
-    p.add_argument("--mask-rate", type=float, default=_D.mask_rate,
-                   help=f"share of tokens predicted (default {_D.mask_rate})")
+    p.add_argument("--steps", type=int, default=_STEPS,
+                   help=f"optimizer steps, rounded up to whole --log-every (trainer.max_steps; "
+                        f"default {_STEPS})")
+    p.add_argument("--batch-size", type=int, default=_D.data.batch_size,
+                   help=f"sequences per replica per step (data.batch_size; default "
+                        f"{_D.data.batch_size})")
+    p.add_argument("--seq-length", type=int, default=0,
+                   help="tokens per sequence (data.seq_length; default: the module's default "
+                        "length)")
+    p.add_argument("--mask-rate", type=float, default=_D.mlm.mask_rate,
+                   help=f"share of tokens predicted (mlm.mask_rate; default {_D.mlm.mask_rate})")
     p.add_argument("--whole-word-masking", action="store_true",
-                   help="mask whole words (all their ## pieces) together")
-    p.add_argument("--max-predictions", type=int, default=_D.max_predictions,
-                   help="most predicted tokens per sequence (default: enough for nearly all)")
-    p.add_argument("--log-every", type=int, default=_D.log_every,
-                   help=f"steps per TensorBoard point (default {_D.log_every})")
-    p.add_argument("--seed", type=int, default=_D.seed,
-                   help="seed of shuffling and masking (default 0)")
-    p.add_argument("--logdir", metavar="DIR",
-                   help="TensorBoard directory (default: runs/pretrain/<NEW_HUB_DIR name>)")
+                   help="mask whole words (all their ## pieces) together (mlm.whole_word)")
+    p.add_argument("--max-predictions", type=int, default=_D.mlm.max_predictions,
+                   help="most predicted tokens per sequence (mlm.max_predictions; default: "
+                        "enough for nearly all)")
+    p.add_argument("--log-every", type=int, default=_LOG_EVERY,
+                   help=f"steps per TensorBoard point (trainer.eval_every_steps; default "
+                        f"{_LOG_EVERY})")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of shuffling and masking (runtime.seed; default 0)")
     p.add_argument("overrides", nargs="*", metavar="key=value",
-                   help="runtime.*, optimizer.*, trainer.jit_compile, "
-                        "trainer.steps_per_execution, e.g. optimizer.learning_rate=1e-4")
+                   help="any config key, e.g. optimizer.learning_rate=1e-4 "
+                        "runtime.strategy=mirrored output_dir=runs name=adapt")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
 
 
-_OVERRIDE = re.compile(r"^[a-z_]+\.[a-z_.]+=")
+_OVERRIDE = re.compile(r"^[a-z_]+(\.[a-z_]+)*=")
+
+
+def _module_seq_length(hub: str) -> int:
+    """The module's default sequence length (its tfapp_hub.json), 128 if it has none."""
+    from tfapp.tasks.mlm.task import hub_module_dir
+
+    _, _, meta = hub_module_dir(hub, "--hub")
+    return int(meta.get("default_seq_length", 128))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -83,30 +98,30 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         from tfapp.config import ConfigError, load_config
-        from tfapp.hub.builder import read_corpus
-        from tfapp.hub.mlm import continue_pretraining
 
-        cfg = load_config(None, args.overrides)
         for name in ("steps", "batch_size", "log_every"):
             if getattr(args, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
-        params = MlmParams(steps=args.steps, batch_size=args.batch_size,
-                           seq_length=args.seq_length, mask_rate=args.mask_rate,
-                           whole_word=args.whole_word_masking,
-                           max_predictions=args.max_predictions, log_every=args.log_every,
-                           seed=args.seed)
-        if not 0.0 < params.mask_rate < 1.0:
-            raise ConfigError(f"--mask-rate {params.mask_rate} must be in (0, 1)")
-        texts = read_corpus(args.corpus, text_column=args.text_column)
-        logdir = args.logdir or Path("runs") / "pretrain" / Path(args.out).name
-        summary = continue_pretraining(texts, args.hub, args.out, params, cfg, logdir=logdir,
-                                       overwrite=args.overwrite)
-        h = summary["history"]
-        print(f"masked-LM: {summary['steps']} steps on {len(texts)} texts; mlm_loss "
-              f"{h['mlm_loss'][0]:.3f} -> {h['mlm_loss'][-1]:.3f}, masked_accuracy "
-              f"{h['masked_accuracy'][0]:.3f} -> {h['masked_accuracy'][-1]:.3f}")
-        print(f"TensorBoard: {logdir}")
-        print(f"use it with: model.hub_handle={args.out}")
+        if not 0.0 < args.mask_rate < 1.0:
+            raise ConfigError(f"--mask-rate {args.mask_rate} must be in (0, 1)")
+        log_every = min(args.log_every, args.steps)
+        cfg = load_config(None, [
+            "task=mlm", f"name=pretrain_{Path(args.out).name}",
+            f"model.hub_handle={args.hub}", f"data.train_files={','.join(args.corpus)}",
+            f"data.text_column={args.text_column}",
+            f"data.seq_length={args.seq_length or _module_seq_length(args.hub)}",
+            f"data.batch_size={args.batch_size}", f"runtime.seed={args.seed}",
+            f"trainer.max_steps={-(-args.steps // log_every) * log_every}",
+            f"trainer.eval_every_steps={log_every}", f"mlm.mask_rate={args.mask_rate}",
+            f"mlm.whole_word={args.whole_word_masking}",
+            f"mlm.max_predictions={args.max_predictions}", f"mlm.output={args.out}",
+            f"mlm.overwrite={args.overwrite}", *args.overrides])
+        from tfapp.training.driver import train
+
+        result = train(cfg)
+        print("\n".join(result.lines))
+        print(f"run directory: {result.run_dir}; TensorBoard: tensorboard --logdir "
+              f"{result.run_dir}")
         return 0
 
     return cli.run_main(body)

@@ -20,7 +20,6 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import compat
@@ -72,6 +71,7 @@ class Runtime:
     is_chief: bool = True
     task_type: str | None = None
     task_id: int | None = None
+    config: RuntimeConfig | None = None  # what setup() was given
 
     def global_batch_size(self, per_replica: int) -> int:
         return per_replica * self.num_replicas
@@ -190,7 +190,7 @@ def setup(cfg: RuntimeConfig, env: Mapping[str, str] | None = None) -> Runtime:
     env = os.environ if env is None else env
     if cfg.cpu_devices > 1:
         _split_cpu(tf, cfg.cpu_devices)
-    tf.keras.utils.set_random_seed(cfg.seed)
+    seed(cfg)
     if cfg.deterministic:
         compat.enable_op_determinism()
 
@@ -240,9 +240,16 @@ def setup(cfg: RuntimeConfig, env: Mapping[str, str] | None = None) -> Runtime:
     rt = Runtime(strategy=strategy, kind=kind, reason=reason,
                  num_replicas=strategy.num_replicas_in_sync, precision=precision,
                  device_kind=device_kind, is_chief=is_chief(task_type, task_id),
-                 task_type=task_type, task_id=task_id)
+                 task_type=task_type, task_id=task_id, config=cfg)
     log.debug("runtime: %s", rt.describe())
     return rt
+
+
+def seed(cfg: RuntimeConfig) -> None:
+    """Seed Python, NumPy and TensorFlow with ``runtime.seed`` (each run of a process)."""
+    import tensorflow as tf
+
+    tf.keras.utils.set_random_seed(cfg.seed)
 
 
 @functools.cache
@@ -280,11 +287,3 @@ def is_chief(task_type: str | None, task_id: int | None) -> bool:
         return "chief" not in read_tf_config().cluster and task_id == 0
     return False
 
-
-def worker_dir(path: str | os.PathLike, rt: Runtime) -> Path:
-    """Where this worker writes ``path``: the path itself on the chief, a per-worker
-    scratch directory elsewhere (every worker must still write, for collective saves)."""
-    path = Path(path)
-    if rt.is_chief:
-        return path
-    return path.parent / ".workers" / f"{rt.task_type}_{rt.task_id}" / path.name

@@ -1,4 +1,11 @@
-"""Load an exported classifier (a run directory or its export/) for predict and evaluate."""
+"""Exported models: the one export finder and the one classifier ``predict``.
+
+``find_export`` turns ``--model`` (a run directory or its export/) into the SavedModel
+directory for every command (predict, evaluate, generate). ``predict_in_batches`` is how
+probabilities come out of a classifier's serving functions, whether the module was just
+trained (the validation report at the end of a run) or loaded from disk (predict,
+evaluate).
+"""
 
 from __future__ import annotations
 
@@ -7,34 +14,66 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.config import ConfigError
-from tfapp.training.export import read_export_metadata
+from tfapp.run_layout import RunLayout
 
 import numpy as np
 
 BATCH = 256
 
+#: metadata file each kind of export carries next to its saved_model.pb
+EXPORT_MARKERS = {"classifier": "tfapp_export.json", "generator": "generator.json"}
+_TRAIN_HINT = {"classifier": "train with trainer.export=true",
+               "generator": "train with task=generator and trainer.export=true"}
 
-def find_export(model: str | os.PathLike) -> Path:
-    """The SavedModel directory for ``--model``: RUN_DIR/export, or the directory itself."""
+
+def find_export(model: str | os.PathLike, kind: str = "classifier") -> Path:
+    """The SavedModel directory of ``--model``: the directory itself or RUN_DIR/export; a
+    one-line ConfigError when there is none or it holds another kind of model."""
     path = Path(model)
-    for candidate in (path / "export", path):
-        if (candidate / "saved_model.pb").is_file():
-            return candidate
     if not path.exists():
-        raise ConfigError(f"--model {model}: no such directory; give a run directory "
-                          "(e.g. runs/classifier) or its export/ directory")
-    raise ConfigError(f"--model {model}: no exported model there (expected "
-                      f"{path / 'export' / 'saved_model.pb'}); train with trainer.export=true")
+        raise ConfigError(f"--model {model}: no such directory; give a {kind} run directory "
+                          "(output_dir/name) or its export/ directory")
+    marker = EXPORT_MARKERS[kind]
+    for candidate in (path, RunLayout(path).export):
+        if (candidate / "saved_model.pb").is_file():
+            if not (candidate / marker).is_file():
+                raise ConfigError(f"--model {model}: '{candidate}' is a SavedModel but not a "
+                                  f"tfapp {kind} export (no {marker}); {_TRAIN_HINT[kind]}")
+            return candidate
+    raise ConfigError(f"--model {model}: no exported {kind} there (expected "
+                      f"{RunLayout(path).export / 'saved_model.pb'}); {_TRAIN_HINT[kind]}")
+
+
+def predict_in_batches(module: Any, texts: list[str], pairs: list[str] | None = None,
+                       *, num_labels: int) -> tuple[np.ndarray, list[str]]:
+    """(probabilities [n, num_labels], predicted label strings) through ``module.serve`` or,
+    for sentence pairs, ``module.serve_pair``, ``BATCH`` texts per call."""
+    import tensorflow as tf
+
+    probs, labels = [], []
+    for start in range(0, len(texts), BATCH):
+        batch = tf.constant(texts[start:start + BATCH])
+        if pairs is not None:
+            out = module.serve_pair(batch, tf.constant(pairs[start:start + BATCH]))
+        else:
+            out = module.serve(batch)
+        probs.append(out["probabilities"].numpy())
+        labels.extend(b.decode() for b in out["label"].numpy())
+    if not probs:
+        return np.zeros((0, num_labels)), []
+    return np.concatenate(probs), labels
 
 
 class LoadedClassifier:
     """An exported classifier and its metadata (label names, pair input, ...)."""
 
     def __init__(self, model: str | os.PathLike):
+        from tfapp.tasks.classifier.export import read_export_metadata
+
         import tensorflow as tf
         import tensorflow_text  # noqa: F401  (registers the tokenizer ops the model uses)
 
-        self.path = find_export(model)
+        self.path = find_export(model, "classifier")
         self.metadata = read_export_metadata(self.path)
         self.module = tf.saved_model.load(str(self.path))
         self.label_names = [b.decode() for b in self.module.label_names.numpy()]
@@ -43,20 +82,8 @@ class LoadedClassifier:
     def predict(self, texts: list[str], pairs: list[str] | None = None
                 ) -> tuple[np.ndarray, list[str]]:
         """(probabilities [n, classes], predicted label strings) in batches."""
-        import tensorflow as tf
-
         if self.text_pair and pairs is None:
             raise ConfigError("this model classifies sentence pairs; give the second texts "
                               "(--pair / the text_pair column)")
-        probs, labels = [], []
-        for start in range(0, len(texts), BATCH):
-            batch = tf.constant(texts[start:start + BATCH])
-            if self.text_pair:
-                out: Any = self.module.serve_pair(batch, tf.constant(pairs[start:start + BATCH]))
-            else:
-                out = self.module.serve(batch)
-            probs.append(out["probabilities"].numpy())
-            labels.extend(b.decode() for b in out["label"].numpy())
-        if not probs:
-            return np.zeros((0, len(self.label_names))), []
-        return np.concatenate(probs), labels
+        return predict_in_batches(self.module, texts, pairs if self.text_pair else None,
+                                  num_labels=len(self.label_names))

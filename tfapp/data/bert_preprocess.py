@@ -134,7 +134,7 @@ class _PackInputs(tf.Module):
         return call(inputs) if seq_length is None else call(inputs, seq_length=seq_length)
 
 
-def _read_bert_vocab(vocab_file: str | os.PathLike) -> tuple[list[str], dict[str, int]]:
+def read_bert_vocab(vocab_file: str | os.PathLike) -> tuple[list[str], dict[str, int]]:
     """The vocab and its special-token ids; [PAD] [UNK] [CLS] [SEP] must be present."""
     vocab = read_vocab(vocab_file)
     index = {tok: i for i, tok in enumerate(vocab)}
@@ -157,7 +157,7 @@ class BertPreprocessor(tf.Module):
     def __init__(self, vocab_file: str | os.PathLike, lower_case: bool = True,
                  seq_length: int = 128):
         super().__init__(name="bert_preprocessor")
-        vocab, special = _read_bert_vocab(vocab_file)
+        vocab, special = read_bert_vocab(vocab_file)
         if seq_length < 3:
             raise DataError(f"seq_length {seq_length} is too small for [CLS] text [SEP]; use >= 3")
         self.seq_length = int(seq_length)
@@ -185,7 +185,7 @@ class FastBertPacker(tf.Module):
 
     def __init__(self, vocab_file: str | os.PathLike, lower_case: bool = True):
         super().__init__(name="fast_bert_packer")
-        vocab, special = _read_bert_vocab(vocab_file)
+        vocab, special = read_bert_vocab(vocab_file)
         self._ids = {k: special[k] for k in ("start_of_sequence_id", "end_of_segment_id",
                                              "padding_id")}
         self._tokenizer = tf_text.FastBertTokenizer(

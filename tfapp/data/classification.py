@@ -78,14 +78,6 @@ class ClassificationSplits:
     def num_classes(self) -> int:
         return len(self.label_names)
 
-    def info(self) -> dict[str, Any]:
-        """Facts for the run record (Inputs.info)."""
-        return {"label_names": list(self.label_names), "multi_label": self.multi_label,
-                "num_train_examples": len(self.train),
-                "num_validation_examples": len(self.validation) if self.validation else 0,
-                "num_test_examples": len(self.test) if self.test else 0,
-                "bad_rows": self.report.to_dict()}
-
 
 def resolve_demo(data_cfg: DataConfig) -> tuple[str, str, str]:
     """(train, validation, test) file specs with ``demo`` mapped to the shipped CSVs.

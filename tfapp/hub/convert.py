@@ -207,7 +207,7 @@ def _encoder_weights(raw: dict[str, np.ndarray], cfg, src: Path
 def read_hf_bert(src: str | os.PathLike, *, lower_case: bool | None = None):
     """(BertConfig, {stable name: array}, vocab path, lower_case, pooler names initialised)
     from a Hugging Face BERT checkpoint directory; ``ConfigError`` for anything unusable."""
-    from tfapp.data.bert_preprocess import _read_bert_vocab
+    from tfapp.data.bert_preprocess import read_bert_vocab
     from tfapp.data.errors import DataError
 
     src = Path(src).expanduser()
@@ -224,7 +224,7 @@ def read_hf_bert(src: str | os.PathLike, *, lower_case: bool | None = None):
                           "vocab (a tokenizer that only ships tokenizer.json: save_pretrained "
                           "a BertTokenizer)")
     try:
-        vocab, _ = _read_bert_vocab(vocab_file)
+        vocab, _ = read_bert_vocab(vocab_file)
     except DataError as err:
         raise ConfigError(str(err)) from None
     if len(vocab) > cfg.vocab_size:

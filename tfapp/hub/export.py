@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tfapp.atomic import atomic_directory
 from tfapp.config import ConfigError
 from tfapp.models.bert import INPUT_KEYS, BertConfig, BertEncoder
 
@@ -44,7 +45,6 @@ import tensorflow as tf
 __all__ = [
     "HUB_METADATA_FILE",
     "ReusableBertEncoder",
-    "atomic_directory",
     "export_bert_modules",
     "export_encoder",
     "export_preprocessor",
@@ -106,43 +106,6 @@ class ReusableBertEncoder(tf.train.Checkpoint):
         if lower_case is not None:
             self.do_lower_case = tf.function(lambda: tf.constant(bool(lower_case)),
                                              input_signature=[])
-
-
-@contextlib.contextmanager
-def atomic_directory(final: str | os.PathLike, *, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary directory that becomes ``final`` when the block succeeds.
-
-    The temp dir is a sibling of ``final`` (same filesystem, so the rename is atomic).
-    If ``final`` exists: with ``overwrite`` it is replaced, else ``FileExistsError``.
-    If another process renamed its own result into ``final`` first (a race on a
-    cache entry), that result is kept and ours is discarded; callers treat an
-    existing complete ``final`` as success.
-    """
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    if final.exists() and not overwrite:
-        raise FileExistsError(f"{final} already exists")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
-    # mkdtemp makes the directory private (0700); a module is meant to be shared and read
-    # by other users/services, like any directory the user would create.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)
-    try:
-        yield tmp
-        if final.exists() and overwrite:
-            trash = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:8]}"
-            os.rename(final, trash)
-            shutil.rmtree(trash, ignore_errors=True)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not final.exists():
-                raise
-            # Lost a race: another writer finished first; its copy is equally valid.
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _save(root: Any, path: Path) -> None:
@@ -233,7 +196,3 @@ def read_metadata(hub_dir: str | os.PathLike) -> dict[str, Any]:
         raise ConfigError(f"{path} is not valid JSON ({err}); rebuild it with "
                           "`python -m tfapp.hub build-bert`") from None
     return meta
-
-
-def bert_config_from_metadata(meta: dict[str, Any]) -> BertConfig:
-    return BertConfig.from_dict(meta["bert_config"])

@@ -202,9 +202,3 @@ def native_encoder_from_hub(handle: str, name: str = "bert_encoder") -> BertEnco
     encoder.assign_named_weights(values)
     return encoder
 
-
-def dummy_bert_inputs(batch: int = 1, seq_length: int = 8) -> dict[str, tf.Tensor]:
-    """Valid encoder inputs (all [CLS]-like id 1, full mask), for probing a module."""
-    shape = (batch, seq_length)
-    return {"input_word_ids": tf.ones(shape, tf.int32), "input_mask": tf.ones(shape, tf.int32),
-            "input_type_ids": tf.zeros(shape, tf.int32)}

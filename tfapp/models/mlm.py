@@ -16,8 +16,6 @@ replicas usually hold different numbers of masked tokens.
 
 from __future__ import annotations
 
-from typing import Any
-
 from tfapp.models.bert import INPUT_KEYS, BertEncoder, _activation
 
 import tensorflow as tf
@@ -76,7 +74,7 @@ class BertMaskedLM(tf.keras.Model):
         outputs = self.encoder({k: inputs[k] for k in INPUT_KEYS}, training=training)
         return self.head(outputs["sequence_output"], inputs["masked_lm_positions"])
 
-    def _step(self, data, training: bool) -> tuple[tf.Tensor, dict[str, Any]]:
+    def _step(self, data, training: bool) -> tf.Tensor:
         inputs, labels, weights = data
         logits = self(inputs, training=training)
         ce = tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)

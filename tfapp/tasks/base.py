@@ -1,16 +1,19 @@
 """The Task interface (TF Model Garden style), kept apart from the training loop.
 
-A task knows its data and its model; ``tfapp.training.driver`` knows the loop
-(strategy scope, optimizer, callbacks, checkpoints, export timing). The driver calls,
-in order and inside ``runtime.strategy.scope()`` where it matters:
+A task knows its data and its model; ``tfapp.training.driver`` knows the loop (strategy
+scope, optimizer, callbacks, checkpoints, export timing). The loop calls, in order and
+inside ``runtime.strategy.scope()`` where it matters:
 
-1. ``build_inputs()`` -> ``Inputs`` (tf.data datasets of fixed-shape tensors plus the
-   facts the loop needs: example counts, label names)
+1. ``build_inputs()`` -> ``Inputs`` (tf.data datasets of fixed-shape tensors, the facts
+   the loop needs, and the task's own facts in a typed subclass)
 2. ``build_model(inputs)`` -> an uncompiled ``tf.keras.Model``
-3. ``build_losses()`` / ``build_metrics()`` -> what ``model.compile`` takes
+3. ``build_losses(inputs)`` / ``build_metrics(inputs)`` -> what ``model.compile`` takes
 4. ``callbacks(model, inputs)`` -> task-specific callbacks (text samples, reports)
-5. ``finish(model, inputs)`` -> after training: reports, serving export; returns a
-   dict of result paths/metrics the entry point prints.
+5. ``finish(model, inputs, history)`` -> ``TaskOutput``: reports, the serving export
+
+Every method reads what it needs from its arguments and the ``RunContext``; a task keeps
+no state between them. The traits the loop asks for are class attributes/methods, decided
+once: ``default_monitor`` and ``recompiles_under_xla``.
 """
 
 from __future__ import annotations
@@ -18,35 +21,42 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tfapp.config import ExperimentConfig
-from tfapp.runtime import Runtime
+if TYPE_CHECKING:
+    from tfapp.config import ExperimentConfig
+    from tfapp.training.context import RunContext
 
 
 @dataclass
 class Inputs:
-    """Datasets and facts about them.
+    """Datasets and facts about them (tasks subclass it to carry their own facts).
 
     Attributes:
       train: training dataset of (features, labels) batches of the *global* batch size
-        (or a ``tf.distribute.DistributedDatasetInterface`` built per replica).
+        (or a ``tf.distribute.DistributedDatasetInterface`` built per input worker); it
+        repeats, the loop gives ``steps_per_epoch``.
       validation: validation dataset, or None.
-      test: test dataset, or None.
       num_train_examples: examples in one pass of the training data (after bad rows).
       num_validation_examples: examples in the validation data.
       validation_steps: batches per validation pass when the dataset is distributed
         (fit needs it then; None lets Keras run the dataset to its end).
-      info: task-specific facts (label names, vocab paths, ...), saved with the run.
     """
 
     train: Any
     validation: Any = None
-    test: Any = None
     num_train_examples: int = 0
     num_validation_examples: int = 0
     validation_steps: int | None = None
-    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class TaskOutput:
+    """What ``finish`` made: files (label -> path), final metrics, lines to print."""
+
+    paths: dict[str, Path] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
 
 
 class Task(abc.ABC):
@@ -55,10 +65,17 @@ class Task(abc.ABC):
     #: validation metric for the best checkpoint and early stopping when trainer.monitor is "".
     default_monitor = "val_loss"
 
-    def __init__(self, cfg: ExperimentConfig, runtime: Runtime, run_dir: Path):
-        self.cfg = cfg
-        self.runtime = runtime
-        self.run_dir = Path(run_dir)
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
+        self.cfg = ctx.cfg
+        self.runtime = ctx.runtime
+        self.layout = ctx.layout  # this process's run directory (a scratch copy off-chief)
+
+    @classmethod
+    def recompiles_under_xla(cls, cfg: ExperimentConfig) -> bool:
+        """Whether this task's train step recompiles every step under XLA (so ``auto``
+        leaves XLA off on GPUs for it; see ``Runtime.default_jit_compile``)."""
+        return False
 
     @abc.abstractmethod
     def build_inputs(self) -> Inputs: ...
@@ -66,14 +83,16 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def build_model(self, inputs: Inputs) -> Any: ...
 
-    @abc.abstractmethod
-    def build_losses(self) -> Any: ...
+    def build_losses(self, inputs: Inputs) -> Any:
+        """The compiled loss; None for models whose ``train_step`` computes their own."""
+        return None
 
-    def build_metrics(self) -> list:
+    def build_metrics(self, inputs: Inputs) -> list:
         return []
 
     def callbacks(self, model: Any, inputs: Inputs) -> list:
         return []
 
-    def finish(self, model: Any, inputs: Inputs) -> dict:
-        return {}
+    def finish(self, model: Any, inputs: Inputs, history: dict[str, list[float]]
+               ) -> TaskOutput:
+        return TaskOutput()

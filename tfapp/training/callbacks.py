@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from tfapp.config import ExperimentConfig
+from tfapp.run_layout import RunLayout
 from tfapp.training.preemption import ResumableBackup
 from tfapp.training.tb_logging import run_callbacks
 
@@ -47,45 +48,43 @@ class NonFiniteLossStop(tf.keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-def standard_callbacks(cfg: ExperimentConfig, run_dir: Path, *, monitor: str,
-                       has_validation: bool
-                       ) -> tuple[list[tf.keras.callbacks.Callback], dict]:
-    """Callbacks for ``cfg`` and a dict naming the paths they write.
+def standard_callbacks(cfg: ExperimentConfig, layout: RunLayout, *, backup: Path,
+                       monitor: str, has_validation: bool
+                       ) -> tuple[list[tf.keras.callbacks.Callback], NonFiniteLossStop]:
+    """Callbacks for ``cfg`` writing into ``layout``, and the NaN stop among them (the loop
+    asks it whether training broke).
 
     Every worker of a multi-worker run gets them all (saves are collective); a non-chief's
-    ``run_dir`` is its own scratch directory (``runtime.worker_dir``).
+    ``layout`` is its own scratch copy. ``backup`` is the run directory's for every worker:
+    each restores from the chief's (Keras points non-chiefs' writes at temporary folders).
     """
     t = cfg.trainer
-    paths = {"logs": run_dir / "logs", "checkpoints": run_dir / "checkpoints",
-             # Every worker restores from the chief's backup (Keras points non-chiefs' writes
-             # at temporary subfolders), so it is the run directory's, not a worker scratch's.
-             "backup": Path(cfg.run_dir) / "backup", "history": run_dir / "history.csv"}
+    nan_stop = NonFiniteLossStop()
     cbs: list[tf.keras.callbacks.Callback] = [
-        NonFiniteLossStop(),
+        nan_stop,
         # Epoch-end backups + save-and-stop on SIGTERM; a rerun resumes (epoch, step).
-        ResumableBackup(paths["backup"]),
+        ResumableBackup(backup),
     ]
     if not has_validation:
         monitor = monitor.removeprefix("val_")
     mode = monitor_mode(monitor, t.monitor_mode)
-    cbs.append(tf.keras.callbacks.CSVLogger(str(paths["history"]), append=True))
+    cbs.append(tf.keras.callbacks.CSVLogger(str(layout.history), append=True))
     if cfg.tracking.tensorboard:
         cbs.append(tf.keras.callbacks.TensorBoard(
-            log_dir=str(paths["logs"]), histogram_freq=0, write_graph=True,
+            log_dir=str(layout.logs), histogram_freq=0, write_graph=True,
             # log_every_steps counts optimizer steps; Keras's update_freq counts batches.
             update_freq=t.log_every_steps * t.gradient_accumulation_steps or "epoch",
             profile_batch=parse_profile_steps(t.profile_steps)))
     # Throughput, HParams and the on-demand profiler server (trainer.profiler_port).
-    cbs += run_callbacks(cfg, paths["logs"])
-    paths["best"] = paths["checkpoints"] / "best"
+    cbs += run_callbacks(cfg, layout.logs)
     cbs.append(tf.keras.callbacks.ModelCheckpoint(
-        str(paths["best"]), monitor=monitor, mode=mode, save_best_only=True,
+        str(layout.best_checkpoint), monitor=monitor, mode=mode, save_best_only=True,
         save_weights_only=True, verbose=0))
     if t.early_stopping_patience > 0:
         cbs.append(tf.keras.callbacks.EarlyStopping(
             monitor=monitor, mode=mode, patience=t.early_stopping_patience,
             restore_best_weights=True, verbose=1))
-    return cbs, paths
+    return cbs, nan_stop
 
 
 def plot_curves(history_csv: Path, out_png: Path) -> Path | None:
@@ -108,7 +107,8 @@ def plot_curves(history_csv: Path, out_png: Path) -> Path | None:
     epochs = [int(r["epoch"]) + 1 for r in rows]
     for ax, name in zip(axes[0], names, strict=True):
         ax.plot(epochs, [float(r[name]) for r in rows], "o-", label="train")
-        if f"val_{name}" in rows[0]:
+        # CSVLogger writes val_ columns of "NA" when a run has no validation data.
+        if f"val_{name}" in rows[0] and all(r[f"val_{name}"] != "NA" for r in rows):
             ax.plot(epochs, [float(r[f"val_{name}"]) for r in rows], "s-", label="validation")
         ax.set_title(name)
         ax.set_xlabel("epoch")

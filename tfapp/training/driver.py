@@ -1,4 +1,12 @@
-"""The fit driver: config -> runtime -> task -> compiled model -> fit -> finish.
+"""The training loop, the one every run goes through: config -> run context -> task ->
+compiled model -> fit -> finish.
+
+``train`` runs the classifier, the generator, masked-LM pretraining (``task=mlm``) and
+every tuning trial; ``find_learning_rate`` is the LR range test on the same model and
+pipeline. Where things are decided: the runtime and XLA in ``RunContext.create``
+(``training/context.py``), the run directory's file names in ``RunLayout``
+(``run_layout.py``), the data pipeline (snapshot, cache, service) in each task's
+``build_inputs``.
 
 Only the chief writes the run directory (params.yaml, logs, checkpoints, exports);
 other workers of a multi-worker run write into scratch directories, because every
@@ -8,25 +16,24 @@ worker must take part in collective saves.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tfapp import runtime as runtime_lib
-from tfapp.config import ConfigError, ExperimentConfig, save_params
+from tfapp.config import ConfigError, ExperimentConfig
+from tfapp.run_layout import RunLayout
 from tfapp.tasks import get_task
+from tfapp.tasks.base import Inputs, Task
 from tfapp.tracking import wandb_run
-from tfapp.training.accumulation import wrap_for_accumulation
+from tfapp.training import fit as fit_lib
 from tfapp.training.callbacks import plot_curves, standard_callbacks
+from tfapp.training.context import RunContext
 from tfapp.training.lr_finder import LRFindResult, find_lr, plot_lr_find
 from tfapp.training.optimizers import build_optimizer, build_schedule
-from tfapp.training.plan import TrainingPlan, plan_training, resolve_jit_compile
+from tfapp.training.plan import TrainingPlan, plan_training
 from tfapp.training.run_header import build_header, format_header, save_header
 from tfapp.training.schedule_plot import plot_schedule
-from tfapp.training.status import write_status
 from tfapp.training.step_logs import LearningRateLogger, StepLogger
 
 log = logging.getLogger("tfapp")
@@ -61,155 +68,133 @@ class TrainResult:
         return "\n".join(out)
 
 
-def _check_writable(run_dir: Path) -> None:
-    """Fail before any training if the run directory cannot be written."""
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / f".write_probe_{os.getpid()}"
-        probe.write_bytes(b"x" * 4096)
-        probe.unlink()
-    except OSError as err:
-        raise ConfigError(f"output directory {run_dir} is not writable ({err.strerror}); "
-                          "set output_dir= to a writable place") from None
-
-
-def _with_accumulation(model, steps: int, rt: runtime_lib.Runtime):
-    return wrap_for_accumulation(model, steps, rt.num_replicas)
-
-
-def _peak_learning_rate(cfg: ExperimentConfig, rt: runtime_lib.Runtime, *, model, inputs,
-                        task, run_dir: Path, jit: bool, resuming: bool) -> tuple[float, str]:
+def _peak_learning_rate(ctx: RunContext, task: Task, model, inputs: Inputs, *,
+                        resuming: bool) -> tuple[float, str]:
     """The schedule's peak and where it came from; ``auto`` runs the LR range test first
     on the real model (weights restored after) at the real global batch, so its
     suggestion is used as is (no replica scaling). A resumed run reuses its suggestion."""
+    cfg, rt, run = ctx.cfg, ctx.runtime, ctx.layout
     o = cfg.optimizer
     if o.learning_rate != "auto":
         lr = rt.scaled_learning_rate(o.learning_rate, o.scale_lr_by_replicas)
         scaled = o.scale_lr_by_replicas and rt.num_replicas > 1
         return lr, (f"optimizer.learning_rate x {rt.num_replicas} replicas" if scaled
                     else "optimizer.learning_rate")
-    saved = run_dir / "lr_find.json"
-    if resuming and saved.is_file():
-        found = LRFindResult.load_json(saved)
+    if resuming and run.lr_find_json.is_file():
+        found = LRFindResult.load_json(run.lr_find_json)
     else:
-        found = find_lr(model, inputs.train, optimizer_cfg=o, loss=task.build_losses(),
-                        strategy=rt.strategy,
-                        accumulation=cfg.trainer.gradient_accumulation_steps, jit_compile=jit)
-        found.save_json(saved)
-        plot_lr_find(found, run_dir / "lr_find.png", title=f"{cfg.name}: LR range test")
+        found = find_lr(ctx, model, inputs.train, loss=task.build_losses(inputs))
+        found.save_json(run.lr_find_json)
+        plot_lr_find(found, run.lr_find_png, title=f"{cfg.name}: LR range test")
         found.check_usable()  # no training at a rate read off noise
     log.info("optimizer.learning_rate=auto: %s", found.describe())
     return found.suggestion, "auto: LR range test, lr_find.png"
 
 
 def _step_callbacks(cfg: ExperimentConfig, plan: TrainingPlan, schedule,
-                    log_dir: Path) -> list:
+                    layout: RunLayout) -> list:
     """Per-optimizer-step learning rate in TensorBoard; a log line every log_every_steps."""
     cbs: list = []
     if cfg.tracking.tensorboard:
-        cbs.append(LearningRateLogger(log_dir / "train", schedule))
+        cbs.append(LearningRateLogger(layout.logs / "train", schedule))
     if cfg.trainer.log_every_steps:
         cbs.append(StepLogger(cfg.trainer.log_every_steps, plan.total_steps,
                               plan.effective_batch))
     return cbs
 
 
-def train(cfg: ExperimentConfig) -> TrainResult:
-    """Run the experiment ``cfg`` describes end to end."""
+def train(cfg: ExperimentConfig, ctx: RunContext | None = None) -> TrainResult:
+    """Run the experiment ``cfg`` describes end to end; ``ctx`` reuses a run context built
+    by the caller (``tune`` hands each trial one over its once-built runtime)."""
     started = time.time()
-    rt = runtime_lib.setup(cfg.runtime)
-    run_dir = runtime_lib.worker_dir(cfg.run_dir, rt)
-    _check_writable(run_dir)
-    paths: dict = {"params": save_params(cfg, run_dir)}
-    write_status(run_dir, "running")
+    ctx = ctx or RunContext.create(cfg)
+    run = ctx.layout
+    paths: dict = {"params": ctx.begin()}
+    log.info("runtime: %s", ctx.describe())
 
-    global_batch = rt.global_batch_size(cfg.data.batch_size)
-    jit = resolve_jit_compile(cfg, rt)
-    log.info("runtime: %s", rt.describe(cfg.data.batch_size))
-
-    task = get_task(cfg.task)(cfg, rt, run_dir)
+    task = get_task(cfg.task)(ctx)
     # Before any TensorBoard writer exists, so tracking.wandb.sync_tensorboard sees them all.
-    tracker = wandb_run.start(cfg, run_dir, rt.is_chief)  # None unless tracking.wandb.enabled
+    tracker = wandb_run.start(cfg, run.root, ctx.is_chief)  # None unless tracking.wandb.enabled
     try:
         inputs = task.build_inputs()
         # Epochs, or max_steps / eval_every_steps as "virtual epochs" (see plan.py).
-        plan = plan_training(cfg, inputs.num_train_examples, global_batch)
-        callbacks, cb_paths = standard_callbacks(
-            cfg, run_dir, monitor=cfg.trainer.monitor or task.default_monitor,
+        plan = plan_training(cfg, inputs.num_train_examples,
+                             ctx.runtime.global_batch_size(cfg.data.batch_size))
+        callbacks, nan_stop = standard_callbacks(
+            cfg, run, backup=ctx.run.backup, monitor=cfg.trainer.monitor or task.default_monitor,
             has_validation=inputs.validation is not None)
-        backup = cb_paths["backup"]
-        resuming = backup.is_dir() and any(backup.iterdir())
+        resuming = ctx.run.backup.is_dir() and any(ctx.run.backup.iterdir())
         if not resuming:
-            cb_paths["history"].unlink(missing_ok=True)
-        with rt.strategy.scope():
-            model = task.build_model(inputs)
-            model = _with_accumulation(model, cfg.trainer.gradient_accumulation_steps, rt)
-        lr, lr_source = _peak_learning_rate(cfg, rt, model=model, inputs=inputs, task=task,
-                                            run_dir=run_dir, jit=jit, resuming=resuming)
+            run.history.unlink(missing_ok=True)
+        model = fit_lib.build_model(ctx, task, inputs)
+        lr, lr_source = _peak_learning_rate(ctx, task, model, inputs, resuming=resuming)
         schedule = build_schedule(cfg.optimizer, peak=lr, total_steps=plan.total_steps)
-        with rt.strategy.scope():
+        with ctx.runtime.strategy.scope():
             optimizer = build_optimizer(cfg.optimizer, schedule=schedule)
-            model.compile(optimizer=optimizer, loss=task.build_losses(),
-                          metrics=task.build_metrics(), jit_compile=jit,
-                          steps_per_execution=cfg.trainer.steps_per_execution)
+        fit_lib.compile_model(ctx, model, optimizer=optimizer, loss=task.build_losses(inputs),
+                              metrics=task.build_metrics(inputs))
         examples = {"train": inputs.num_train_examples,
                     "validation": inputs.num_validation_examples}
-        header = build_header(cfg, rt, plan, examples=examples, warmup=schedule.warmup_steps,
-                              peak_lr=lr, lr_source=lr_source, jit_compile=jit)
+        header = build_header(cfg, ctx.runtime, plan, examples=examples,
+                              warmup=schedule.warmup_steps, peak_lr=lr, lr_source=lr_source,
+                              jit_compile=ctx.jit_compile)
         log.info("%s", format_header(header))
-        header_paths = save_header(header, run_dir)
-        paths["header"] = header_paths["run_header.txt"]
+        paths["header"] = save_header(header, run)
         evals = [(i + 1) * plan.fit_steps_per_epoch // plan.accumulation
                  for i in range(plan.fit_epochs)]
-        paths["schedule"] = plot_schedule(schedule, plan.total_steps,
-                                          run_dir / "lr_schedule.png",
+        paths["schedule"] = plot_schedule(schedule, plan.total_steps, run.lr_schedule_png,
                                           warmup_steps=schedule.warmup_steps, eval_steps=evals)
-        callbacks += _step_callbacks(cfg, plan, schedule, cb_paths["logs"])
+        callbacks += _step_callbacks(cfg, plan, schedule, run)
         callbacks += task.callbacks(model, inputs)
         callbacks += tracker.callbacks(cfg) if tracker else []
-        verbose = 1 if (rt.is_chief and sys.stderr.isatty()) else 2
-        history = model.fit(inputs.train, validation_data=inputs.validation,
-                            validation_steps=inputs.validation_steps,
-                            epochs=plan.fit_epochs, steps_per_epoch=plan.fit_steps_per_epoch,
-                            callbacks=callbacks, verbose=verbose)
-        nan_stop = callbacks[0]
+        history = fit_lib.fit(ctx, model, inputs.train, validation=inputs.validation,
+                              validation_steps=inputs.validation_steps,
+                              epochs=plan.fit_epochs, steps_per_epoch=plan.fit_steps_per_epoch,
+                              callbacks=callbacks)
         if nan_stop.bad_batch is not None:
             raise ConfigError(
                 f"training stopped: the loss became NaN/inf near optimizer step "
                 f"{int(model.optimizer.iterations)} (epoch "
-                f"{len(history.history.get('loss', []))} batch {nan_stop.bad_batch}); lower "
+                f"{len(next(iter(history.values()), []))} batch {nan_stop.bad_batch}); lower "
                 "optimizer.learning_rate (python -m tfapp.lr_find suggests one) or set "
                 "optimizer.clipnorm; checkpoints from earlier evaluations are kept in "
-                f"{cb_paths['checkpoints']}")
-        finished = task.finish(model, inputs)
+                f"{run.checkpoints}")
+        finished = task.finish(model, inputs, history)
     except BaseException as err:
         state = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
-        write_status(run_dir, state, error=str(err).splitlines()[0] if str(err) else state)
+        ctx.status(state, error=str(err).splitlines()[0] if str(err) else state)
         if tracker:
             tracker.finish(failed=True)
         raise
 
-    # BackupAndRestore deletes its checkpoint after a finished fit but leaves the folder.
-    if rt.is_chief and cb_paths["backup"].is_dir() and not any(cb_paths["backup"].iterdir()):
-        cb_paths["backup"].rmdir()  # (the folder is shared by all workers: the chief's)
-    paths.update({k: v for k, v in cb_paths.items() if k != "backup" and Path(v).exists()})
-    curves = plot_curves(cb_paths["history"], run_dir / "curves.png")
+    for key, path in (("logs", run.logs), ("checkpoints", run.checkpoints),
+                      ("history", run.history)):
+        if path.exists():
+            paths[key] = path
+    curves = plot_curves(run.history, run.curves)
     if curves:
         paths["curves"] = curves
-    result = TrainResult(run_dir=run_dir, paths=paths, history=history.history,
+    result = TrainResult(run_dir=run.root, paths=paths, history=history,
                          seconds=time.time() - started, model=model)
-    result.metrics = {k: v[-1] for k, v in history.history.items() if v}
-    result.metrics.update(finished.pop("metrics", {}))
-    result.lines = finished.pop("lines", [])
-    result.paths.update(finished)
+    result.metrics = {k: v[-1] for k, v in history.items() if v}
+    result.metrics.update(finished.metrics)
+    result.lines = list(finished.lines)
+    result.paths.update(finished.paths)
     if tracker:  # summary metrics, the exported model as an artifact
         result.lines += tracker.finish(result)
-    write_status(run_dir, "finished", metrics={k: float(v) for k, v in result.metrics.items()
-                                                if isinstance(v, int | float)})
-    if not rt.is_chief:  # drop this worker's scratch copy and its empty parents
-        shutil.rmtree(run_dir, ignore_errors=True)
-        for parent in (run_dir.parent, run_dir.parent.parent):
-            if parent.name.startswith((".workers", f"{rt.task_type}_")) and parent.is_dir() \
-                    and not any(parent.iterdir()):
-                parent.rmdir()
+    ctx.status("finished", metrics={k: float(v) for k, v in result.metrics.items()
+                                    if isinstance(v, int | float)})
+    ctx.end()
     return result
+
+
+def find_learning_rate(cfg: ExperimentConfig) -> LRFindResult:
+    """The LR range test for the experiment ``cfg``: its runtime, data pipeline and model,
+    built with a scratch run directory so the real one stays untouched."""
+    with tempfile.TemporaryDirectory(prefix="tfapp-lr-find-") as scratch:
+        ctx = RunContext.create(cfg, run_dir=scratch)
+        log.info("LR range test: %s", ctx.describe())
+        task = get_task(cfg.task)(ctx)
+        inputs = task.build_inputs()
+        model = fit_lib.build_model(ctx, task, inputs)
+        return find_lr(ctx, model, inputs.train, loss=task.build_losses(inputs))

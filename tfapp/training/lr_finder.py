@@ -13,17 +13,20 @@ from __future__ import annotations
 import json
 import logging
 import math
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfapp.atomic import write_text
-from tfapp.config import ConfigError, ExperimentConfig, OptimizerConfig
+from tfapp.config import ConfigError
+from tfapp.training import fit
 from tfapp.training.optimizers import ExponentialSweep, build_optimizer
 
 import numpy as np
 import tensorflow as tf
+
+if TYPE_CHECKING:
+    from tfapp.training.context import RunContext
 
 log = logging.getLogger("tfapp")
 
@@ -122,27 +125,27 @@ class _SweepRecorder(tf.keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-def find_lr(model: tf.keras.Model, dataset: Any, *, optimizer_cfg: OptimizerConfig,
-            loss: Any, strategy: tf.distribute.Strategy, accumulation: int = 1,
-            jit_compile: bool = False) -> LRFindResult:
-    """Run the range test on ``model`` (built in ``strategy``'s scope) over ``dataset`` (a
+def find_lr(ctx: RunContext, model: tf.keras.Model, dataset: Any, *, loss: Any
+            ) -> LRFindResult:
+    """Run the range test on ``model`` (built by ``fit.build_model``) over ``dataset`` (a
     repeated training stream, as fit gets it) and restore the model's weights afterwards.
 
-    The model is compiled here with the sweep optimizer (``optimizer_cfg``'s kind, weight
+    The model is compiled here with the sweep optimizer (``optimizer``'s kind, weight
     decay and clipping; its learning rate the sweep); compile it again before training.
     ``steps_per_execution`` is 1 so every batch's loss is seen.
     """
-    o = optimizer_cfg
+    o = ctx.cfg.optimizer
     steps = o.lr_find_steps
     schedule = ExponentialSweep(o.lr_find_min, o.lr_find_max, steps)
     saved = {v.ref(): v.numpy() for v in model.weights}
     recorder = _SweepRecorder(schedule)
-    with strategy.scope():
-        model.compile(optimizer=build_optimizer(o, schedule=schedule), loss=loss,
-                      jit_compile=jit_compile, steps_per_execution=1)
+    with ctx.runtime.strategy.scope():
+        optimizer = build_optimizer(o, schedule=schedule)
+    fit.compile_model(ctx, model, optimizer=optimizer, loss=loss, steps_per_execution=1)
     try:
-        model.fit(dataset, epochs=1, steps_per_epoch=steps * accumulation,
-                  callbacks=[recorder], verbose=0)
+        fit.fit(ctx, model, dataset, epochs=1,
+                steps_per_epoch=steps * ctx.cfg.trainer.gradient_accumulation_steps,
+                callbacks=[recorder], quiet=True)
     finally:
         # Put the weights back; variables the sweep created (gradient accumulators, built
         # at the first train step) start from zero, as they would have.
@@ -197,25 +200,3 @@ def plot_lr_find(result: LRFindResult, out_png: str | Path, title: str = "") -> 
     plt.close(fig)
     return out_png
 
-
-def run_lr_find(cfg: ExperimentConfig) -> LRFindResult:
-    """The range test for the experiment ``cfg``: its runtime, data pipeline and model,
-    built in a temporary directory so the run directory stays untouched."""
-    from tfapp import runtime as runtime_lib
-    from tfapp.tasks import get_task
-    from tfapp.training.accumulation import wrap_for_accumulation
-    from tfapp.training.plan import resolve_jit_compile
-
-    rt = runtime_lib.setup(cfg.runtime)
-    jit = resolve_jit_compile(cfg, rt)
-    log.info("LR range test: %s", rt.describe(cfg.data.batch_size))
-    with tempfile.TemporaryDirectory(prefix="tfapp-lr-find-") as scratch:
-        task = get_task(cfg.task)(cfg, rt, Path(scratch))
-        inputs = task.build_inputs()
-        with rt.strategy.scope():
-            model = wrap_for_accumulation(task.build_model(inputs),
-                                          cfg.trainer.gradient_accumulation_steps,
-                                          rt.num_replicas)
-        return find_lr(model, inputs.train, optimizer_cfg=cfg.optimizer,
-                       loss=task.build_losses(), strategy=rt.strategy,
-                       accumulation=cfg.trainer.gradient_accumulation_steps, jit_compile=jit)

@@ -49,10 +49,6 @@ class TrainingPlan:
         """Examples behind one optimizer step."""
         return self.global_batch * self.accumulation
 
-    @property
-    def total_batches(self) -> int:
-        return self.fit_epochs * self.fit_steps_per_epoch
-
 
 def plan_training(cfg: ExperimentConfig, num_train_examples: int, global_batch: int
                   ) -> TrainingPlan:
@@ -91,11 +87,12 @@ def plan_training(cfg: ExperimentConfig, num_train_examples: int, global_batch: 
                         total_steps=total, step_mode=True, eval_every_steps=every, **common)
 
 
-def resolve_jit_compile(cfg: ExperimentConfig, rt: Runtime) -> bool:
-    """trainer.jit_compile, with auto decided per device and model (``Runtime``)."""
-    # Hub encoders (bert) and the LSTM baseline (rnn) recompile every step under XLA.
+def resolve_jit_compile(cfg: ExperimentConfig, rt: Runtime, *,
+                        recompiles_under_xla: bool) -> bool:
+    """trainer.jit_compile, with auto decided per device and model: the one place XLA is
+    switched on or off for a run (``RunContext.create`` calls it with the task's trait)."""
     jit = rt.default_jit_compile(cfg.trainer.jit_compile,
-                                 recompiles_under_xla=cfg.model.kind in ("bert", "rnn"))
+                                 recompiles_under_xla=recompiles_under_xla)
     if jit and rt.kind == "mirrored" and rt.device_kind == "CPU":
         raise ConfigError("trainer.jit_compile: XLA cannot run MirroredStrategy over CPU "
                           "devices (its CPU backend binds one device); set "

@@ -12,7 +12,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from tfapp.config import ExperimentConfig, HyperParamConfig, with_values
+from tfapp.config import ExperimentConfig, HyperParamConfig, task_uses, with_values
 from tfapp.training.callbacks import monitor_mode
 
 import keras_tuner as kt
@@ -52,6 +52,11 @@ def search_dir(cfg: ExperimentConfig) -> Path:
     return cfg.run_dir
 
 
+def trial_run_name(execution: int) -> str:
+    """The run directory's name of one execution of a trial, inside SEARCH_DIR/trial_ID."""
+    return f"run_{execution}"
+
+
 def trial_config(cfg: ExperimentConfig, values: dict[str, Any], trial_id: str, execution: int,
                  obj: kt.Objective) -> ExperimentConfig:
     """The config one execution of one trial trains: ``cfg`` with the sampled values, run in
@@ -63,13 +68,13 @@ def trial_config(cfg: ExperimentConfig, values: dict[str, Any], trial_id: str, e
     root = search_dir(cfg)
     return dataclasses.replace(
         trial,
-        output_dir=str(root / f"trial_{trial_id}"), name=f"run_{execution}",
+        output_dir=str(root / f"trial_{trial_id}"), name=trial_run_name(execution),
         runtime=dataclasses.replace(trial.runtime, seed=trial.runtime.seed + execution),
         # One snapshot of the preprocessed data for every trial: its key covers what decides
         # the preprocessed values (data, seq_length, preprocessor), so trials that vary those
         # write their own and all others read the shared one.
-        data=dataclasses.replace(trial.data,
-                                 snapshot=trial.data.snapshot or str(root / "snapshot")),
+        data=dataclasses.replace(trial.data, snapshot=trial.data.snapshot or (
+            str(root / "snapshot") if task_uses(cfg.task, "data.snapshot") else "")),
         trainer=dataclasses.replace(
             trial.trainer, epochs=int(epochs), monitor=obj.name, monitor_mode=obj.direction,
             early_stopping_patience=t.early_stopping_patience

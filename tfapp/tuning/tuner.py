@@ -19,9 +19,18 @@ from typing import Any
 from tfapp import compat
 from tfapp.atomic import write_text
 from tfapp.config import ConfigError, ExperimentConfig
+from tfapp.run_layout import RunLayout
+from tfapp.runtime import Runtime
+from tfapp.runtime import setup as setup_runtime
+from tfapp.training.context import RunContext
 from tfapp.training.driver import train
 from tfapp.tuning import distributed
-from tfapp.tuning.space import build_hyperparameters, config_values, trial_config
+from tfapp.tuning.space import (
+    build_hyperparameters,
+    config_values,
+    trial_config,
+    trial_run_name,
+)
 
 import keras_tuner as kt
 import tensorflow as tf
@@ -80,6 +89,9 @@ class ConfigTuner(base_tuner.BaseTuner):
     def __init__(self, cfg: ExperimentConfig, oracle: kt.Oracle):
         self.cfg = cfg
         self.last_value: float | None = None
+        # Set up at the first trial this process runs (the chief only serves the oracle),
+        # then shared by every trial: no new strategy, or TPU initialisation, per trial.
+        self.runtime: Runtime | None = None
         # KerasTuner prints every failed trial's traceback; on_trial_end prints one line for
         # the expected failures (FailedTrialError) and the traceback only for the others.
         compat.quiet_tuner_tracebacks()
@@ -107,7 +119,8 @@ class ConfigTuner(base_tuner.BaseTuner):
         shown = ", ".join(f"{k}={_fmt(v)}" for k, v in config_values(
             trial.hyperparameters.values).items())
         epochs = trial.hyperparameters.values.get("tuner/epochs")
-        resumed = any((Path(self.get_trial_dir(trial.trial_id)) / "run_0" / "backup").glob("*"))
+        first_run = Path(self.get_trial_dir(trial.trial_id)) / trial_run_name(0)
+        resumed = any(RunLayout(first_run).backup.glob("*"))
         print(f"trial {trial.trial_id} [{self.tuner_id}]: {shown}"
               + (f" ({epochs} epochs)" if epochs else "")
               + (" -- resuming from its checkpoint" if resumed else ""), flush=True)
@@ -128,7 +141,9 @@ class ConfigTuner(base_tuner.BaseTuner):
         for execution in range(self.cfg.tune.executions_per_trial):
             try:
                 run_cfg = trial_config(self.cfg, values, trial.trial_id, execution, objective)
-                result = train(run_cfg)
+                if self.runtime is None:
+                    self.runtime = setup_runtime(run_cfg.runtime)
+                result = train(run_cfg, RunContext.create(run_cfg, runtime=self.runtime))
             except ConfigError as err:  # e.g. a NaN loss at this learning rate
                 raise kt_errors.FailedTrialError(str(err)) from None
             finally:

@@ -8,23 +8,23 @@ as an asset) and the label names, so it reloads in a fresh process with only
     m = tf.saved_model.load("runs/classifier/export")
     out = m.serve(tf.constant(["great value"]))   # {"probabilities", "label"}
 
-Writes are atomic: the model is saved into a temporary sibling directory and renamed
-into place, so a crash never leaves a half-written export that looks complete.
+Writes are atomic (``atomic.atomic_directory``): a crash never leaves a half-written
+export that looks complete.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
+from tfapp.atomic import save_model
+from tfapp.serving import EXPORT_MARKERS
 from tfapp.training.metrics import BINARY, MULTILABEL
 
 import tensorflow as tf
 
-EXPORT_METADATA = "tfapp_export.json"
+EXPORT_METADATA = EXPORT_MARKERS["classifier"]
 
 
 class ClassifierServing(tf.Module):
@@ -39,10 +39,11 @@ class ClassifierServing(tf.Module):
         self.label_names = tf.Variable(label_names, trainable=False, name="label_names")
         self._seq_length = int(seq_length)
         self._mode = mode
-        if text_pair:
+        if text_pair:  # only pair models have (and export) serve_pair
             self.serve_pair = tf.function(
-                self._serve_pair, input_signature=[tf.TensorSpec([None], tf.string),
-                                                   tf.TensorSpec([None], tf.string)])
+                lambda text, text_pair: self._outputs([text, text_pair]),
+                input_signature=[tf.TensorSpec([None], tf.string),
+                                 tf.TensorSpec([None], tf.string)])
 
     def _outputs(self, segments: list) -> dict[str, tf.Tensor]:
         features = self.preprocessor.bert_pack_inputs(
@@ -63,38 +64,14 @@ class ClassifierServing(tf.Module):
     def serve(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         return self._outputs([text])
 
-    def _serve_pair(self, text: tf.Tensor, text_pair: tf.Tensor) -> dict[str, tf.Tensor]:
-        return self._outputs([text, text_pair])
-
-
-def atomic_save(module: tf.Module, export_dir: str | os.PathLike, *, signatures: dict,
-                metadata: dict) -> Path:
-    """Save ``module`` to ``export_dir`` via a temp dir + rename; replaces an old export."""
-    export_dir = Path(export_dir)
-    export_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=export_dir.parent, prefix=f".{export_dir.name}.tmp"))
-    try:
-        tf.saved_model.save(module, str(tmp), signatures=signatures)
-        (tmp / EXPORT_METADATA).write_text(json.dumps(metadata, indent=1))
-        old = None
-        if export_dir.exists():
-            old = export_dir.with_name(f".{export_dir.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(export_dir, old)
-        os.replace(tmp, export_dir)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return export_dir
-
 
 def export_classifier(serving: ClassifierServing, export_dir: str | os.PathLike, *,
                       metadata: dict) -> Path:
     signatures = {"serving_default": serving.serve.get_concrete_function()}
     if hasattr(serving, "serve_pair"):
         signatures["serve_pair"] = serving.serve_pair.get_concrete_function()
-    return atomic_save(serving, export_dir, signatures=signatures, metadata=metadata)
+    return save_model(serving, export_dir, signatures=signatures, metadata=metadata,
+                      metadata_file=EXPORT_METADATA)
 
 
 def read_export_metadata(export_dir: str | os.PathLike) -> dict:

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
+from typing import Any
 
 from tfapp.atomic import write_text
 from tfapp.data.bert_preprocess import make_bert_preprocess_fn
-from tfapp.data.classification import load_classification_splits, make_classification_dataset
+from tfapp.data.classification import (
+    ClassificationSplits,
+    load_classification_splits,
+    make_classification_dataset,
+)
 from tfapp.data.pipeline import distribute
 from tfapp.hub.handles import resolve_hub_handle
 from tfapp.models.classifier import build_classifier
-from tfapp.tasks.base import Inputs, Task
-from tfapp.training.export import ClassifierServing, export_classifier
+from tfapp.serving import predict_in_batches
+from tfapp.tasks.base import Inputs, Task, TaskOutput
+from tfapp.tasks.classifier.export import ClassifierServing, export_classifier
 from tfapp.training.metrics import (
     build_loss,
     build_metrics,
@@ -20,8 +27,6 @@ from tfapp.training.metrics import (
     format_report,
     label_mode,
 )
-
-import numpy as np
 
 
 def _vocab_size(module) -> int | None:
@@ -36,28 +41,52 @@ def _vocab_size(module) -> int | None:
         return sum(1 for _ in fh)
 
 
+@dataclass
+class ClassifierInputs(Inputs):
+    """The classifier's inputs and what its model, loss and export need to know.
+
+    Attributes:
+      splits: the examples of each split, the label names, single or multi-label.
+      preprocess: the BERT preprocessing function (``make_bert_preprocess_fn``).
+      encoder_handle: the resolved encoder (``model.hub_handle``).
+      preprocessor_handle: the resolved preprocessor.
+    """
+
+    splits: ClassificationSplits | None = None
+    preprocess: Any = None
+    encoder_handle: str = ""
+    preprocessor_handle: str = ""
+
+    @property
+    def num_classes(self) -> int:
+        return self.splits.num_classes
+
+
 class ClassifierTask(Task):
     """Fine-tunes ``model.hub_handle`` (or a baseline) on ``data`` and exports a serving model."""
 
     default_monitor = "val_accuracy"
 
-    def build_inputs(self) -> Inputs:
+    @classmethod
+    def recompiles_under_xla(cls, cfg) -> bool:
+        # A restored TF-Hub encoder (bert) and tf-keras's fused LSTM (rnn) recompile the
+        # train step every step under XLA (docs/hub.md).
+        return cfg.model.kind in ("bert", "rnn")
+
+    def build_inputs(self) -> ClassifierInputs:
         d, m = self.cfg.data, self.cfg.model
         encoder, bundled_pre = resolve_hub_handle(m.hub_handle)
-        self.encoder_handle = encoder
         preprocessor = m.hub_preprocessor or bundled_pre
-        self.preprocess = make_bert_preprocess_fn(hub_preprocessor=preprocessor,
-                                                  seq_length=d.seq_length)
-        self.preprocessor_handle = preprocessor
-        self.splits = load_classification_splits(
-            d, self.cfg.runtime.seed, label_vocab_path=self.run_dir / "labels.json")
-        s = self.splits
+        preprocess = make_bert_preprocess_fn(hub_preprocessor=preprocessor,
+                                             seq_length=d.seq_length)
+        s = load_classification_splits(d, self.cfg.runtime.seed,
+                                       label_vocab_path=self.layout.labels)
         global_batch = self.runtime.global_batch_size(d.batch_size)
 
         def dataset(examples, training):
             def fn(input_context=None):
                 ds = make_classification_dataset(
-                    examples, self.preprocess, d, batch_size=global_batch, training=training,
+                    examples, preprocess, d, batch_size=global_batch, training=training,
                     seed=self.cfg.runtime.seed, input_context=input_context)
                 # fit runs a fixed number of steps per epoch from one iterator, so the
                 # training stream must not run dry at the end of a pass.
@@ -65,7 +94,7 @@ class ClassifierTask(Task):
             return distribute(self.runtime.strategy, fn)
 
         validation = s.validation if s.validation is not None and len(s.validation) else None
-        return Inputs(
+        return ClassifierInputs(
             train=dataset(s.train, True),
             validation=dataset(validation, False) if validation is not None else None,
             num_train_examples=len(s.train),
@@ -76,28 +105,25 @@ class ClassifierTask(Task):
             # steps_per_execution > 1 even on one replica.
             validation_steps=(math.ceil(len(validation) / global_batch)
                               if validation is not None else None),
-            info={"label_names": s.label_names, "multi_label": s.multi_label})
+            splits=s, preprocess=preprocess, encoder_handle=encoder,
+            preprocessor_handle=preprocessor)
 
-    @property
-    def num_classes(self) -> int:
-        return len(self.splits.label_names)
-
-    def build_model(self, inputs: Inputs):
+    def build_model(self, inputs: ClassifierInputs):
         return build_classifier(
-            self.cfg.model, num_classes=self.num_classes, multi_label=self.splits.multi_label,
-            seq_length=self.cfg.data.seq_length, vocab_size=_vocab_size(self.preprocess.module),
-            hub_handle=self.encoder_handle)
+            self.cfg.model, num_classes=inputs.num_classes,
+            multi_label=inputs.splits.multi_label, seq_length=self.cfg.data.seq_length,
+            vocab_size=_vocab_size(inputs.preprocess.module), hub_handle=inputs.encoder_handle)
 
-    def build_losses(self):
-        return build_loss(self.num_classes, self.splits.multi_label)
+    def build_losses(self, inputs: ClassifierInputs):
+        return build_loss(inputs.num_classes, inputs.splits.multi_label)
 
-    def build_metrics(self) -> list:
-        return build_metrics(self.num_classes, self.splits.multi_label)
+    def build_metrics(self, inputs: ClassifierInputs) -> list:
+        return build_metrics(inputs.num_classes, inputs.splits.multi_label)
 
-    def callbacks(self, model, inputs: Inputs) -> list:
+    def callbacks(self, model, inputs: ClassifierInputs) -> list:
         """The validation confusion matrix per epoch (TensorBoard Images tab), single-label
         runs on one worker (predict over an extra dataset would need every worker)."""
-        s, d = self.splits, self.cfg.data
+        s, d = inputs.splits, self.cfg.data
         if (not self.cfg.tracking.tensorboard or s.multi_label or inputs.validation is None
                 or self.runtime.kind == "multi_worker"):
             return []
@@ -105,51 +131,42 @@ class ClassifierTask(Task):
 
         def validation_dataset():
             return make_classification_dataset(
-                s.validation, self.preprocess, d,
+                s.validation, inputs.preprocess, d,
                 batch_size=self.runtime.global_batch_size(d.batch_size), training=False,
                 seed=self.cfg.runtime.seed)
 
         return [ConfusionMatrixImage(validation_dataset, s.validation.labels, s.label_names,
-                                     self.run_dir / "logs" / "validation",
-                                     self.run_dir / "confusion_matrix.png")]
+                                     self.layout.task_logs("validation"),
+                                     self.layout.confusion_matrix)]
 
-    def finish(self, model, inputs: Inputs) -> dict:
+    def finish(self, model, inputs: ClassifierInputs, history: dict) -> TaskOutput:
         """Export the serving model, then report per class on validation through it."""
-        s, d = self.splits, self.cfg.data
-        mode = label_mode(self.num_classes, s.multi_label)
-        out: dict = {"lines": []}
-        serving = ClassifierServing(model, self.preprocess.module, seq_length=d.seq_length,
+        s, d = inputs.splits, self.cfg.data
+        mode = label_mode(inputs.num_classes, s.multi_label)
+        out = TaskOutput()
+        serving = ClassifierServing(model, inputs.preprocess.module, seq_length=d.seq_length,
                                     label_names=s.label_names, mode=mode,
                                     text_pair=bool(d.text_pair_column))
         # Every worker saves (collective reads of synced variables need all of them); a
-        # non-chief's run_dir is its own scratch directory, removed by the driver.
+        # non-chief's layout is its own scratch copy, removed at the end of the run.
         if self.cfg.trainer.export:
-            out["exported"] = export_classifier(serving, self.run_dir / "export", metadata={
+            out.paths["exported"] = export_classifier(serving, self.layout.export, metadata={
                 "task": "classifier", "label_names": s.label_names,
                 "multi_label": s.multi_label, "text_pair": bool(d.text_pair_column),
                 "seq_length": d.seq_length, "hub_handle": self.cfg.model.hub_handle,
-                "preprocessor": self.preprocessor_handle})
+                "preprocessor": inputs.preprocessor_handle})
         validation = s.validation
         if validation is not None and len(validation):
-            import tensorflow as tf
-
-            probs = []
-            for start in range(0, len(validation), 256):
-                texts = tf.constant(validation.texts[start:start + 256])
-                if validation.text_pairs is not None:
-                    pairs = tf.constant(validation.text_pairs[start:start + 256])
-                    result = serving._serve_pair(texts, pairs)
-                else:
-                    result = serving.serve(texts)
-                probs.append(result["probabilities"].numpy())
-            stacked = np.concatenate(probs)
+            probs, _ = predict_in_batches(serving, list(validation.texts),
+                                          None if validation.text_pairs is None
+                                          else list(validation.text_pairs),
+                                          num_labels=inputs.num_classes)
             if mode == "binary":
-                stacked = stacked[:, 1:]
-            report = classification_report(validation.labels, stacked, s.label_names,
+                probs = probs[:, 1:]
+            report = classification_report(validation.labels, probs, s.label_names,
                                            s.multi_label)
-            out["report"] = write_text(self.run_dir / "validation_report.json",
-                                       json.dumps(report, indent=1))
-            out["lines"] = ["validation report:", format_report(report)]
-            out["metrics"] = {f"val_report_{k}": report[k]
-                              for k in ("accuracy", "macro_f1", "auc")}
+            out.paths["report"] = write_text(self.layout.validation_report,
+                                             json.dumps(report, indent=1))
+            out.lines = ["validation report:", format_report(report)]
+            out.metrics = {f"val_report_{k}": report[k] for k in ("accuracy", "macro_f1", "auc")}
         return out

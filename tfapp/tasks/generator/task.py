@@ -19,21 +19,24 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from tfapp.config import ConfigError, GenerationConfig
+from tfapp.atomic import save_model
+from tfapp.config import GenerationConfig
 from tfapp.data import text_lines
 from tfapp.models import decoding, seq2seq
 from tfapp.runtime import host_xla_available
-from tfapp.tasks.base import Inputs, Task
+from tfapp.serving import EXPORT_MARKERS, find_export
+from tfapp.tasks.base import Inputs, Task, TaskOutput
 
 import tensorflow as tf
 
 log = logging.getLogger("tfapp")
 
-EXPORT_META = "generator.json"
+EXPORT_META = EXPORT_MARKERS["generator"]
 STRING_BATCH = tf.TensorSpec([None], tf.string, name="prompts")
 
 
@@ -162,11 +165,10 @@ def serving_copy(model: seq2seq.Seq2Seq, context_words: int, target_words: int,
 
 
 def export_generator(generator: TextGenerator, path: str | Path) -> Path:
-    """Write the SavedModel (all signatures) and ``generator.json`` (its settings)."""
-    path = Path(path)
-    tf.saved_model.save(generator, str(path), signatures=generator.signatures())
-    (path / EXPORT_META).write_text(generator.meta_json)
-    return path
+    """Write the SavedModel (all signatures) and ``generator.json`` (its settings),
+    atomically."""
+    return save_model(generator, path, signatures=generator.signatures(),
+                       metadata=json.loads(generator.meta_json), metadata_file=EXPORT_META)
 
 
 class TextSamples(tf.keras.callbacks.Callback):
@@ -206,62 +208,68 @@ class TextSamples(tf.keras.callbacks.Callback):
             self._writer.flush()
 
 
+@dataclass
+class GeneratorInputs(Inputs):
+    """The generator's inputs and what its model and export need.
+
+    Attributes:
+      vocabulary: the adapted word vocabulary (also RUN_DIR/vocab.txt).
+      sample_prompts: prompts decoded after each epoch and at the end.
+    """
+
+    vocabulary: list[str] = field(default_factory=list)
+    sample_prompts: list[str] = field(default_factory=list)
+
+
 class GeneratorTask(Task):
     """Seq2seq text generation (``task: generator``, ``model.kind: seq2seq``)."""
 
-    def __init__(self, cfg, runtime, run_dir):
-        super().__init__(cfg, runtime, run_dir)
-        self.vocabulary: list[str] = []
-        self.sample_prompts: list[str] = []
-
-    # ----------------------------------------------------------------- driver interface
-
-    def build_inputs(self) -> Inputs:
+    def build_inputs(self) -> GeneratorInputs:
         d = self.cfg.data
         data = text_lines.build_generator_data(
             d, global_batch_size=self.runtime.global_batch_size(d.batch_size),
             seed=self.cfg.runtime.seed)
-        self.vocabulary = data.vocabulary
-        self.sample_prompts = data.sample_prompts
-        vocab_path = text_lines.save_vocabulary(data.vocabulary, self.run_dir / "vocab.txt")
-        return Inputs(train=data.train, validation=data.validation,
-                      num_train_examples=data.num_train_examples,
-                      num_validation_examples=data.num_validation_examples,
-                      info={**data.info, "vocab": str(vocab_path)})
+        text_lines.save_vocabulary(data.vocabulary, self.layout.vocab)
+        return GeneratorInputs(train=data.train, validation=data.validation,
+                               num_train_examples=data.num_train_examples,
+                               num_validation_examples=data.num_validation_examples,
+                               vocabulary=data.vocabulary, sample_prompts=data.sample_prompts)
 
-    def build_model(self, inputs: Inputs) -> seq2seq.Seq2Seq:
-        jit = self.runtime.default_jit_compile(self.cfg.trainer.jit_compile)
-        model = seq2seq.build_seq2seq(self.cfg.model, inputs.info["vocab_size"],
-                                      fused_lstm=not jit)
+    def build_model(self, inputs: GeneratorInputs) -> seq2seq.Seq2Seq:
+        # The fused LSTM recompiles every step under XLA; unfused cells do not.
+        model = seq2seq.build_seq2seq(self.cfg.model, len(inputs.vocabulary),
+                                      fused_lstm=not self.ctx.jit_compile)
         return model.build_for(self.cfg.data.context_words, self.cfg.data.target_words)
 
-    def build_losses(self) -> tf.keras.losses.Loss:
+    def build_losses(self, inputs: GeneratorInputs) -> tf.keras.losses.Loss:
         return seq2seq.MaskedSequenceLoss()
 
-    def build_metrics(self) -> list:
+    def build_metrics(self, inputs: GeneratorInputs) -> list:
         return [seq2seq.MaskedTokenAccuracy(), seq2seq.Perplexity()]
 
-    def callbacks(self, model: Any, inputs: Inputs) -> list:
+    def callbacks(self, model: Any, inputs: GeneratorInputs) -> list:
         if not self.runtime.is_chief:
             return []
-        log_dir = (self.run_dir / "logs" / "samples") if self.cfg.tracking.tensorboard else None
-        return [TextSamples(self.sample_prompts, self._generator_for, log_dir)]
+        log_dir = self.layout.task_logs("samples") if self.cfg.tracking.tensorboard else None
+        return [TextSamples(inputs.sample_prompts,
+                            lambda m, previous: self._generator_for(m, inputs, previous),
+                            log_dir)]
 
-    def finish(self, model: Any, inputs: Inputs) -> dict:
-        generator = self._generator_for(model)
-        texts = generator.generate(tf.constant(self.sample_prompts))["text"].numpy()
-        lines = [f"sample ({self.cfg.generation.method}): "
-                 f"{(p + ' ' + t.decode('utf-8')).strip()}"
-                 for p, t in zip(self.sample_prompts, texts, strict=True)]
-        result: dict = {"vocab": str(self.run_dir / "vocab.txt"), "lines": lines}
+    def finish(self, model: Any, inputs: GeneratorInputs, history: dict) -> TaskOutput:
+        generator = self._generator_for(model, inputs)
+        texts = generator.generate(tf.constant(inputs.sample_prompts))["text"].numpy()
+        out = TaskOutput(paths={"vocab": self.layout.vocab})
+        out.lines = [f"sample ({self.cfg.generation.method}): "
+                     f"{(p + ' ' + t.decode('utf-8')).strip()}"
+                     for p, t in zip(inputs.sample_prompts, texts, strict=True)]
         if self.cfg.trainer.export:
-            result["exported"] = str(export_generator(generator, self.run_dir / "export"))
-        return result
+            out.paths["exported"] = export_generator(generator, self.layout.export)
+        return out
 
     # ----------------------------------------------------------------- helpers
 
-    def _generator_for(self, model: Any, previous: TextGenerator | None = None
-                       ) -> TextGenerator:
+    def _generator_for(self, model: Any, inputs: GeneratorInputs,
+                       previous: TextGenerator | None = None) -> TextGenerator:
         """A TextGenerator over a single-device copy of ``model``'s current weights;
         ``previous`` is refreshed in place (its compiled decoders are kept)."""
         d = self.cfg.data
@@ -270,7 +278,7 @@ class GeneratorTask(Task):
             return previous
         # XLA's CPU backend binds to one device, and the copy lives on the default one.
         copy = serving_copy(model, d.context_words, d.target_words)
-        return TextGenerator(copy, self.vocabulary, context_words=d.context_words,
+        return TextGenerator(copy, inputs.vocabulary, context_words=d.context_words,
                              keep="first" if d.example_shape == "pairs" else "last",
                              strip_punctuation=d.strip_punctuation,
                              generation=self.cfg.generation)
@@ -279,26 +287,8 @@ class GeneratorTask(Task):
 # --------------------------------------------------------------------------- loading
 
 
-def find_export(path: str | Path) -> Path:
-    """A run directory or an export directory -> the export directory (or a ConfigError)."""
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"--model: '{path}' does not exist; give a generator run directory "
-                          "(output_dir/name) or its export/ directory")
-    for candidate in (path, path / "export"):
-        if (candidate / "saved_model.pb").is_file():
-            if not (candidate / EXPORT_META).is_file():
-                raise ConfigError(f"--model: '{candidate}' is a SavedModel but not a tfapp "
-                                  f"generator export (no {EXPORT_META}); train one with "
-                                  "configs/generator.yaml")
-            return candidate
-    raise ConfigError(f"--model: no exported generator in '{path}' (expected "
-                      f"{path / 'export' / 'saved_model.pb'}); train with task=generator "
-                      "and trainer.export=true")
-
-
 def load_export(path: str | Path) -> tuple[Any, dict]:
     """``tf.saved_model.load`` of a generator export plus its ``generator.json``."""
-    export = find_export(path)
+    export = find_export(path, "generator")
     meta = json.loads((export / EXPORT_META).read_text())
     return tf.saved_model.load(str(export)), meta
