@@ -55,6 +55,18 @@ def test_shipped_configs_load_and_say_how_to_run(path):
     (["nonsense"], "not of the form key=value"),
     (["task=generator"], "needs model.kind=seq2seq"),
     (["data.service.adress=x"], "did you mean 'data.service.address'"),
+    # Keys the chosen task cannot honour are refused, naming the leaf key.
+    (["task=generator", "model.kind=seq2seq", "data.seq_length=64"],
+     "data.seq_length: task 'generator' does not use it (set to 64)"),
+    (["generation.method=beam"], "generation.method: task 'classifier' does not use it"),
+    (["data.context_words=4"], "data.context_words: task 'classifier' does not use it"),
+    (["task=mlm", "data.snapshot=/tmp/s"], "data.snapshot: task 'mlm' does not use it"),
+    (["task=mlm", "data.service.address=localhost:5000"],
+     "data.service.address: task 'mlm' does not use it"),
+    (["task=mlm", "optimizer.learning_rate=auto"], "not supported by task mlm"),
+    (["task=mlm", "model.kind=cnn"], "task 'mlm' needs model.kind=bert, got 'cnn'"),
+    (["tune.space={runtime.precision: {type: choice, values: [float32]}}"],
+     "set up once per process"),
 ])
 def test_bad_overrides_name_the_key(overrides, fragment):
     with pytest.raises(ConfigError) as info:

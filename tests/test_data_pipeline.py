@@ -245,7 +245,7 @@ def test_load_and_feed_the_demo_end_to_end(vocab_file, tmp_path):
     ds = make_classification_dataset(splits.validation, pre, data_cfg(seq_length=16),
                                      batch_size=32, training=False, seed=0)
     assert sum(len(y) for _, y in ds.as_numpy_iterator()) == 300
-    assert splits.info()["label_names"] == ["negative", "positive"]
+    assert splits.label_names == ["negative", "positive"]
 
 
 @pytest.mark.slow

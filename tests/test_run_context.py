@@ -1,0 +1,70 @@
+"""The run context (built once per entry point) and the run directory's layout."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from tfapp.config import ConfigError, load_config
+from tfapp.run_layout import RunLayout, is_worker_scratch
+from tfapp.runtime import Runtime
+from tfapp.training.context import RunContext
+
+import pytest
+
+
+def _cfg(tmp_path, *overrides: str):
+    return load_config(None, [f"output_dir={tmp_path}", "name=run", *overrides])
+
+
+def test_a_runtime_is_reused_and_cannot_change_under_a_run(tmp_path):
+    first = RunContext.create(_cfg(tmp_path))
+    again = RunContext.create(_cfg(tmp_path, "runtime.seed=7", "name=other"),
+                              runtime=first.runtime)
+    assert again.runtime is first.runtime  # no second strategy (or TPU initialisation)
+    assert again.run.root == tmp_path / "other"
+    with pytest.raises(ConfigError, match="runtime.precision: this process set its runtime "
+                                          "up with 'auto'; it cannot change"):
+        RunContext.create(_cfg(tmp_path, "runtime.precision=mixed_bfloat16"),
+                          runtime=first.runtime)
+
+
+def test_xla_is_decided_once_from_the_task_trait(tmp_path):
+    """On a GPU, auto turns XLA on except for models that recompile every step under it:
+    the classifier's Hub BERT and LSTM baselines; the generator's unfused cells are fine."""
+    gpu = Runtime(strategy=None, kind="one_device", reason="test", num_replicas=1,
+                  precision="float32", device_kind="GPU")
+    cases = {("task=classifier",): False, ("model.kind=rnn",): False,
+             ("model.kind=cnn",): True, ("task=generator", "model.kind=seq2seq"): True,
+             ("model.kind=cnn", "trainer.jit_compile=false"): False}
+    for overrides, expected in cases.items():
+        ctx = RunContext.create(_cfg(tmp_path, *overrides), runtime=gpu)
+        assert ctx.jit_compile is expected, overrides
+        assert ("xla=on" if expected else "xla=off") in ctx.describe()
+
+
+def test_begin_writes_params_and_status_and_a_worker_writes_to_scratch(tmp_path):
+    ctx = RunContext.create(_cfg(tmp_path))
+    assert ctx.layout == ctx.run == RunLayout(tmp_path / "run")
+    params = ctx.begin()
+    assert params == tmp_path / "run" / "params.yaml" and "name: run" in params.read_text()
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "running"
+
+    worker = dataclasses.replace(ctx.runtime, is_chief=False, task_type="worker", task_id=1)
+    wctx = RunContext.create(_cfg(tmp_path), runtime=worker)
+    assert wctx.run.root == tmp_path / "run"  # backups: the chief's
+    assert wctx.layout.root == tmp_path / ".workers" / "worker_1" / "run"
+    assert is_worker_scratch(wctx.layout.params) and not is_worker_scratch(ctx.layout.params)
+    wctx.begin()
+    wctx.end()  # a finished non-chief leaves nothing behind
+    assert not (tmp_path / ".workers").exists()
+    assert (tmp_path / "run" / "params.yaml").is_file()
+    with pytest.raises(ValueError, match="not a worker scratch directory"):
+        ctx.layout.remove_worker_scratch()
+
+
+def test_an_unwritable_output_directory_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("x")
+    ctx = RunContext.create(_cfg(tmp_path, f"output_dir={tmp_path / 'file'}"))
+    with pytest.raises(ConfigError, match="is not writable .*set output_dir= to a writable"):
+        ctx.begin()
