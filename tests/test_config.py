@@ -55,6 +55,11 @@ def test_shipped_configs_load_and_say_how_to_run(path):
     (["nonsense"], "not of the form key=value"),
     (["task=generator"], "needs model.kind=seq2seq"),
     (["data.service.adress=x"], "did you mean 'data.service.address'"),
+    # A name is one folder inside output_dir, never a path out of it.
+    (["name=.."], "name: '..' must be a folder name"),
+    (["name=."], "name: '.' must be a folder name"),
+    (["name=a/b"], "name: 'a/b' must be a folder name"),
+    (["name=caf\u00e9"], "must be a folder name of ASCII letters"),
     # Keys the chosen task cannot honour are refused, naming the leaf key.
     (["task=generator", "model.kind=seq2seq", "data.seq_length=64"],
      "data.seq_length: task 'generator' does not use it (set to 64)"),

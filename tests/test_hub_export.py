@@ -6,10 +6,10 @@ import json
 import textwrap
 
 import tfapp  # noqa: F401
+from tfapp.atomic import atomic_directory
 from tfapp.data.bert_preprocess import BertPreprocessor
 from tfapp.data.vocab import build_wordpiece_vocab, write_vocab
 from tfapp.hub.export import (
-    atomic_directory,
     export_bert_modules,
     export_encoder,
     float32_policy,
@@ -180,6 +180,23 @@ def test_export_refuses_an_existing_directory(hub_dir, tmp_path):
     out, encoder, _ = hub_dir
     with pytest.raises(tfapp.config.ConfigError, match="already exists.*--overwrite"):
         export_bert_modules(encoder, out / "vocab.txt", out, lower_case=True)
+
+
+def test_overwrite_replaces_only_a_module_dir_or_an_empty_folder(hub_dir, tmp_path):
+    out, encoder, _ = hub_dir
+    mine = tmp_path / "my_files"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    with pytest.raises(tfapp.config.ConfigError, match="not a tfapp module directory .*"
+                                                       "nothing was replaced"):
+        export_bert_modules(encoder, out / "vocab.txt", mine, lower_case=True, overwrite=True)
+    assert [p.name for p in mine.iterdir()] == ["thesis.tex"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    export_bert_modules(encoder, out / "vocab.txt", empty, lower_case=True, overwrite=True)
+    assert (empty / "tfapp_hub.json").is_file()
+    export_bert_modules(encoder, out / "vocab.txt", empty, lower_case=True, overwrite=True)
+    assert (empty / "encoder" / "saved_model.pb").is_file()  # a module dir: replaced
 
 
 def test_atomic_directory_semantics(tmp_path):

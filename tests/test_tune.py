@@ -72,6 +72,16 @@ def test_a_search_dir_resumes_only_its_own_search(tmp_path):
     _check_same_search(changed, "local", overwrite=True)
     assert load_config(tmp_path / "s" / "search.yaml").tune.tuner == "grid"
 
+    # --overwrite deletes only a search: a trained run of that name is kept, untouched.
+    run = tmp_path / "trained"
+    (run / "export").mkdir(parents=True)
+    (run / "params.yaml").write_text("task: classifier\n")
+    named_like_it = load_config(None, [f"output_dir={tmp_path}", "name=trained", SPACE])
+    with pytest.raises(ConfigError, match="is not a tfapp search .*nothing was deleted"):
+        _check_same_search(named_like_it, "local", overwrite=True)
+    assert (run / "params.yaml").read_text() == "task: classifier\n"
+    assert (run / "export").is_dir()
+
 
 def test_oracles_sample_the_config_space_into_trial_configs(tmp_path):
     from tfapp.tuning.space import objective, trial_config

@@ -679,8 +679,11 @@ def validate(cfg: ExperimentConfig) -> None:
     """Value checks beyond types; raises ConfigError naming the first bad key."""
     _normalize_learning_rate(cfg.optimizer)
     _check_fields(cfg, "")
-    if not re.fullmatch(r"[\w.\-]+", cfg.name):
-        raise ConfigError(f"name: '{cfg.name}' may only hold letters, digits, '_', '-', '.'")
+    # The run directory is output_dir/name: a name is one plain folder name, never a path
+    # (".." would put the run, or tune --overwrite's deletion, outside output_dir).
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", cfg.name) or cfg.name in (".", ".."):
+        raise ConfigError(f"name: '{cfg.name}' must be a folder name of ASCII letters, digits, "
+                          "'_', '-' and '.' (not '.' or '..')")
     if cfg.trainer.profile_steps:
         m = _PROFILE_STEPS.match(cfg.trainer.profile_steps)
         if not m or (m.group(3) and int(m.group(3)) < int(m.group(1))):

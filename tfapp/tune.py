@@ -27,9 +27,15 @@ def _check_same_search(cfg: ExperimentConfig, role: str, overwrite: bool) -> Non
     """A search directory resumes only the search that made it (same config; a larger
     tune.max_trials is fine: it runs that many trials in all)."""
     search_dir = cfg.run_dir
-    if overwrite and role != "worker":
-        shutil.rmtree(search_dir, ignore_errors=True)
     stored = search_dir / "search.yaml"
+    if overwrite and role != "worker" and search_dir.exists():
+        # Only a search tfapp made (its search.yaml) or an empty folder is deleted: a trained
+        # run, or anything else, of the same name stays.
+        if not stored.is_file() and any(search_dir.iterdir()):
+            raise ConfigError(f"--overwrite: {search_dir} is not a tfapp search (no "
+                              "search.yaml) and is not empty; nothing was deleted; set name= "
+                              "for the search, or move that folder away")
+        shutil.rmtree(search_dir)
     current = to_yaml(cfg)
     if stored.is_file():
         if stored.read_text() == current:

@@ -159,6 +159,13 @@ def export_bert_modules(encoder: BertEncoder, vocab_file: str | os.PathLike,
     out_dir = Path(out_dir)
     if out_dir.exists() and not overwrite:
         raise ConfigError(f"{out_dir} already exists; choose another --out or pass --overwrite")
+    if out_dir.exists() and not (out_dir / HUB_METADATA_FILE).is_file() \
+            and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        # --overwrite replaces a module pair tfapp wrote (its tfapp_hub.json) or an empty
+        # folder, never a folder of other files.
+        raise ConfigError(f"--overwrite: {out_dir} is not a tfapp module directory (no "
+                          f"{HUB_METADATA_FILE}) and is not empty; nothing was replaced; "
+                          "choose another --out")
     with atomic_directory(out_dir, overwrite=overwrite) as tmp:
         shutil.copyfile(vocab_file, tmp / "vocab.txt")
         export_encoder(encoder, tmp / "encoder", vocab_file=str(tmp / "vocab.txt"),
