@@ -210,3 +210,33 @@ def test_classifier_trains_under_mirrored_over_four_logical_cpus(tmp_path):
     assert int(result["replicas"]) == 4
     assert result["losses"][-1] < result["losses"][0]
     assert _status(tmp_path / "classifier")["state"] == "finished"
+
+
+def test_a_failed_export_keeps_the_backup_and_the_rerun_only_exports(tmp_path, monkeypatch):
+    """The backup goes after the export and report, not when fit ends: a run that dies
+    while exporting (here: the disk fills) resumes at the end of training."""
+    from tfapp.config import load_config
+    from tfapp.tasks.classifier import task as classifier_task
+    from tfapp.training.driver import train
+
+    cfg = load_config(REPO / "configs/classifier_local.yaml", [
+        *DETERMINISTIC[2:], "trainer.epochs=2", "trainer.steps_per_epoch=5",
+        f"output_dir={tmp_path}", "name=run"])
+    run = tmp_path / "run"
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(classifier_task, "export_classifier", disk_full)
+        with pytest.raises(OSError, match="No space left"):
+            train(cfg)
+    assert read_status(run)["state"] == "failed"
+    assert any((run / "backup").iterdir())  # the trained state survived the failure
+    assert len(_history(run)) == 2
+
+    result = train(cfg)  # the same command again
+    assert len(_history(run)) == 2  # no epoch trained again
+    assert result.history == {} and (run / "export" / "saved_model.pb").is_file()
+    assert read_status(run)["state"] == "finished"
+    assert not (run / "backup").exists()  # now it goes

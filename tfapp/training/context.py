@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,12 +103,12 @@ class RunContext:
         write_status(self.layout.root, state, **extra)
 
     def end(self) -> None:
-        """After a finished run: drop the chief's emptied backup folder, and a non-chief's
-        whole scratch copy."""
-        backup = self.run.backup  # BackupAndRestore deletes its files but keeps the folder
-        if self.is_chief and backup.is_dir() and not any(backup.iterdir()):
-            backup.rmdir()
-        if not self.is_chief:
+        """After a finished run, its export and reports written: drop the backup (the
+        chief's; until now a kill resumed at the end of training), and a non-chief's whole
+        scratch copy."""
+        if self.is_chief:
+            shutil.rmtree(self.run.backup, ignore_errors=True)
+        else:
             self.layout.remove_worker_scratch()
 
 

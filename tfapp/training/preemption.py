@@ -60,7 +60,8 @@ class ResumableBackup(tf.keras.callbacks.BackupAndRestore):
     """Back up at every epoch end and on SIGTERM; restore (epoch, step) on restart.
 
     Args:
-      backup_dir: where backups live (``<run>/backup``); deleted after a finished fit.
+      backup_dir: where backups live (``<run>/backup``); kept after fit (the training loop
+        deletes it once the run's outputs are written).
       signals: the signals that mean "save and stop".
     """
 
@@ -69,7 +70,11 @@ class ResumableBackup(tf.keras.callbacks.BackupAndRestore):
         # An integer save_freq makes Keras resume at the saved *step* (a string "epoch"
         # makes it resume at the next epoch); when to save is decided below, not by it.
         self._steps = compat.step_backups_supported()
-        super().__init__(str(backup_dir), save_freq=1 if self._steps else "epoch")
+        # delete_checkpoint=False: Keras would delete the backup when fit ends, before the
+        # export and report exist; the loop deletes it after them (RunContext.end), so a
+        # kill in between resumes at the end of training instead of from scratch.
+        super().__init__(str(backup_dir), save_freq=1 if self._steps else "epoch",
+                         delete_checkpoint=False)
         self._epoch = 0
         self._signals = signals
         self._signalled = threading.Event()

@@ -182,8 +182,9 @@ class MaskedLMTask(Task):
                 or meta.get("pretrained_from"),
                 "mlm": params}})
         h = history
-        out.lines = [f"masked-LM: {steps} steps on {inputs.num_train_examples} texts; mlm_loss "
-                     f"{h['mlm_loss'][0]:.3f} -> {h['mlm_loss'][-1]:.3f}, masked_accuracy "
-                     f"{h['masked_accuracy'][0]:.3f} -> {h['masked_accuracy'][-1]:.3f}",
-                     f"use it with: model.hub_handle={self.output}"]
+        out.lines = [f"masked-LM: {steps} steps on {inputs.num_train_examples} texts" + (
+            f"; mlm_loss {h['mlm_loss'][0]:.3f} -> {h['mlm_loss'][-1]:.3f}, masked_accuracy "
+            f"{h['masked_accuracy'][0]:.3f} -> {h['masked_accuracy'][-1]:.3f}"
+            if h.get("mlm_loss") else " (resumed after its last step: exported only)"),
+            f"use it with: model.hub_handle={self.output}"]
         return out
