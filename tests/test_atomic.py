@@ -34,3 +34,25 @@ def test_two_writers_of_one_file_do_not_share_a_temporary(tmp_path):
         second.write("second")
     # The inner block ends first, then the outer: the last rename wins, whole.
     assert target.read_text() == "first"
+
+
+def test_a_truncated_or_foreign_state_file_reads_as_missing_with_one_warning(tmp_path, caplog):
+    from tfapp.atomic import read_state
+    from tfapp.training.status import read_status
+    from tfapp.tuning.tuner import read_record
+
+    run = tmp_path / "run"
+    write_text(run / "status.json", '{"state": "finished", "metr')  # killed mid-write
+    (tmp_path / "trial_3").mkdir()
+    (tmp_path / "trial_3" / "tfapp_trial.json").write_bytes(b"\xff\xfe not utf-8")
+    write_text(tmp_path / "list.json", "[1, 2]")
+    with caplog.at_level("WARNING", logger="tfapp"):
+        assert read_status(run) == {}
+        assert read_record(tmp_path, "3") == {}
+        assert read_state(tmp_path / "list.json", "report") is None
+    assert read_state(tmp_path / "absent.json", "report") is None
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 3 and "run status" in warnings[0] and "treating it as missing" \
+        in warnings[0] and str(run / "status.json") in warnings[0]
+    write_text(run / "status.json", '{"state": "finished"}')
+    assert read_status(run)["state"] == "finished"

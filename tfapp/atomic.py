@@ -12,6 +12,8 @@ place when complete, so a crash never leaves a half-written export that looks co
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import os
 import shutil
 import tempfile
@@ -20,7 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_directory", "atomic_open", "save_model", "write_text"]
+log = logging.getLogger("tfapp")
+
+__all__ = ["atomic_directory", "atomic_open", "read_state", "save_model", "write_text"]
 
 
 @contextlib.contextmanager
@@ -90,8 +94,6 @@ def save_model(module: Any, export_dir: str | os.PathLike, *, signatures: dict,
                metadata: dict, metadata_file: str) -> Path:
     """``tf.saved_model.save`` of ``module`` plus its ``metadata_file`` (JSON) into
     ``export_dir`` as one atomic directory write; replaces an old export."""
-    import json
-
     import tensorflow as tf
 
     export_dir = Path(export_dir)
@@ -99,3 +101,22 @@ def save_model(module: Any, export_dir: str | os.PathLike, *, signatures: dict,
         tf.saved_model.save(module, str(tmp), signatures=signatures)
         write_text(tmp / metadata_file, json.dumps(metadata, indent=1))
     return export_dir
+
+
+def read_state(path: str | os.PathLike, what: str) -> dict | None:
+    """A JSON state file tfapp wrote (status, records, reports), or None when it is
+    missing -- or truncated or unparsable (a kill, a full disk, an older writer): such a
+    file counts as missing, with one warning line naming it, never a traceback."""
+    path = Path(path)
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        log.warning("%s %s is unreadable (%s); treating it as missing", what, path,
+                    str(err).splitlines()[0] if str(err) else type(err).__name__)
+        return None
+    if not isinstance(value, dict):
+        log.warning("%s %s does not hold a JSON object; treating it as missing", what, path)
+        return None
+    return value

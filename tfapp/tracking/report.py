@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfapp.atomic import write_text
+from tfapp.atomic import read_state, write_text
 from tfapp.config import ConfigError
 from tfapp.run_layout import RunLayout, is_worker_scratch
 from tfapp.training.status import read_status
@@ -77,8 +76,7 @@ def load_run(run: Path, label: str, with_profile: bool = True) -> RunData:
     layout = RunLayout(run)
     data = RunData(path=run, name=label, params=layout.params.read_text())
     data.status = read_status(run)
-    if layout.validation_report.is_file():
-        data.report = json.loads(layout.validation_report.read_text())
+    data.report = read_state(layout.validation_report, "validation report")
     if layout.confusion_matrix.is_file():
         data.confusion_png = layout.confusion_matrix.read_bytes()
     logs = layout.logs

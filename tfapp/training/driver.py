@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tfapp.atomic import read_state
 from tfapp.config import ConfigError, ExperimentConfig
 from tfapp.run_layout import RunLayout
 from tfapp.tasks import get_task
@@ -80,8 +81,9 @@ def _peak_learning_rate(ctx: RunContext, task: Task, model, inputs: Inputs, *,
         scaled = o.scale_lr_by_replicas and rt.num_replicas > 1
         return lr, (f"optimizer.learning_rate x {rt.num_replicas} replicas" if scaled
                     else "optimizer.learning_rate")
-    if resuming and run.lr_find_json.is_file():
-        found = LRFindResult.load_json(run.lr_find_json)
+    saved = read_state(run.lr_find_json, "LR range test") if resuming else None
+    if saved is not None:
+        found = LRFindResult(**saved)
     else:
         found = find_lr(ctx, model, inputs.train, loss=task.build_losses(inputs))
         found.save_json(run.lr_find_json)
@@ -162,7 +164,11 @@ def train(cfg: ExperimentConfig, ctx: RunContext | None = None) -> TrainResult:
         finished = task.finish(model, inputs, history)
     except BaseException as err:
         state = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
-        ctx.status(state, error=str(err).splitlines()[0] if str(err) else state)
+        try:
+            ctx.status(state, error=str(err).splitlines()[0] if str(err) else state)
+        except OSError as status_err:  # (the full disk that failed the run, say)
+            log.warning("could not record '%s' in %s: %s", state, ctx.layout.status,
+                        status_err)
         if tracker:
             tracker.finish(failed=True)
         raise

@@ -61,10 +61,6 @@ class LRFindResult:
     def save_json(self, path: str | Path) -> Path:
         return write_text(path, json.dumps(asdict(self), indent=1))
 
-    @classmethod
-    def load_json(cls, path: str | Path) -> LRFindResult:
-        return cls(**json.loads(Path(path).read_text()))
-
     def describe(self) -> str:
         why = "stopped when the loss diverged" if self.diverged else "full sweep"
         if not self.loss_fell:

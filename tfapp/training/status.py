@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tfapp.atomic import write_text
+from tfapp.atomic import read_state, write_text
 from tfapp.run_layout import RunLayout
 
 __all__ = ["write_status", "read_status"]
@@ -31,10 +31,9 @@ def write_status(run_dir: Path, state: str, **extra: Any) -> None:
 def read_status(run_dir: Path) -> dict[str, Any]:
     """The run's status, ``{}`` if it has none. A ``running`` status whose writer is gone
     (same host, pid no longer alive) reads as ``died``, with the reason in ``error``."""
-    path = RunLayout(run_dir).status
-    if not path.is_file():
+    status = read_state(RunLayout(run_dir).status, "run status")
+    if status is None:
         return {}
-    status = json.loads(path.read_text())
     pid = status.get("pid")
     if (status.get("state") == "running" and isinstance(pid, int)
             and status.get("host") == socket.gethostname() and not _alive(pid)):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tfapp import compat
-from tfapp.atomic import write_text
+from tfapp.atomic import read_state, write_text
 from tfapp.config import ConfigError, ExperimentConfig
 from tfapp.run_layout import RunLayout
 from tfapp.runtime import Runtime
@@ -176,7 +176,7 @@ def failure(message: str | None) -> str:
 
 def read_record(search_dir: Path, trial_id: str) -> dict:
     path = Path(search_dir) / f"trial_{trial_id}" / RECORD
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return read_state(path, "trial record") or {}
 
 
 def _fmt(value: Any) -> str:
