@@ -87,14 +87,14 @@ def test_masks_and_batches_from_a_corpus(tmp_path):
     # 30 train lines of 5 words -> 6 windows each; 10 validation lines.
     assert data.num_train_examples == 30 * 6 and data.num_validation_examples == 10 * 6
     assert data.info["texts"] == 30 and "# comment" not in data.vocabulary
-    x, y = next(iter(data.train))
+    x, y = next(iter(data.train(None)))
     assert x["encoder_ids"].shape == (8, 4) and x["decoder_ids"].shape == (8, 3)
     assert y.shape == (8, 3) and y.dtype == tf.int32
     # Padding is 0 exactly where there is no target word: the loss mask.
-    labels = np.concatenate([b[1].numpy() for b in data.validation])
+    labels = np.concatenate([b[1].numpy() for b in data.validation(None)])
     assert labels.shape == (60, 3)
     np.testing.assert_array_equal((labels != 0).sum(1), [3, 3, 3, 3, 2, 1] * 10)
-    assert data.train.element_spec[1].shape == (8, 3)  # drop_remainder: static batch
+    assert data.train(None).element_spec[1].shape == (8, 3)  # drop_remainder: static batch
     assert data.sample_prompts[0] == ""
 
 
@@ -123,6 +123,6 @@ def test_demo_data_both_shapes():
     assert data.num_train_examples > 10000 and data.info["unk_rate"] == 0.0
     pairs = tl.build_generator_data(gen_cfg("data.example_shape=pairs").data,
                                     global_batch_size=32, seed=1)
-    x, y = next(iter(pairs.train))
+    x, y = next(iter(pairs.train(None)))
     assert x["encoder_ids"].shape == (32, 8) and y.shape == (32, 12)
     assert pairs.sample_prompts and pairs.sample_prompts[0].startswith(("what", "where"))

@@ -19,17 +19,20 @@ strings runs on the host: the device only ever sees int32 tensors of fixed shape
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import logging
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp.atomic import write_text
 from tfapp.config import DataConfig
+from tfapp.data import pipeline as stages
 from tfapp.data.errors import DataError
 from tfapp.demo import DEMO_DIR
 
@@ -217,14 +220,30 @@ def load_vocabulary(path: str | Path) -> list[str]:
 
 @dataclass
 class Examples:
-    """Fixed-shape int32 arrays: encoder_ids [M, N], decoder_ids [M, K], labels [M, K]."""
+    """Fixed-shape int32 arrays: encoder_ids [M, N], decoder_ids [M, K], labels [M, K].
+
+    ``name`` is the split (train/validation): it names the split's snapshot and cache.
+    """
 
     encoder_ids: np.ndarray
     decoder_ids: np.ndarray
     labels: np.ndarray
+    name: str = "train"
+    _fingerprint: str | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    def fingerprint(self) -> str:
+        """Content hash of the three arrays (values, shapes, dtypes): keys snapshots and
+        caches to the exact examples, so changed data never replays a stale snapshot."""
+        if self._fingerprint is None:
+            h = hashlib.sha256()
+            for array in (self.encoder_ids, self.decoder_ids, self.labels):
+                h.update(f"{array.dtype.str}{array.shape};".encode())
+                h.update(np.ascontiguousarray(array).tobytes())
+            self._fingerprint = h.hexdigest()[:16]
+        return self._fingerprint
 
 
 def _targets(labels_rows: list[list[int]], target_words: int) -> tuple[np.ndarray, np.ndarray]:
@@ -280,39 +299,83 @@ def prompt_encoder_ids(ids: tf.RaggedTensor, context_words: int,
     return ext.to_tensor(default_value=PAD_ID, shape=[None, context_words])
 
 
-def to_dataset(examples: Examples, batch_size: int, *, training: bool, shuffle_buffer: int = 0,
-               seed: int | None = None, deterministic: bool = False,
-               prefetch: bool = True) -> tf.data.Dataset:
-    """``({"encoder_ids", "decoder_ids"}, labels)`` batches of ``batch_size`` (global).
+def make_generator_dataset(examples: Examples, data_cfg: DataConfig, *, batch_size: int,
+                           training: bool, seed: int,
+                           input_context: tf.distribute.InputContext | None = None
+                           ) -> tf.data.Dataset:
+    """One pass of ``({"encoder_ids", "decoder_ids"}, labels)`` int32 batches.
 
-    Training batches repeat forever (the driver gives ``steps_per_epoch``) and drop the
-    remainder, so every step has the same shape and XLA compiles once.
+    The same stages as the classifier's pipeline (``tfapp.data.pipeline``): shard by
+    ``input_context`` (shard ``input_pipeline_id`` of ``num_input_pipelines``, batches of
+    ``get_per_replica_batch_size(batch_size)``; ``batch_size`` is the *global* batch), then
+    with ``data.snapshot``/``data.cache`` store the examples once in blocks and replay them
+    (``stored_batches``), else shuffle the examples; then ``data.service``,
+    ``data.prefetch`` and the options (``finalize``). Training batches drop the remainder
+    (one static shape: XLA compiles once) and are shuffled with ``seed``; evaluation keeps
+    every example, in order. The caller repeats the training stream.
     """
-    ds = tf.data.Dataset.from_tensor_slices(
-        ({"encoder_ids": examples.encoder_ids, "decoder_ids": examples.decoder_ids},
-         examples.labels))
-    if training:
-        if shuffle_buffer:
-            ds = ds.shuffle(min(shuffle_buffer, len(examples)), seed=seed,
-                            reshuffle_each_iteration=True)
-        ds = ds.repeat()
-    ds = ds.batch(batch_size, drop_remainder=training)
-    if prefetch:
-        ds = ds.prefetch(tf.data.AUTOTUNE)
-    options = tf.data.Options()
-    options.deterministic = deterministic
-    return ds.with_options(options)
+    n_shards, shard, local_batch = 1, 0, batch_size
+    if input_context is not None:
+        n_shards, shard = input_context.num_input_pipelines, input_context.input_pipeline_id
+        local_batch = input_context.get_per_replica_batch_size(batch_size)
+    n_local = len(range(shard, len(examples), n_shards))
+    if training and n_local < local_batch:
+        raise DataError(
+            f"the generator's {examples.name} split has {len(examples)} example(s)"
+            + (f" ({n_local} in input shard {shard} of {n_shards})" if n_shards > 1 else "")
+            + f", fewer than one batch of {local_batch}; training drops incomplete batches, "
+            "so lower data.batch_size or add data")
+    stored = bool(data_cfg.snapshot or data_cfg.cache)
+    order = np.arange(len(examples))
+    if stored and training:
+        # Stored blocks are fixed and the windows of one line sit side by side; a fixed
+        # permutation (seed 0, part of the key) makes each block a random sample instead.
+        order = np.random.default_rng(0).permutation(len(examples))
+    order = order[shard::n_shards]
+    dataset = tf.data.Dataset.from_tensor_slices(
+        ({"encoder_ids": examples.encoder_ids[order], "decoder_ids": examples.decoder_ids[order]},
+         examples.labels[order]))
+    if stored:
+        block = local_batch * max(1, stages.STORE_BLOCK // local_batch)
+        key = stages.pipeline_key(
+            examples=examples.fingerprint(), context_words=examples.encoder_ids.shape[1],
+            target_words=examples.labels.shape[1], shard=[shard, n_shards], block=block,
+            permuted=training)
+        dataset = stages.stored_batches(
+            dataset.batch(block), data_cfg, examples.name, key, block=block,
+            batch=local_batch, examples=n_local, training=training, seed=seed,
+            describe={"examples": len(examples), "shard": [shard, n_shards], "block": block,
+                      "context_words": examples.encoder_ids.shape[1],
+                      "target_words": examples.labels.shape[1]})
+    else:
+        if training and data_cfg.shuffle_buffer > 0:
+            dataset = dataset.shuffle(min(data_cfg.shuffle_buffer, n_local), seed=seed,
+                                      reshuffle_each_iteration=True)
+        dataset = dataset.batch(local_batch, drop_remainder=training)
+    # Evaluation order is fixed; training trades order for throughput unless
+    # data.deterministic asks for reproducibility.
+    return stages.finalize(dataset, data_cfg, examples.name,
+                           sharded_by_context=input_context is not None,
+                           deterministic=data_cfg.deterministic or not training)
 
 
 # --------------------------------------------------------------------------- assembly
 
 
+DatasetFn = Callable[[tf.distribute.InputContext | None], tf.data.Dataset]
+
+
 @dataclass
 class GeneratorData:
-    """What ``build_generator_data`` made: datasets, counts and the vocabulary."""
+    """What ``build_generator_data`` made: the examples, their pipelines, the vocabulary.
 
-    train: tf.data.Dataset
-    validation: tf.data.Dataset | None
+    ``train`` and ``validation`` are dataset functions for ``pipeline.distribute``:
+    ``fn(input_context)`` (or ``fn(None)``: one pipeline over every example) builds one
+    pass of that split's pipeline (``make_generator_dataset``) at the global batch.
+    """
+
+    train: DatasetFn
+    validation: DatasetFn | None
     vocabulary: list[str]
     num_train_examples: int
     num_validation_examples: int
@@ -392,12 +455,16 @@ def build_generator_data(cfg: DataConfig, *, global_batch_size: int, seed: int
         prompts = ["", *(" ".join(line.split()[:2]) for line in (val_lines or lines)[:3])]
         n_texts, n_val_texts = len(lines), len(val_lines)
 
-    train = to_dataset(train_ex, global_batch_size, training=True,
-                       shuffle_buffer=cfg.shuffle_buffer, seed=seed,
-                       deterministic=cfg.deterministic, prefetch=cfg.prefetch)
-    validation = (to_dataset(val_ex, global_batch_size, training=False,
-                             deterministic=cfg.deterministic, prefetch=cfg.prefetch)
-                  if len(val_ex) else None)
+    val_ex.name = "validation"
+
+    def pipeline(examples: Examples, training: bool) -> DatasetFn:
+        def dataset_fn(input_context: tf.distribute.InputContext | None = None
+                       ) -> tf.data.Dataset:
+            return make_generator_dataset(examples, cfg, batch_size=global_batch_size,
+                                          training=training, seed=seed,
+                                          input_context=input_context)
+        return dataset_fn
+
     info = {"vocab_size": len(vocabulary), "example_shape": cfg.example_shape,
             "context_words": cfg.context_words, "target_words": cfg.target_words,
             "texts": n_texts, "validation_texts": n_val_texts,
@@ -405,6 +472,8 @@ def build_generator_data(cfg: DataConfig, *, global_batch_size: int, seed: int
     log.info("generator data: %d %s -> %d examples (validation %d -> %d), vocabulary %d",
              n_texts, "pairs" if cfg.example_shape == "pairs" else "lines", len(train_ex),
              n_val_texts, len(val_ex), len(vocabulary))
-    return GeneratorData(train=train, validation=validation, vocabulary=vocabulary,
+    return GeneratorData(train=pipeline(train_ex, True),
+                         validation=pipeline(val_ex, False) if len(val_ex) else None,
+                         vocabulary=vocabulary,
                          num_train_examples=len(train_ex), num_validation_examples=len(val_ex),
                          sample_prompts=prompts, info=info)

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp.config import ConfigError, GenerationConfig
 from tfapp.data import text_lines
+from tfapp.data.pipeline import distribute
 from tfapp.models import decoding, seq2seq
 from tfapp.runtime import host_xla_available
 from tfapp.tasks.base import Inputs, Task
@@ -218,15 +220,30 @@ class GeneratorTask(Task):
 
     def build_inputs(self) -> Inputs:
         d = self.cfg.data
-        data = text_lines.build_generator_data(
-            d, global_batch_size=self.runtime.global_batch_size(d.batch_size),
-            seed=self.cfg.runtime.seed)
+        global_batch = self.runtime.global_batch_size(d.batch_size)
+        data = text_lines.build_generator_data(d, global_batch_size=global_batch,
+                                               seed=self.cfg.runtime.seed)
         self.vocabulary = data.vocabulary
         self.sample_prompts = data.sample_prompts
         vocab_path = text_lines.save_vocabulary(data.vocabulary, self.run_dir / "vocab.txt")
-        return Inputs(train=data.train, validation=data.validation,
+
+        def dataset(make: text_lines.DatasetFn, training: bool) -> Any:
+            def fn(input_context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
+                ds = make(input_context)
+                # fit runs a fixed number of steps per epoch from one iterator, so the
+                # training stream must not run dry at the end of a pass.
+                return ds.repeat() if training else ds
+            # One pipeline per input worker, each reading its own shard.
+            return distribute(self.runtime.strategy, fn)
+
+        n_val = data.num_validation_examples if data.validation is not None else 0
+        return Inputs(train=dataset(data.train, True),
+                      validation=(dataset(data.validation, False)
+                                  if data.validation is not None else None),
                       num_train_examples=data.num_train_examples,
-                      num_validation_examples=data.num_validation_examples,
+                      num_validation_examples=n_val,
+                      # A distributed dataset has no known size: fit needs the step count.
+                      validation_steps=math.ceil(n_val / global_batch) if n_val else None,
                       info={**data.info, "vocab": str(vocab_path)})
 
     def build_model(self, inputs: Inputs) -> seq2seq.Seq2Seq:
