@@ -1,5 +1,6 @@
 """Generator input pipeline: cleaning, vocabulary, exact windows and pairs, batches."""
 
+import gzip
 import json
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
@@ -102,19 +103,44 @@ def test_read_pairs_tsv_jsonl_and_errors(tmp_path):
     tsv = tmp_path / "p.tsv"
     tsv.write_text("q\ta\nHello there\tHi!\nbad row\n")
     cfg = gen_cfg("data.example_shape=pairs", "data.source_column=q", "data.target_column=a")
-    with pytest.raises(DataError, match=r"p.tsv:3: 1 fields.*on_bad_rows=skip"):
+    with pytest.raises(DataError, match=r"p.tsv:3: has 1 field\(s\) but the header has 2"
+                                        r".*on_bad_rows=skip"):
         tl.read_pairs(str(tsv), cfg.data)
     cfg.data.on_bad_rows = "skip"
     assert tl.read_pairs(str(tsv), cfg.data) == [("Hello there", "Hi!")]
     jl = tmp_path / "p.jsonl"
     jl.write_text(json.dumps({"q": "x y", "a": "z"}) + "\n{not json\n")
     assert tl.read_pairs(str(jl), cfg.data) == [("x y", "z")]
-    with pytest.raises(DataError, match="no column 'src'.*q, a"):
+    with pytest.raises(DataError, match=r"no column 'src'.*q, a.*data.source_column"):
         tl.read_pairs(str(tsv), gen_cfg("data.source_column=src").data)
-    with pytest.raises(DataError, match="no key 'source' in the JSONL"):
+    with pytest.raises(DataError, match=r"no column 'source' in the first JSON object "
+                                        r"\(has: q, a\)"):
         tl.read_pairs(str(jl), gen_cfg().data)
-    with pytest.raises(DataError, match="no file matches"):
+    with pytest.raises(DataError, match="no files match"):
         tl.read_pairs(str(tmp_path / "missing*.tsv"), cfg.data)
+    # The shared reader: gzipped files, and plain text refused for pairs.
+    gz = tmp_path / "p.tsv.gz"
+    gz.write_bytes(gzip.compress(b"q\ta\nHow are you\tFine\n"))
+    assert tl.read_pairs(str(gz), cfg.data) == [("How are you", "Fine")]
+    (tmp_path / "p.txt").write_text("a line\n")
+    with pytest.raises(DataError, match="plain text lines hold one text"):
+        tl.read_pairs(str(tmp_path / "p.txt"), cfg.data)
+
+
+def test_corpus_through_the_shared_reader(tmp_path):
+    """A gzipped corpus, a CSV's text column, and a bad JSONL row under data.on_bad_rows."""
+    (tmp_path / "c.txt.gz").write_bytes(gzip.compress(b"# head\nThe Cat sat.\n\nA dog ran\n"))
+    cfg = gen_cfg("data.drop_regex=^#").data
+    assert tl.clean_lines(tl.read_corpus(str(tmp_path / "c.txt.gz"), cfg),
+                          cfg.drop_regex) == ["the cat sat", "a dog ran"]
+    (tmp_path / "c.csv").write_text('id,body\n1,"Hello, world"\n2,Bye\n')
+    assert tl.read_corpus(str(tmp_path / "c.csv"),
+                          gen_cfg("data.text_column=body").data) == ["Hello, world", "Bye"]
+    (tmp_path / "c.jsonl").write_text('{"text": "one"}\n[2]\n{"text": "three"}\n')
+    with pytest.raises(DataError, match=r"c.jsonl:2: expected a JSON object.*on_bad_rows=skip"):
+        tl.read_corpus(str(tmp_path / "c.jsonl"), cfg, "validation")
+    assert tl.read_corpus(str(tmp_path / "c.jsonl"),
+                          gen_cfg("data.on_bad_rows=skip").data) == ["one", "three"]
 
 
 def test_demo_data_both_shapes():

@@ -8,8 +8,12 @@ Two example shapes feed the same encoder-decoder:
   ``ext[:i + 1]`` and the decoder learns the next ``target_words`` tokens ``ext[i + 1:]``.
   A prompt is handled the same way (``[START] + prompt``, last ``context_words`` tokens),
   so an empty prompt asks for a line opening, and ``[END]`` teaches the model to stop.
-* **pairs**: a source text -> a target text (TSV with a header row, or JSONL); the
-  encoder sees the first ``context_words`` tokens of ``[START] + source``.
+* **pairs**: a source text -> a target text (CSV/TSV with a header row, JSONL or
+  TFRecord rows); the encoder sees the first ``context_words`` tokens of
+  ``[START] + source``.
+
+The files are read by ``tfapp.data.sources`` (``read_texts``/``read_pairs``), the reader
+every task and command shares: local, ``gs://``, ``.gz``, ``data.on_bad_rows``.
 
 Labels are right-padded with 0 (the loss and metrics ignore it); decoder inputs are the
 labels shifted right behind ``[START]`` (teacher forcing). Everything that touches
@@ -18,10 +22,7 @@ strings runs on the host: the device only ever sees int32 tensors of fixed shape
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
-import json
 import logging
 import random
 import re
@@ -33,6 +34,7 @@ import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp.atomic import write_text
 from tfapp.config import DataConfig
 from tfapp.data import pipeline as stages
+from tfapp.data import sources
 from tfapp.data.errors import DataError
 from tfapp.demo import DEMO_DIR
 
@@ -85,99 +87,27 @@ def clean_lines(lines: list[str], drop_regex: str = "",
 
 
 # --------------------------------------------------------------------------- reading
+# The files are read by tfapp.data.sources (formats, gs://, .gz, bad rows); here only which
+# files ('demo') and which settings.
 
 
-def _expand(pattern: str, what: str) -> list[str]:
-    files = sorted(tf.io.gfile.glob(pattern)) if pattern else []
-    if not files:
-        raise DataError(f"{what}: no file matches '{pattern}'; give a path or glob of "
-                        "existing files (or 'demo' for the shipped corpus)")
-    return files
-
-
-def _read_text(path: str) -> str:
-    with tf.io.gfile.GFile(path, "r") as fh:
-        return fh.read()
-
-
-def read_corpus(pattern: str, what: str = "data.train_files") -> list[str]:
-    """All lines of the text files matching ``pattern`` ('demo' = the shipped corpus)."""
+def read_corpus(pattern: str, cfg: DataConfig, split: str = "train") -> list[str]:
+    """The corpus texts of ``pattern`` ('demo' = the shipped corpus): the lines of text
+    files, or ``data.text_column`` of csv/tsv/jsonl/tfrecord rows."""
     if pattern == "demo":
         pattern = str(DEMO_CORPUS)
-    lines: list[str] = []
-    for path in _expand(pattern, what):
-        lines.extend(_read_text(path).splitlines())
-    return lines
+    return sources.read_texts(pattern, text_column=cfg.text_column, fmt=cfg.format,
+                              mode=cfg.on_bad_rows, split=split, what=f"data.{split}_files")
 
 
-def _pairs_format(path: str, fmt: str) -> str:
-    if fmt in ("tsv", "jsonl", "csv"):
-        return fmt
-    if fmt != "auto":
-        raise DataError(f"data.format: '{fmt}' cannot hold pairs; use tsv, csv or jsonl "
-                        "with data.example_shape=pairs")
-    suffix = Path(path).suffix.lower()
-    if suffix in (".jsonl", ".json"):
-        return "jsonl"
-    if suffix in (".tsv", ".csv"):
-        return suffix[1:]
-    raise DataError(f"{path}: cannot tell the pairs format from the extension; name it "
-                    ".tsv/.csv/.jsonl or set data.format")
-
-
-def read_pairs(pattern: str, cfg: DataConfig, what: str = "data.train_files"
-               ) -> list[tuple[str, str]]:
-    """(source, target) rows from TSV/CSV files with a header row, or JSONL objects."""
+def read_pairs(pattern: str, cfg: DataConfig, split: str = "train") -> list[tuple[str, str]]:
+    """(source, target) rows of csv/tsv/jsonl/tfrecord files ('demo' = the shipped pairs):
+    ``data.source_column`` -> ``data.target_column``."""
     if pattern == "demo":
         pattern = str(DEMO_PAIRS)
-    src_col, tgt_col = cfg.source_column, cfg.target_column
-    rows: list[tuple[str, str]] = []
-    bad: list[str] = []
-    for path in _expand(pattern, what):
-        fmt = _pairs_format(path, cfg.format)
-        text = _read_text(path)
-        if fmt == "jsonl":
-            for n, line in enumerate(text.splitlines(), 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                    if not isinstance(obj, dict):
-                        raise ValueError("not a JSON object")
-                except ValueError as err:
-                    bad.append(f"{path}:{n}: {str(err).splitlines()[0]}")
-                    continue
-                missing = [c for c in (src_col, tgt_col) if c not in obj]
-                if missing:
-                    if n == 1:  # the first row decides: a wrong key name, not a bad row
-                        raise DataError(f"{path}: no key '{missing[0]}' in the JSONL objects "
-                                        f"(keys: {', '.join(obj)}); set data.source_column/"
-                                        "data.target_column")
-                    bad.append(f"{path}:{n}: missing '{missing[0]}'")
-                    continue
-                rows.append((str(obj[src_col]), str(obj[tgt_col])))
-        else:
-            reader = csv.reader(io.StringIO(text), delimiter="\t" if fmt == "tsv" else ",")
-            header = next(reader, None) or []
-            for col in (src_col, tgt_col):
-                if col not in header:
-                    raise DataError(f"{path}: no column '{col}' in the header "
-                                    f"({', '.join(header) or 'empty file'}); set "
-                                    "data.source_column/data.target_column")
-            i_src, i_tgt = header.index(src_col), header.index(tgt_col)
-            for n, rec in enumerate(reader, 2):
-                if not rec:
-                    continue
-                if len(rec) != len(header):
-                    bad.append(f"{path}:{n}: {len(rec)} fields, expected {len(header)}")
-                    continue
-                rows.append((rec[i_src], rec[i_tgt]))
-    if bad:
-        if cfg.on_bad_rows == "fail":
-            raise DataError(f"malformed row {bad[0]} ({len(bad)} bad rows); fix the file or "
-                            "set data.on_bad_rows=skip")
-        log.warning("skipped %d malformed rows, first: %s", len(bad), bad[0])
-    return rows
+    return sources.read_pairs(pattern, source_column=cfg.source_column,
+                              target_column=cfg.target_column, fmt=cfg.format,
+                              mode=cfg.on_bad_rows, split=split, what=f"data.{split}_files")
 
 
 # --------------------------------------------------------------------------- vocabulary
@@ -405,7 +335,7 @@ def build_generator_data(cfg: DataConfig, *, global_batch_size: int, seed: int
     strip = cfg.strip_punctuation
     if cfg.example_shape == "pairs":
         raw = read_pairs(cfg.train_files, cfg)
-        val_raw = (read_pairs(cfg.validation_files, cfg, "data.validation_files")
+        val_raw = (read_pairs(cfg.validation_files, cfg, "validation")
                    if cfg.validation_files else None)
         if val_raw is None:
             raw, val_raw = _split(raw, cfg.validation_split, seed)
@@ -435,10 +365,11 @@ def build_generator_data(cfg: DataConfig, *, global_batch_size: int, seed: int
         prompts = (val_src or src)[:3]
         n_texts, n_val_texts = len(src), len(val_src)
     else:
-        lines = clean_lines(read_corpus(cfg.train_files), cfg.drop_regex, strip)
+        lines = clean_lines(read_corpus(cfg.train_files, cfg), cfg.drop_regex, strip)
         if cfg.validation_files:
-            val_lines = clean_lines(read_corpus(cfg.validation_files, "data.validation_files"),
-                                    cfg.drop_regex, strip)
+            val_lines = clean_lines(
+                read_corpus(cfg.validation_files, cfg, "validation"),
+                cfg.drop_regex, strip)
         else:
             lines, val_lines = _split(lines, cfg.validation_split, seed)
         if not lines:
