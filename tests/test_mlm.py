@@ -158,8 +158,12 @@ def test_pretrain_one_line_errors(tiny_module, tmp_path, capsys):
     assert "--mask-rate" in error("--hub", str(hub_dir), "--mask-rate", "1.5")
     assert "--seq-length 100 must be in [3, 64]" in error("--hub", str(hub_dir),
                                                           "--seq-length", "100")
-    assert "corpus file not found" in error("--hub", str(hub_dir), "--corpus",
-                                            str(tmp_path / "nope.txt"))
+    assert "--corpus: file not found" in error("--hub", str(hub_dir), "--corpus",
+                                               str(tmp_path / "nope.txt"))
+    # The corpus reader honours data.on_bad_rows (a config override here).
+    (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{oops\n')
+    assert "bad.jsonl:2: not valid JSON" in error("--hub", str(hub_dir), "--corpus",
+                                                  str(tmp_path / "bad.jsonl"))
     # An override right after the corpus files is an override, not a corpus file.
     assert "optimizer.learning_rate" in error("--hub", str(hub_dir), "--corpus",
                                               str(root / "corpus.txt"),

@@ -34,7 +34,8 @@ def _parser() -> argparse.ArgumentParser:
                     "adapted encoder as a new TF-Hub module pair. TensorBoard: mlm_loss, "
                     "masked_accuracy under --logdir.")
     p.add_argument("--corpus", nargs="+", required=True, metavar="FILE",
-                   help="text files (one text per line), .csv/.tsv (see --text-column) or .jsonl")
+                   help="paths or globs, local or gs://, .gz read too: text files (one text "
+                        "per line), .csv/.tsv (see --text-column), .jsonl or .tfrecord")
     p.add_argument("--text-column", default="text",
                    help="column (csv/tsv) or key (jsonl) holding the text (default: text)")
     p.add_argument("--hub", required=True, metavar="HUB_DIR",
@@ -97,7 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                            seed=args.seed)
         if not 0.0 < params.mask_rate < 1.0:
             raise ConfigError(f"--mask-rate {params.mask_rate} must be in (0, 1)")
-        texts = read_corpus(args.corpus, text_column=args.text_column)
+        texts = read_corpus(args.corpus, text_column=args.text_column,
+                            on_bad_rows=cfg.data.on_bad_rows)
         logdir = args.logdir or Path("runs") / "pretrain" / Path(args.out).name
         summary = continue_pretraining(texts, args.hub, args.out, params, cfg, logdir=logdir,
                                        overwrite=args.overwrite)
