@@ -8,6 +8,7 @@ import json
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.data.masking import MlmMasker, default_max_predictions
+from tfapp.demo import DEMO_DIR
 from tfapp.hub.builder import BuildParams, build_bert_hub
 from tfapp.pretrain import main as pretrain_main
 
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_hub as hub
-from conftest import REPO, run_python
+from conftest import run_python
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(40)] + [
     f"##p{i}" for i in range(10)]
@@ -93,7 +94,7 @@ def test_masker_rejects_a_vocab_without_mask():
 @pytest.fixture(scope="module")
 def tiny_module(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlm")
-    with open(REPO / "tfapp" / "demo" / "reviews_train.csv", encoding="utf-8") as fh:
+    with open(DEMO_DIR / "reviews_train.csv", encoding="utf-8") as fh:
         texts = [row["text"] for row in csv.DictReader(fh)][:300]
     (root / "corpus.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     hub_dir = build_bert_hub(texts, root / "tiny", BuildParams(
@@ -192,7 +193,7 @@ def test_shipped_unlabelled_corpus_is_reproducible_and_shares_polarity(tmp_path)
     proc = run_python(["scripts/make_demo_data.py", "--out", str(tmp_path), "--unlabelled",
                        "300"], timeout=60)
     assert proc.returncode == 0, proc.stderr
-    demo = REPO / "tfapp" / "demo"
+    demo = DEMO_DIR
     for split in ("train", "validation", "test"):
         assert (tmp_path / f"reviews_{split}.csv").read_bytes() == \
             (demo / f"reviews_{split}.csv").read_bytes(), split
