@@ -12,7 +12,7 @@ import json
 import os
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-from tfapp.data import classification
+from tfapp.data import pipeline as stages
 from tfapp.data.bert_preprocess import make_bert_preprocess_fn
 from tfapp.data.classification import make_classification_dataset
 from tfapp.data.sources import ExampleSet
@@ -38,7 +38,7 @@ def wide_pre(tmp_path_factory):
 @pytest.fixture
 def small_blocks(monkeypatch):
     # Blocks of ~32 examples instead of 1024, so a tiny split spans several block files.
-    monkeypatch.setattr(classification, "STORE_BLOCK", 32)
+    monkeypatch.setattr(stages, "STORE_BLOCK", 32)
 
 
 def wide_examples(n: int, pairs: bool = False) -> ExampleSet:

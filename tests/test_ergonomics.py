@@ -8,11 +8,12 @@ import json
 from pathlib import Path
 
 from tfapp.config import ConfigError, load_config
+from tfapp.demo import DEMO_DIR
 from tfapp.training.plan import plan_training
 
 import numpy as np
 import pytest
-from conftest import REPO, run_python
+from conftest import run_python
 
 N_TRAIN, N_VAL, BATCH = 64, 16, 4
 
@@ -27,7 +28,7 @@ def _write_csv(path: Path, rows: list[dict]) -> Path:
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
-    with (REPO / "tfapp/demo/reviews_train.csv").open() as fh:
+    with (DEMO_DIR / "reviews_train.csv").open() as fh:
         rows = list(csv.DictReader(fh))[:N_TRAIN + N_VAL]
     # Each review ends with words that give its label away, so the loss falls clearly
     # within the few steps of an LR range test (on the plain reviews it stays near chance).

@@ -1,5 +1,6 @@
 """Generator input pipeline: cleaning, vocabulary, exact windows and pairs, batches."""
 
+import gzip
 import json
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
@@ -87,14 +88,14 @@ def test_masks_and_batches_from_a_corpus(tmp_path):
     # 30 train lines of 5 words -> 6 windows each; 10 validation lines.
     assert data.num_train_examples == 30 * 6 and data.num_validation_examples == 10 * 6
     assert data.info["texts"] == 30 and "# comment" not in data.vocabulary
-    x, y = next(iter(data.train))
+    x, y = next(iter(data.train(None)))
     assert x["encoder_ids"].shape == (8, 4) and x["decoder_ids"].shape == (8, 3)
     assert y.shape == (8, 3) and y.dtype == tf.int32
     # Padding is 0 exactly where there is no target word: the loss mask.
-    labels = np.concatenate([b[1].numpy() for b in data.validation])
+    labels = np.concatenate([b[1].numpy() for b in data.validation(None)])
     assert labels.shape == (60, 3)
     np.testing.assert_array_equal((labels != 0).sum(1), [3, 3, 3, 3, 2, 1] * 10)
-    assert data.train.element_spec[1].shape == (8, 3)  # drop_remainder: static batch
+    assert data.train(None).element_spec[1].shape == (8, 3)  # drop_remainder: static batch
     assert data.sample_prompts[0] == ""
 
 
@@ -102,19 +103,44 @@ def test_read_pairs_tsv_jsonl_and_errors(tmp_path):
     tsv = tmp_path / "p.tsv"
     tsv.write_text("q\ta\nHello there\tHi!\nbad row\n")
     cfg = gen_cfg("data.example_shape=pairs", "data.source_column=q", "data.target_column=a")
-    with pytest.raises(DataError, match=r"p.tsv:3: 1 fields.*on_bad_rows=skip"):
+    with pytest.raises(DataError, match=r"p.tsv:3: has 1 field\(s\) but the header has 2"
+                                        r".*on_bad_rows=skip"):
         tl.read_pairs(str(tsv), cfg.data)
     cfg.data.on_bad_rows = "skip"
     assert tl.read_pairs(str(tsv), cfg.data) == [("Hello there", "Hi!")]
     jl = tmp_path / "p.jsonl"
     jl.write_text(json.dumps({"q": "x y", "a": "z"}) + "\n{not json\n")
     assert tl.read_pairs(str(jl), cfg.data) == [("x y", "z")]
-    with pytest.raises(DataError, match="no column 'src'.*q, a"):
+    with pytest.raises(DataError, match=r"no column 'src'.*q, a.*data.source_column"):
         tl.read_pairs(str(tsv), gen_cfg("data.source_column=src").data)
-    with pytest.raises(DataError, match="no key 'source' in the JSONL"):
+    with pytest.raises(DataError, match=r"no column 'source' in the first JSON object "
+                                        r"\(has: q, a\)"):
         tl.read_pairs(str(jl), gen_cfg().data)
-    with pytest.raises(DataError, match="no file matches"):
+    with pytest.raises(DataError, match="no files match"):
         tl.read_pairs(str(tmp_path / "missing*.tsv"), cfg.data)
+    # The shared reader: gzipped files, and plain text refused for pairs.
+    gz = tmp_path / "p.tsv.gz"
+    gz.write_bytes(gzip.compress(b"q\ta\nHow are you\tFine\n"))
+    assert tl.read_pairs(str(gz), cfg.data) == [("How are you", "Fine")]
+    (tmp_path / "p.txt").write_text("a line\n")
+    with pytest.raises(DataError, match="plain text lines hold one text"):
+        tl.read_pairs(str(tmp_path / "p.txt"), cfg.data)
+
+
+def test_corpus_through_the_shared_reader(tmp_path):
+    """A gzipped corpus, a CSV's text column, and a bad JSONL row under data.on_bad_rows."""
+    (tmp_path / "c.txt.gz").write_bytes(gzip.compress(b"# head\nThe Cat sat.\n\nA dog ran\n"))
+    cfg = gen_cfg("data.drop_regex=^#").data
+    assert tl.clean_lines(tl.read_corpus(str(tmp_path / "c.txt.gz"), cfg),
+                          cfg.drop_regex) == ["the cat sat", "a dog ran"]
+    (tmp_path / "c.csv").write_text('id,body\n1,"Hello, world"\n2,Bye\n')
+    assert tl.read_corpus(str(tmp_path / "c.csv"),
+                          gen_cfg("data.text_column=body").data) == ["Hello, world", "Bye"]
+    (tmp_path / "c.jsonl").write_text('{"text": "one"}\n[2]\n{"text": "three"}\n')
+    with pytest.raises(DataError, match=r"c.jsonl:2: expected a JSON object.*on_bad_rows=skip"):
+        tl.read_corpus(str(tmp_path / "c.jsonl"), cfg, "validation")
+    assert tl.read_corpus(str(tmp_path / "c.jsonl"),
+                          gen_cfg("data.on_bad_rows=skip").data) == ["one", "three"]
 
 
 def test_demo_data_both_shapes():
@@ -123,6 +149,6 @@ def test_demo_data_both_shapes():
     assert data.num_train_examples > 10000 and data.info["unk_rate"] == 0.0
     pairs = tl.build_generator_data(gen_cfg("data.example_shape=pairs").data,
                                     global_batch_size=32, seed=1)
-    x, y = next(iter(pairs.train))
+    x, y = next(iter(pairs.train(None)))
     assert x["encoder_ids"].shape == (32, 8) and y.shape == (32, 12)
     assert pairs.sample_prompts and pairs.sample_prompts[0].startswith(("what", "where"))

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import csv
+import gzip
 import json
 import subprocess
 import sys
@@ -24,12 +26,18 @@ Terrible battery life; the phone died twice.
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """One build through the CLI, in a subprocess, as a user runs it."""
+    """One build through the CLI, in a subprocess, as a user runs it: half the corpus a
+    gzipped text file, half the ``review`` column of a CSV (``--text-column``)."""
     root = tmp_path_factory.mktemp("build")
-    (root / "corpus.txt").write_text(CORPUS, encoding="utf-8")
+    lines = CORPUS.splitlines()
+    (root / "corpus.txt").write_text(CORPUS, encoding="utf-8")  # for later tests
+    (root / "a.txt.gz").write_bytes(gzip.compress("\n".join(lines[:2]).encode()))
+    with (root / "b.csv").open("w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh).writerows([("label", "review"), *(("x", t) for t in lines[2:])])
     out = root / "hub"
-    proc = run_python(["-m", "tfapp.hub", "build-bert", "--corpus", str(root / "corpus.txt"),
-                       "--out", str(out), "--layers", "2", "--hidden", "32", "--heads", "2",
+    proc = run_python(["-m", "tfapp.hub", "build-bert", "--corpus", str(root / "a.txt.gz"),
+                       str(root / "b.csv"), "--text-column", "review", "--out", str(out),
+                       "--layers", "2", "--hidden", "32", "--heads", "2",
                        "--intermediate", "64", "--max-positions", "64", "--vocab-size", "100",
                        "--no-lower-case", "--seed", "3", "--seq-length", "16"], timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -39,6 +47,8 @@ def built(tmp_path_factory):
 def test_cli_build_bert_writes_both_modules(built):
     out, stdout = built
     assert "built BERT (2 layers, hidden 32, 2 heads" in stdout
+    # 2 gzipped lines + 2 CSV rows (not its header, nor compressed bytes as text).
+    assert "from 4 texts" in stdout
     assert f"model.hub_handle={out}" in stdout
     meta = json.loads((out / "tfapp_hub.json").read_text())
     assert meta["lower_case"] is False and meta["default_seq_length"] == 16
@@ -72,8 +82,9 @@ print(y["pooled_output"].shape, y["sequence_output"].shape, len(enc.trainable_we
 def test_cli_user_errors_exit_2_with_one_line(tmp_path):
     (tmp_path / "c.csv").write_text("review,label\nnice,pos\n")
     cases = [
-        (["--corpus", str(tmp_path / "missing.txt")], "corpus file not found"),
-        (["--corpus", str(tmp_path / "c.csv")], "no column 'text' (columns: review, label)"),
+        (["--corpus", str(tmp_path / "missing.txt")], "--corpus: file not found"),
+        (["--corpus", str(tmp_path / "c.csv")],
+         "no column 'text' in the header row (has: review, label) -- pass --text-column"),
         (["--corpus", str(tmp_path / "c.csv"), "--text-column", "review", "--hidden", "30",
           "--heads", "4"], "not divisible by num_heads"),
     ]
@@ -95,17 +106,42 @@ def test_existing_output_is_refused(built):
 
 
 def test_read_corpus_formats(tmp_path):
-    (tmp_path / "a.txt").write_text("one\n\ntwo\n")
+    (tmp_path / "a.txt").write_text("one\n\n  two  words\n")
     (tmp_path / "b.tsv").write_text("text\tlabel\nthree\tx\n")
     (tmp_path / "c.jsonl").write_text('{"text": "four"}\n\n{"text": "five"}\n')
     files = [tmp_path / n for n in ("a.txt", "b.tsv", "c.jsonl")]
-    assert read_corpus(files) == ["one", "two", "three", "four", "five"]
+    # Text lines verbatim (whitespace kept, as the old reader did), blank lines dropped.
+    assert read_corpus(files) == ["one", "  two  words", "three", "four", "five"]
     (tmp_path / "bad.jsonl").write_text('{"body": "x"}\n')
-    with pytest.raises(ConfigError, match=r"bad.jsonl:1: not a JSON object with key 'text'"):
+    with pytest.raises(ConfigError, match=r"bad.jsonl: no column 'text' in the first JSON "
+                                          r"object \(has: body\) -- pass --text-column"):
         read_corpus([tmp_path / "bad.jsonl"])
     (tmp_path / "blank.txt").write_text("\n \n")
-    with pytest.raises(ConfigError, match="holds no text"):
-        read_corpus([tmp_path / "blank.txt"])
+    with pytest.raises(ConfigError, match=r"blank.txt:1: empty file \(no text lines\) "
+                                          r"\(fix the data\)$"):
+        read_corpus([tmp_path / "blank.txt"])  # build-bert has no skip switch to offer
+    with pytest.raises(ConfigError, match="--corpus: .*blank.txt' holds no text"):
+        read_corpus([tmp_path / "blank.txt"], on_bad_rows="skip")
+
+
+def test_corpus_reader_is_the_shared_one_gz_csv_column_glob_and_bad_rows(tmp_path):
+    """build-bert and pretrain read corpora through tfapp.data.sources: .gz, a custom CSV
+    column, globs, unknown extensions as text lines, and pretrain's data.on_bad_rows."""
+    (tmp_path / "lines.txt.gz").write_bytes(gzip.compress(b"first text\nsecond text\n"))
+    (tmp_path / "notes").write_text("no extension: text lines\n")
+    with gzip.open(tmp_path / "r.csv.gz", "wt", newline="", encoding="utf-8") as fh:
+        csv.writer(fh).writerows([("id", "review"), ("1", "a quoted, comma text"),
+                                  ("2", "third text")])
+    texts = read_corpus([tmp_path / "lines.txt.gz", tmp_path / "notes",
+                         str(tmp_path / "r.csv*")], text_column="review")
+    assert texts == ["first text", "second text", "no extension: text lines",
+                     "a quoted, comma text", "third text"]
+    (tmp_path / "bad.jsonl").write_text('{"review": "ok"}\n{oops\n{"review": "fine"}\n')
+    # pretrain passes data.on_bad_rows: fail names the switch, skip drops the row.
+    with pytest.raises(ConfigError, match=r"bad.jsonl:2: not valid JSON .*set "
+                                          r"data.on_bad_rows=skip"):
+        read_corpus([tmp_path / "bad.jsonl"], "review", on_bad_rows="fail")
+    assert read_corpus([tmp_path / "bad.jsonl"], "review", on_bad_rows="skip") == ["ok", "fine"]
 
 
 def test_resolve_local_directories_and_urls(built, tmp_path):

@@ -8,6 +8,7 @@ import json
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.data.masking import MlmMasker, default_max_predictions
+from tfapp.demo import DEMO_DIR
 from tfapp.hub.builder import BuildParams, build_bert_hub
 from tfapp.pretrain import main as pretrain_main
 
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_hub as hub
-from conftest import REPO, run_python
+from conftest import run_python
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(40)] + [
     f"##p{i}" for i in range(10)]
@@ -93,7 +94,7 @@ def test_masker_rejects_a_vocab_without_mask():
 @pytest.fixture(scope="module")
 def tiny_module(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlm")
-    with open(REPO / "tfapp" / "demo" / "reviews_train.csv", encoding="utf-8") as fh:
+    with open(DEMO_DIR / "reviews_train.csv", encoding="utf-8") as fh:
         texts = [row["text"] for row in csv.DictReader(fh)][:300]
     (root / "corpus.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     hub_dir = build_bert_hub(texts, root / "tiny", BuildParams(
@@ -164,8 +165,12 @@ def test_pretrain_one_line_errors(tiny_module, tmp_path, capsys):
     assert "--mask-rate" in error("--hub", str(hub_dir), "--mask-rate", "1.5")
     assert "data.seq_length 100 must be in [3, 64]" in error("--hub", str(hub_dir),
                                                           "--seq-length", "100")
-    assert "corpus file not found" in error("--hub", str(hub_dir), "--corpus",
-                                            str(tmp_path / "nope.txt"))
+    missing = error("--hub", str(hub_dir), "--corpus", str(tmp_path / "nope.txt"))
+    assert "data.train_files (pretrain --corpus): file not found" in missing
+    # The corpus reader honours data.on_bad_rows (a config override here).
+    (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{oops\n')
+    assert "bad.jsonl:2: not valid JSON" in error("--hub", str(hub_dir), "--corpus",
+                                                  str(tmp_path / "bad.jsonl"))
     # An override right after the corpus files is an override, not a corpus file.
     assert "optimizer.learning_rate" in error("--hub", str(hub_dir), "--corpus",
                                               str(root / "corpus.txt"),
@@ -194,7 +199,7 @@ def test_shipped_unlabelled_corpus_is_reproducible_and_shares_polarity(tmp_path)
     proc = run_python(["scripts/make_demo_data.py", "--out", str(tmp_path), "--unlabelled",
                        "300"], timeout=60)
     assert proc.returncode == 0, proc.stderr
-    demo = REPO / "tfapp" / "demo"
+    demo = DEMO_DIR
     for split in ("train", "validation", "test"):
         assert (tmp_path / f"reviews_{split}.csv").read_bytes() == \
             (demo / f"reviews_{split}.csv").read_bytes(), split

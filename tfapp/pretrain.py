@@ -38,7 +38,8 @@ def _parser() -> argparse.ArgumentParser:
                     "adapted encoder as a new TF-Hub module pair. TensorBoard: mlm_loss, "
                     "masked_accuracy under the run directory's logs/.")
     p.add_argument("--corpus", nargs="+", required=True, metavar="FILE",
-                   help="text files (one text per line), .csv/.tsv (see --text-column) or .jsonl")
+                   help="paths or globs, local or gs://, .gz read too: text files (one text "
+                        "per line), .csv/.tsv (see --text-column), .jsonl or .tfrecord")
     p.add_argument("--text-column", default="text",
                    help="column (csv/tsv) or key (jsonl) holding the text (default: text)")
     p.add_argument("--hub", required=True, metavar="HUB_DIR",

@@ -47,9 +47,6 @@ log = logging.getLogger("tfapp.data")
 
 # Examples tokenised per map call (rounded to whole batches): amortises per-call overhead.
 PREPROCESS_CHUNK = 256
-# Examples per stored block in snapshots and caches: replay reads whole blocks, so bigger
-# blocks mean less per-element work (measured: 1024 reads ~2x faster than 256).
-STORE_BLOCK = 1024
 
 
 @dataclass
@@ -183,65 +180,6 @@ def _narrow(features, labels):
             for k, v in features.items()}, labels
 
 
-def _widen(label_dtype: tf.DType) -> Callable:
-    def widen(features, labels):
-        return ({k: tf.cast(v, tf.int32) for k, v in features.items()},
-                tf.cast(labels, label_dtype))
-    return widen
-
-
-def _permute_and_cut(seed: int, batch: int, label_dtype: tf.DType) -> Callable:
-    """The map fn ``(pool, r) -> batches``: a seeded row permutation of one pool, widened.
-
-    The gather moves the stored narrow rows (uint8 masks, a snapshot's uint8/uint16 ids and
-    labels); the cast to int32 / ``label_dtype`` comes after it. The pool is cut into
-    whole batches by a reshape, dropping its last ``len % batch`` rows.
-    """
-    def permute_and_cut(element, r):
-        features, labels = element
-        # A seeded Fisher-Yates shuffle of the row indices: a third of the cost of
-        # argsort over random keys (0.4 vs 1.2 ms for a pool of 9216 rows).
-        rows = tf.shape(labels)[0]
-        idx = tf.random.experimental.stateless_shuffle(
-            tf.range(rows), seed=tf.stack([r, tf.constant(seed, tf.int64)]))
-        idx = idx[:rows // batch * batch]
-
-        def cut(v, dtype):
-            return tf.reshape(tf.cast(tf.gather(v, idx), dtype), [-1, batch, *v.shape[1:]])
-
-        return ({k: cut(v, tf.int32) for k, v in features.items()},
-                cut(labels, label_dtype))
-
-    return permute_and_cut
-
-
-def _shuffle_blocks(dataset: tf.data.Dataset, buffer: int, block: int, n: int,
-                    seed: int, batch: int, label_dtype: tf.DType,
-                    blocks_shuffled: bool = False) -> tf.data.Dataset:
-    """Shuffle stored (narrow) blocks into int32 training batches without unbatching them.
-
-    Each epoch the blocks come in a new seeded order (here, or already when
-    ``blocks_shuffled``: a snapshot shuffles its block files, so it never holds more
-    than the pools in flight), are joined into pools of about ``buffer`` examples
-    (``rebatch``, no per-example work) and the rows of each pool are permuted -- the
-    mixing of a ``shuffle(buffer)`` at the cost of one gather per pool. Each pool is then
-    cut into whole batches by a reshape; ``unbatch`` hands them out one by one, which
-    costs less per batch than a ``rebatch`` over the pools. Blocks are multiples of
-    ``batch``, so only the last pool has a partial batch, and dropping it drops exactly
-    the remainder ``drop_remainder`` would.
-    """
-    num_blocks = -(-n // block)
-    if not blocks_shuffled:
-        dataset = dataset.shuffle(num_blocks, seed=seed, reshuffle_each_iteration=True)
-    pool = max(1, min(buffer, n) // block)
-    if pool > 1:
-        dataset = dataset.rebatch(pool * block)
-    noise = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
-    return stages.host_map(tf.data.Dataset.zip((dataset, noise)),
-                           _permute_and_cut(seed, batch, label_dtype),
-                           num_parallel_calls=tf.data.AUTOTUNE).unbatch()
-
-
 def make_classification_dataset(examples: ExampleSet, preprocess_fn: Callable[..., dict],
                                 data_cfg: DataConfig, *, batch_size: int, training: bool,
                                 seed: int,
@@ -271,7 +209,8 @@ def make_classification_dataset(examples: ExampleSet, preprocess_fn: Callable[..
     # Tokenise several batches per call: per-call overhead amortised, then ``rebatch``
     # splits the chunk into batches without touching single examples.
     stored = bool(data_cfg.snapshot or data_cfg.cache)
-    chunk = local_batch * max(1, (STORE_BLOCK if stored else PREPROCESS_CHUNK) // local_batch)
+    chunk = local_batch * max(1, (stages.STORE_BLOCK if stored else PREPROCESS_CHUNK)
+                              // local_batch)
     shuffle = training and data_cfg.shuffle_buffer > 0
     # Evaluation keeps example order (predictions line up with the rows); training may
     # trade order for throughput unless data.deterministic asks for reproducibility.
@@ -311,37 +250,19 @@ def make_classification_dataset(examples: ExampleSet, preprocess_fn: Callable[..
             permuted=training, pair=examples.text_pairs is not None)
         # input_mask and input_type_ids are 0/1: stored as uint8 they shrink what a replay
         # reads by half; widened back to int32 when the batches are cut.
-        dataset = stages.host_map(dataset, _narrow)
-        label_dtype = dataset.element_spec[1].dtype
-        snapshot = None
-        if data_cfg.snapshot:
-            snapshot = stages.write_snapshot(
-                dataset, data_cfg.snapshot, examples.name, key,
-                describe={"examples": len(examples), "shard": [shard, n_shards],
-                          "seq_length": data_cfg.seq_length, "block": chunk})
-        # Read straight into the shuffle, a snapshot reads its block files in a new order
-        # each epoch; a cache after it must see a fixed order (it would freeze the first).
-        files_shuffled = shuffle and snapshot is not None and not data_cfg.cache
-        if snapshot is not None:
-            dataset = snapshot.dataset(seed if files_shuffled else None)
-        dataset = stages.apply_cache(dataset, data_cfg.cache, examples.name, key)
+        dataset = stages.stored_batches(
+            stages.host_map(dataset, _narrow), data_cfg, examples.name, key, block=chunk,
+            batch=local_batch, examples=n_local, training=training, seed=seed,
+            describe={"examples": len(examples), "shard": [shard, n_shards],
+                      "seq_length": data_cfg.seq_length, "block": chunk})
+    else:
         if shuffle:
-            dataset = _shuffle_blocks(dataset, data_cfg.shuffle_buffer, chunk, n_local, seed,
-                                      local_batch, label_dtype, blocks_shuffled=files_shuffled)
-        else:
-            dataset = stages.host_map(dataset, _widen(label_dtype))
-    elif shuffle:
-        # Shuffle the (cheap) raw strings, then tokenise whole chunks at once.
-        dataset = dataset.shuffle(min(data_cfg.shuffle_buffer, n_local), seed=seed,
-                                  reshuffle_each_iteration=True)
-    if not stored:
+            # Shuffle the (cheap) raw strings, then tokenise whole chunks at once.
+            dataset = dataset.shuffle(min(data_cfg.shuffle_buffer, n_local), seed=seed,
+                                      reshuffle_each_iteration=True)
         dataset = stages.host_map(dataset.batch(chunk), preprocess,
                                   num_parallel_calls=tf.data.AUTOTUNE,
                                   deterministic=deterministic)
-    if not (stored and shuffle):  # _shuffle_blocks already made the batches
         dataset = dataset.rebatch(local_batch, drop_remainder=training)
-    dataset = stages.apply_service(dataset, data_cfg.service, examples.name)
-    if data_cfg.prefetch:
-        dataset = dataset.prefetch(tf.data.AUTOTUNE)
-    return dataset.with_options(stages.make_options(
-        data_cfg, sharded_by_context=input_context is not None, deterministic=ordered))
+    return stages.finalize(dataset, data_cfg, examples.name,
+                           sharded_by_context=input_context is not None, deterministic=ordered)

@@ -25,6 +25,10 @@ Every map of these pipelines goes through ``host_map``: the same ``Dataset.map``
 function starts in well under a millisecond when an iterator is made, instead of after a
 Grappler pass (see there). A finite pipeline makes a new iterator every epoch.
 
+``stored_batches`` (snapshot, cache, shuffling the stored blocks into batches) and
+``finalize`` (service, prefetch, options) are the stages every task's pipeline shares: the
+classifier's (``classification.make_classification_dataset``) and the generator's
+(``text_lines.make_generator_dataset``) differ only in how they make their blocks.
 ``distribute`` builds one pipeline per input worker through
 ``strategy.distribute_datasets_from_function``.
 """
@@ -48,14 +52,19 @@ from tfapp.data.errors import DataError
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["pipeline_key", "Snapshot", "write_snapshot", "apply_cache", "host_map",
-           "make_options", "apply_service", "distribute", "SNAPSHOT_FORMAT_VERSION"]
+__all__ = ["pipeline_key", "Snapshot", "write_snapshot", "apply_cache", "stored_batches",
+           "host_map", "make_options", "apply_service", "finalize", "distribute",
+           "distribute_split",
+           "SNAPSHOT_FORMAT_VERSION", "STORE_BLOCK"]
 
 log = logging.getLogger("tfapp.data")
 
 # Bump when the layout of preprocessed elements changes, so old snapshots are not reused.
 SNAPSHOT_FORMAT_VERSION = 3
 _DONE = "tfapp_snapshot.json"
+# Examples per stored block in snapshots and caches: replay reads whole blocks, so bigger
+# blocks mean less per-element work (measured: 1024 reads ~2x faster than 256).
+STORE_BLOCK = 1024
 
 
 def pipeline_key(**parts: Any) -> str:
@@ -252,10 +261,6 @@ def host_map(dataset: tf.data.Dataset, fn: Callable, *, num_parallel_calls: int 
     return dataset.map(fn, num_parallel_calls=num_parallel_calls, deterministic=deterministic)
 
 
-def snapshot_exists(root: str, name: str, key: str) -> bool:
-    return tf.io.gfile.exists(os.path.join(snapshot_dir(root, name, key), _DONE))
-
-
 def _remove(path: str) -> None:
     if path.startswith("gs://"):
         if tf.io.gfile.exists(path):
@@ -274,6 +279,97 @@ def apply_cache(dataset: tf.data.Dataset, cache: str, name: str, key: str) -> tf
     if parent:
         tf.io.gfile.makedirs(parent)
     return dataset.cache(f"{cache}-{name}-{key}")
+
+
+def _widen(label_dtype: tf.DType) -> Callable:
+    def widen(features, labels):
+        return ({k: tf.cast(v, tf.int32) for k, v in features.items()},
+                tf.cast(labels, label_dtype))
+    return widen
+
+
+def _permute_and_cut(seed: int, batch: int, label_dtype: tf.DType) -> Callable:
+    """The map fn ``(pool, r) -> batches``: a seeded row permutation of one pool, widened.
+
+    The gather moves the stored narrow rows (uint8 masks, a snapshot's uint8/uint16 ids and
+    labels); the cast to int32 / ``label_dtype`` comes after it. The pool is cut into
+    whole batches by a reshape, dropping its last ``len % batch`` rows.
+    """
+    def permute_and_cut(element, r):
+        features, labels = element
+        # A seeded Fisher-Yates shuffle of the row indices: a third of the cost of
+        # argsort over random keys (0.4 vs 1.2 ms for a pool of 9216 rows).
+        rows = tf.shape(labels)[0]
+        idx = tf.random.experimental.stateless_shuffle(
+            tf.range(rows), seed=tf.stack([r, tf.constant(seed, tf.int64)]))
+        idx = idx[:rows // batch * batch]
+
+        def cut(v, dtype):
+            return tf.reshape(tf.cast(tf.gather(v, idx), dtype), [-1, batch, *v.shape[1:]])
+
+        return ({k: cut(v, tf.int32) for k, v in features.items()},
+                cut(labels, label_dtype))
+
+    return permute_and_cut
+
+
+def _shuffle_blocks(dataset: tf.data.Dataset, buffer: int, block: int, n: int,
+                    seed: int, batch: int, label_dtype: tf.DType,
+                    blocks_shuffled: bool = False) -> tf.data.Dataset:
+    """Shuffle stored (narrow) blocks into int32 training batches without unbatching them.
+
+    Each epoch the blocks come in a new seeded order (here, or already when
+    ``blocks_shuffled``: a snapshot shuffles its block files, so it never holds more
+    than the pools in flight), are joined into pools of about ``buffer`` examples
+    (``rebatch``, no per-example work) and the rows of each pool are permuted -- the
+    mixing of a ``shuffle(buffer)`` at the cost of one gather per pool. Each pool is then
+    cut into whole batches by a reshape; ``unbatch`` hands them out one by one, which
+    costs less per batch than a ``rebatch`` over the pools. Blocks are multiples of
+    ``batch``, so only the last pool has a partial batch, and dropping it drops exactly
+    the remainder ``drop_remainder`` would.
+    """
+    num_blocks = -(-n // block)
+    if not blocks_shuffled:
+        dataset = dataset.shuffle(num_blocks, seed=seed, reshuffle_each_iteration=True)
+    pool = max(1, min(buffer, n) // block)
+    if pool > 1:
+        dataset = dataset.rebatch(pool * block)
+    noise = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
+    return host_map(tf.data.Dataset.zip((dataset, noise)),
+                    _permute_and_cut(seed, batch, label_dtype),
+                    num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+
+
+def stored_batches(blocks: tf.data.Dataset, data_cfg: DataConfig, name: str, key: str, *,
+                   block: int, batch: int, examples: int, training: bool, seed: int,
+                   describe: dict[str, Any] | None = None) -> tf.data.Dataset:
+    """Batches of ``batch`` from ``blocks`` computed once: ``data.snapshot``, ``data.cache``.
+
+    ``blocks`` is one pass over the examples of one input pipeline (``examples`` of them)
+    in blocks of ``block`` rows (the last may be shorter; ``block`` a multiple of
+    ``batch``), each element ``(features, labels)`` with ``features`` a dict of integer
+    tensors. ``key`` must hash everything that decides the blocks' values (see
+    ``pipeline_key``); ``name`` is the split. In order: the snapshot is written (first
+    run) and replayed, the cache is applied, then training with ``data.shuffle_buffer``
+    shuffles the stored blocks into batches (``_shuffle_blocks``) and anything else cuts
+    them into batches in order. Training drops the remainder; features come back int32,
+    labels in their dtype in ``blocks``.
+    """
+    label_dtype = blocks.element_spec[1].dtype
+    shuffle = training and data_cfg.shuffle_buffer > 0
+    snapshot = None
+    if data_cfg.snapshot:
+        snapshot = write_snapshot(blocks, data_cfg.snapshot, name, key, describe=describe)
+    # Read straight into the shuffle, a snapshot reads its block files in a new order each
+    # epoch; a cache after it must see a fixed order (it would freeze the first).
+    files_shuffled = shuffle and snapshot is not None and not data_cfg.cache
+    dataset = blocks if snapshot is None else snapshot.dataset(seed if files_shuffled else None)
+    dataset = apply_cache(dataset, data_cfg.cache, name, key)
+    if shuffle:
+        return _shuffle_blocks(dataset, data_cfg.shuffle_buffer, block, examples, seed, batch,
+                               label_dtype, blocks_shuffled=files_shuffled)
+    dataset = host_map(dataset, _widen(label_dtype))
+    return dataset.rebatch(batch, drop_remainder=training)
 
 
 def make_options(data_cfg: DataConfig, *, sharded_by_context: bool,
@@ -312,6 +408,20 @@ def apply_service(dataset: tf.data.Dataset, service: DataServiceConfig,
         processing_mode=mode, service=address, job_name=job_name))
 
 
+def finalize(dataset: tf.data.Dataset, data_cfg: DataConfig, name: str, *,
+             sharded_by_context: bool, deterministic: bool) -> tf.data.Dataset:
+    """The last stages of every pipeline: ``data.service``, ``data.prefetch``, options.
+
+    ``deterministic`` is the element order the caller needs (evaluation keeps its rows in
+    order; training follows ``data.deterministic``).
+    """
+    dataset = apply_service(dataset, data_cfg.service, name)
+    if data_cfg.prefetch:
+        dataset = dataset.prefetch(tf.data.AUTOTUNE)
+    return dataset.with_options(make_options(data_cfg, sharded_by_context=sharded_by_context,
+                                             deterministic=deterministic))
+
+
 def distribute(strategy: tf.distribute.Strategy,
                dataset_fn: Callable[[tf.distribute.InputContext], tf.data.Dataset]) -> Any:
     """One input pipeline per input worker, sharded by its ``InputContext``.
@@ -323,3 +433,16 @@ def distribute(strategy: tf.distribute.Strategy,
     global batch in total.
     """
     return strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def distribute_split(strategy: tf.distribute.Strategy,
+                     make: Callable[[tf.distribute.InputContext | None], tf.data.Dataset],
+                     *, training: bool) -> Any:
+    """``distribute`` of one split's dataset function; the training stream repeats, as
+    fit runs a fixed number of steps per epoch from one iterator and must not run dry at
+    the end of a pass."""
+    def dataset_fn(input_context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
+        ds = make(input_context)
+        return ds.repeat() if training else ds
+
+    return distribute(strategy, dataset_fn)

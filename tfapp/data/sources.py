@@ -1,4 +1,10 @@
-"""Read labelled text examples from files (or TFDS) with precise, one-line data errors.
+"""Read text data from files (or TFDS) with precise, one-line data errors.
+
+The one reader of text files for every task and command: labelled examples
+(``read_examples``: the classifier, evaluate), texts (``read_texts``: the generator's
+corpus, the ``build-bert`` and ``pretrain`` corpora) and source/target pairs
+(``read_pairs``: the generator's pairs), all with the same files, formats and bad-row
+policy.
 
 Formats: CSV and TSV (header row names the columns), JSON Lines (one object per line),
 plain text lines (one example per line; fastText-style ``__label__X`` prefixes carry the
@@ -27,8 +33,9 @@ import hashlib
 import io
 import json
 import logging
+import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,8 +49,9 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = ["BadRow", "BadRowReport", "ExampleSet", "RawExample", "resolve_files",
-           "detect_format", "read_examples", "demo_file", "LabelVocab", "read_label_vocab",
-           "write_label_vocab"]
+           "detect_format", "read_examples", "read_texts", "read_pairs", "demo_file",
+           "LabelVocab", "read_label_vocab", "write_label_vocab", "SKIP_OPTION",
+           "COLUMNS_HINT"]
 
 log = logging.getLogger("tfapp.data")
 
@@ -100,17 +108,27 @@ class BadRowReport:
                 "examples": [dataclasses.asdict(b) for b in self.examples]}
 
 
-class _BadRowPolicy:
-    """Applies ``on_bad_rows``: raise at once (fail) or record (skip)."""
+SKIP_OPTION = "data.on_bad_rows=skip"
 
-    def __init__(self, mode: str, report: BadRowReport, split: str):
+
+class _BadRowPolicy:
+    """Applies ``on_bad_rows``: raise at once (fail) or record (skip).
+
+    ``skip_option`` is how the user asks for skipping, for the message (``None``: the
+    command has no such switch, so the message only says to fix the data).
+    """
+
+    def __init__(self, mode: str, report: BadRowReport, split: str,
+                 skip_option: str | None = SKIP_OPTION):
         self.mode, self.report, self.split = mode, report, split
+        self.skip_option = skip_option
 
     def __call__(self, file: str, line: int | str, problem: str) -> None:
         bad = BadRow(file, line, problem)
         if self.mode == "fail":
-            raise DataError(f"{bad} (fix the data, or set data.on_bad_rows=skip to drop "
-                            "such rows)")
+            fix = (f"fix the data, or set {self.skip_option} to drop such rows"
+                   if self.skip_option else "fix the data")
+            raise DataError(f"{bad} ({fix})")
         self.report.add(self.split, bad)
 
 
@@ -121,10 +139,16 @@ def _show(value: Any, limit: int = 60) -> str:
 
 
 # ------------------------------------------------------------------------------- files
-def resolve_files(spec: str, what: str = "data.train_files") -> list[str]:
-    """Expand comma-separated paths/globs (local or gs://) to existing files, sorted."""
+def resolve_files(spec: str | Sequence[str | os.PathLike], what: str = "data.train_files"
+                  ) -> list[str]:
+    """Expand paths/globs (local or gs://) to existing files, each glob sorted.
+
+    ``spec`` is a config value, several joined with commas, or a list of paths/globs (a
+    command line's file arguments; each item is one path, commas and all).
+    """
+    parts = spec.split(",") if isinstance(spec, str) else [os.fspath(p) for p in spec]
     files: list[str] = []
-    for part in (p.strip() for p in spec.split(",")):
+    for part in (p.strip() for p in parts):
         if not part:
             continue
         if any(ch in part for ch in "*?["):
@@ -149,13 +173,19 @@ def resolve_files(spec: str, what: str = "data.train_files") -> list[str]:
     return files
 
 
-def detect_format(path: str, configured: str) -> str:
-    """The file format: ``configured`` unless it is auto, else from the file extension."""
+def detect_format(path: str, configured: str, default: str | None = None) -> str:
+    """The file format: ``configured`` unless it is auto, else from the file extension.
+
+    An extension that names no format is an error, or ``default`` where the reader has a
+    natural one (a corpus of texts: plain text lines).
+    """
     if configured != "auto":
         return configured
     name = path[:-3] if path.endswith(".gz") else path
     ext = Path(name).suffix.lower()
     if ext not in _EXTENSIONS:
+        if default:
+            return default
         raise DataError(f"cannot tell the format of '{path}' from its extension; set "
                         f"data.format to one of: {', '.join(FORMATS)}")
     return _EXTENSIONS[ext]
@@ -183,15 +213,20 @@ def _read_text(path: str) -> str:
 Row = tuple[int | str, dict[str, Any] | None, str | None]
 
 
-def _missing_column(path: str, column: str, available: list[str], where: str) -> DataError:
+# How the classifier names its columns; other readers name their own settings.
+COLUMNS_HINT = "set data.text_column / data.text_pair_column / data.label_column"
+
+
+def _missing_column(path: str, column: str, available: list[str], where: str,
+                    hint: str) -> DataError:
     close = difflib.get_close_matches(column, available, n=1)
-    hint = f"; did you mean '{close[0]}'?" if close else ""
+    guess = f"; did you mean '{close[0]}'?" if close else ""
     return DataError(f"{path}: no column '{column}' in the {where} (has: "
-                     f"{', '.join(available) or 'nothing'}){hint} -- set data.text_column / "
-                     "data.text_pair_column / data.label_column")
+                     f"{', '.join(available) or 'nothing'}){guess} -- {hint}")
 
 
-def _read_delimited(path: str, delimiter: str, columns: list[str]) -> Iterator[Row]:
+def _read_delimited(path: str, delimiter: str, columns: list[str], hint: str
+                    ) -> Iterator[Row]:
     text = _read_text(path)
     if not text.strip():
         yield 1, None, "empty file (no header row and no data)"
@@ -215,7 +250,7 @@ def _read_delimited(path: str, delimiter: str, columns: list[str]) -> Iterator[R
             header = [h.strip() for h in row]
             for col in columns:
                 if col not in header:
-                    raise _missing_column(path, col, header, "header row")
+                    raise _missing_column(path, col, header, "header row", hint)
             continue
         if len(row) != len(header):
             sep = "','" if delimiter == "," else "a tab"
@@ -230,12 +265,13 @@ def _read_delimited(path: str, delimiter: str, columns: list[str]) -> Iterator[R
         yield 2, None, "empty file (a header row but no data rows)"
 
 
-def _read_jsonl(path: str, columns: list[str]) -> Iterator[Row]:
+def _read_jsonl(path: str, columns: list[str], hint: str) -> Iterator[Row]:
     text = _read_text(path)
     lines = text.splitlines()
     if not any(line.strip() for line in lines):
         yield 1, None, "empty file (no JSON lines)"
         return
+    first = True
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -252,12 +288,19 @@ def _read_jsonl(path: str, columns: list[str]) -> Iterator[Row]:
             continue
         missing = [c for c in columns if c not in obj]
         if missing:
+            if first:  # the first object decides: a wrong key name, not a bad row
+                raise _missing_column(path, missing[0], list(obj), "first JSON object", hint)
             yield number, None, (f"no key '{missing[0]}' (has: {', '.join(obj) or 'nothing'})")
             continue
+        first = False
         yield number, obj, None
 
 
-def _read_text_lines(path: str, text_column: str, label_column: str | None) -> Iterator[Row]:
+def _read_text_lines(path: str, text_column: str, label_column: str | None,
+                     verbatim: bool = False) -> Iterator[Row]:
+    """One row per non-blank line: fastText ``__label__`` prefixes give the labels, or
+    ``verbatim`` the line is the text exactly as written (a corpus: no labels, and
+    filters such as the generator's ``data.drop_regex`` see the raw line)."""
     text = _read_text(path)
     lines = text.splitlines()
     if not any(line.strip() for line in lines):
@@ -265,6 +308,9 @@ def _read_text_lines(path: str, text_column: str, label_column: str | None) -> I
         return
     for number, line in enumerate(lines, start=1):
         if not line.strip():
+            continue
+        if verbatim:
+            yield number, {text_column: line}, None
             continue
         labels: list[str] = []
         words = line.split()
@@ -288,7 +334,7 @@ def _feature_value(feature: tf.train.Feature) -> Any:
     return values[0] if len(values) == 1 else values
 
 
-def _read_tfrecord(path: str, columns: list[str]) -> Iterator[Row]:
+def _read_tfrecord(path: str, columns: list[str], hint: str) -> Iterator[Row]:
     compression = "GZIP" if path.endswith(".gz") else ""
     dataset = tf.data.TFRecordDataset(path, compression_type=compression)
     number = 0
@@ -303,7 +349,8 @@ def _read_tfrecord(path: str, columns: list[str]) -> Iterator[Row]:
             missing = [c for c in columns if c not in feats]
             if missing:
                 if number == 1:
-                    raise _missing_column(path, missing[0], sorted(feats), "first record")
+                    raise _missing_column(path, missing[0], sorted(feats), "first record",
+                                          hint)
                 yield f"record {number}", None, f"no feature '{missing[0]}'"
                 continue
             yield f"record {number}", {c: _feature_value(feats[c]) for c in columns}, None
@@ -314,7 +361,8 @@ def _read_tfrecord(path: str, columns: list[str]) -> Iterator[Row]:
         yield "record 1", None, "empty file (no records)"
 
 
-def _read_tfds(spec: str, default_split: str, columns: list[str]) -> Iterator[Row]:
+def _read_tfds(spec: str, default_split: str, columns: list[str], hint: str
+               ) -> Iterator[Row]:
     try:
         import tensorflow_datasets as tfds
     except ImportError:
@@ -330,7 +378,8 @@ def _read_tfds(spec: str, default_split: str, columns: list[str]) -> Iterator[Ro
     for number, element in enumerate(tfds.as_numpy(dataset), start=1):
         missing = [c for c in columns if c not in element]
         if missing:
-            raise _missing_column(spec, missing[0], sorted(element), "dataset features")
+            raise _missing_column(spec, missing[0], sorted(element), "dataset features",
+                                  hint)
         fields = {}
         for c in columns:
             value = element[c]
@@ -355,8 +404,9 @@ class RawExample:
     origin: tuple[str, int | str]
 
 
-def _clean_text(value: Any, column: str) -> tuple[str | None, str | None]:
-    """(text, problem) for one text field."""
+def _clean_text(value: Any, column: str, allow_empty: bool = False
+                ) -> tuple[str | None, str | None]:
+    """(text, problem) for one text field; ``allow_empty`` returns a blank text as is."""
     if isinstance(value, list):
         value = value[0] if len(value) == 1 else None
     if value is None:
@@ -365,7 +415,7 @@ def _clean_text(value: Any, column: str) -> tuple[str | None, str | None]:
         value = str(value)
     if _SURROGATE.search(value):
         return None, f"column '{column}' is not valid UTF-8 (re-save the file as UTF-8)"
-    if not value.strip():
+    if not value.strip() and not allow_empty:
         return None, f"empty text in column '{column}'"
     return value, None
 
@@ -394,6 +444,45 @@ def _clean_labels(value: Any, column: str, multi_label: bool,
     return sorted(set(labels)) if multi_label else labels, None
 
 
+def _row_sources(spec: str | Sequence[str | os.PathLike], columns: list[str], *, fmt: str,
+                 split: str, what: str, hint: str,
+                 text_lines: Callable[[str], Iterator[Row]] | None,
+                 default_format: str | None = None) -> list[tuple[str, Iterator[Row]]]:
+    """(file, its rows) for every file of ``spec`` (or the TFDS dataset it names).
+
+    Files are resolved and their formats told (``fmt``, else the extension, else
+    ``default_format``) before any is read, so a missing file or an unknown extension
+    fails first. ``text_lines(path)`` reads a plain text file; ``None`` when ``columns``
+    need more than one text per row, which a text line cannot hold.
+    """
+    if fmt == "tfds":
+        if not isinstance(spec, str):
+            raise DataError(f"{what}: data.format=tfds takes one dataset name, not files")
+        return [(spec, _read_tfds(spec, split, columns, hint))]
+    sources: list[tuple[str, Iterator[Row]]] = []
+    for path in resolve_files(spec, what):
+        kind = detect_format(path, fmt, default_format)
+        if kind == "tfds":
+            raise DataError("data.format=tfds takes a dataset name, not files")
+        if kind in ("csv", "tsv"):
+            rows = _read_delimited(path, "," if kind == "csv" else "\t", columns, hint)
+        elif kind == "jsonl":
+            rows = _read_jsonl(path, columns, hint)
+        elif kind == "text":
+            if text_lines is None:
+                raise DataError(f"{path}: plain text lines hold one text; rows of "
+                                f"{' and '.join(columns)} need csv, tsv, jsonl or tfrecord")
+            rows = text_lines(path)
+        else:
+            rows = _read_tfrecord(path, columns, hint)
+        sources.append((path, rows))
+    return sources
+
+
+def _shown(spec: str | Sequence[str | os.PathLike]) -> str:
+    return spec if isinstance(spec, str) else ", ".join(os.fspath(p) for p in spec)
+
+
 def read_examples(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
                   report: BadRowReport, with_labels: bool = True) -> list[RawExample]:
     """Read and check every row of the files in ``spec`` (one split).
@@ -408,29 +497,11 @@ def read_examples(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
     if with_labels:
         columns.append(data_cfg.label_column)
     bad = _BadRowPolicy(mode, report, split)
-    fmt_default = data_cfg.format
-    if fmt_default == "tfds":
-        sources: list[tuple[str, Iterator[Row]]] = [
-            (spec, _read_tfds(spec, split, columns))]
-    else:
-        sources = []
-        for path in resolve_files(spec, what):
-            fmt = detect_format(path, fmt_default)
-            if fmt == "tfds":
-                raise DataError("data.format=tfds takes a dataset name, not files")
-            if fmt in ("csv", "tsv"):
-                rows = _read_delimited(path, "," if fmt == "csv" else "\t", columns)
-            elif fmt == "jsonl":
-                rows = _read_jsonl(path, columns)
-            elif fmt == "text":
-                if data_cfg.text_pair_column:
-                    raise DataError(f"{path}: plain text lines hold one text; sentence pairs "
-                                    "need csv, tsv, jsonl or tfrecord")
-                rows = _read_text_lines(path, data_cfg.text_column,
-                                        data_cfg.label_column if with_labels else None)
-            else:
-                rows = _read_tfrecord(path, columns)
-            sources.append((path, rows))
+    label_column = data_cfg.label_column if with_labels else None
+    text_lines = None if data_cfg.text_pair_column else (
+        lambda path: _read_text_lines(path, data_cfg.text_column, label_column))
+    sources = _row_sources(spec, columns, fmt=data_cfg.format, split=split, what=what,
+                           hint=COLUMNS_HINT, text_lines=text_lines)
 
     examples: list[RawExample] = []
     for path, rows in sources:
@@ -446,6 +517,92 @@ def read_examples(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
                         f"({report.per_split.get(split, 0)} bad row(s) skipped: "
                         f"{report.summary()})")
     return examples
+
+
+def read_texts(spec: str | Sequence[str | os.PathLike], *, text_column: str = "text",
+               fmt: str = "auto", mode: str = "fail", report: BadRowReport | None = None,
+               split: str = "train", what: str = "data.train_files",
+               column_hint: str = "set data.text_column",
+               skip_option: str | None = SKIP_OPTION) -> list[str]:
+    """The texts of a corpus, in file and row order, blank texts left out.
+
+    The files and formats of ``read_examples`` (paths, globs, ``gs://``, ``.gz``; ``spec``
+    a comma-joined config value or a list of paths): a text file gives one text per
+    non-blank line, exactly as written; csv/tsv/jsonl/tfrecord rows (and TFDS) give their
+    ``text_column``. A file whose extension names no format is read as text lines.
+    Malformed rows (and empty files) fail or, with ``mode='skip'``, are recorded in
+    ``report`` (a new one, logged here, when none is given). ``what`` names the setting
+    in messages, ``column_hint`` the fix for a missing column and ``skip_option`` the
+    switch that skips bad rows (``None``: the command has none). Raises when no text
+    remains.
+    """
+    own_report = report is None
+    report = BadRowReport() if report is None else report
+    bad = _BadRowPolicy(mode, report, split, skip_option)
+    sources = _row_sources(
+        spec, [text_column], fmt=fmt, split=split, what=what, hint=column_hint,
+        text_lines=lambda path: _read_text_lines(path, text_column, None, verbatim=True),
+        default_format="text")
+    texts: list[str] = []
+    for path, rows in sources:
+        for line, fields, problem in rows:
+            if problem is None:
+                assert fields is not None
+                text, problem = _clean_text(fields.get(text_column), text_column,
+                                            allow_empty=True)
+                if text is not None:
+                    if text.strip():  # a blank text is no example, not a malformed row
+                        texts.append(text)
+                    continue
+            bad(path, line, problem)
+    if own_report and report.count:
+        log.warning("data: %s", report.summary())
+    if not texts:
+        skipped = f" ({report.summary()})" if report.count else ""
+        raise DataError(f"{what}: '{_shown(spec)}' holds no text{skipped}; give files with at "
+                        "least one non-empty text")
+    return texts
+
+
+def read_pairs(spec: str | Sequence[str | os.PathLike], *, source_column: str,
+               target_column: str, fmt: str = "auto", mode: str = "fail",
+               report: BadRowReport | None = None, split: str = "train",
+               what: str = "data.train_files",
+               column_hint: str = "set data.source_column / data.target_column",
+               skip_option: str | None = SKIP_OPTION) -> list[tuple[str, str]]:
+    """(source, target) texts from the rows of csv/tsv/jsonl/tfrecord files (or TFDS).
+
+    Files, formats, bad rows and messages as ``read_texts``; plain text lines hold one
+    text, so they are refused. Blank sources or targets are kept (the caller decides
+    what an empty side means). Raises when no pair remains.
+    """
+    own_report = report is None
+    report = BadRowReport() if report is None else report
+    bad = _BadRowPolicy(mode, report, split, skip_option)
+    columns = [source_column, target_column]
+    sources = _row_sources(spec, columns, fmt=fmt, split=split, what=what, hint=column_hint,
+                           text_lines=None)
+    pairs: list[tuple[str, str]] = []
+    for path, rows in sources:
+        for line, fields, problem in rows:
+            if problem is None:
+                assert fields is not None
+                source, problem = _clean_text(fields.get(source_column), source_column,
+                                              allow_empty=True)
+                if problem is None:
+                    target, problem = _clean_text(fields.get(target_column), target_column,
+                                                  allow_empty=True)
+                if problem is None:
+                    pairs.append((source, target))
+                    continue
+            bad(path, line, problem)
+    if own_report and report.count:
+        log.warning("data: %s", report.summary())
+    if not pairs:
+        skipped = f" ({report.summary()})" if report.count else ""
+        raise DataError(f"{what}: no usable pairs in '{_shown(spec)}'{skipped}; check the "
+                        f"files ({column_hint})")
+    return pairs
 
 
 def _to_example(fields: dict[str, Any] | None, cfg: DataConfig, with_labels: bool,

@@ -8,8 +8,12 @@ Two example shapes feed the same encoder-decoder:
   ``ext[:i + 1]`` and the decoder learns the next ``target_words`` tokens ``ext[i + 1:]``.
   A prompt is handled the same way (``[START] + prompt``, last ``context_words`` tokens),
   so an empty prompt asks for a line opening, and ``[END]`` teaches the model to stop.
-* **pairs**: a source text -> a target text (TSV with a header row, or JSONL); the
-  encoder sees the first ``context_words`` tokens of ``[START] + source``.
+* **pairs**: a source text -> a target text (CSV/TSV with a header row, JSONL or
+  TFRecord rows); the encoder sees the first ``context_words`` tokens of
+  ``[START] + source``.
+
+The files are read by ``tfapp.data.sources`` (``read_texts``/``read_pairs``), the reader
+every task and command shares: local, ``gs://``, ``.gz``, ``data.on_bad_rows``.
 
 Labels are right-padded with 0 (the loss and metrics ignore it); decoder inputs are the
 labels shifted right behind ``[START]`` (teacher forcing). Everything that touches
@@ -18,18 +22,19 @@ strings runs on the host: the device only ever sees int32 tensors of fixed shape
 
 from __future__ import annotations
 
-import csv
-import io
-import json
+import hashlib
 import logging
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp.atomic import write_text
 from tfapp.config import DataConfig
+from tfapp.data import pipeline as stages
+from tfapp.data import sources
 from tfapp.data.errors import DataError
 from tfapp.demo import DEMO_DIR
 
@@ -82,99 +87,27 @@ def clean_lines(lines: list[str], drop_regex: str = "",
 
 
 # --------------------------------------------------------------------------- reading
+# The files are read by tfapp.data.sources (formats, gs://, .gz, bad rows); here only which
+# files ('demo') and which settings.
 
 
-def _expand(pattern: str, what: str) -> list[str]:
-    files = sorted(tf.io.gfile.glob(pattern)) if pattern else []
-    if not files:
-        raise DataError(f"{what}: no file matches '{pattern}'; give a path or glob of "
-                        "existing files (or 'demo' for the shipped corpus)")
-    return files
-
-
-def _read_text(path: str) -> str:
-    with tf.io.gfile.GFile(path, "r") as fh:
-        return fh.read()
-
-
-def read_corpus(pattern: str, what: str = "data.train_files") -> list[str]:
-    """All lines of the text files matching ``pattern`` ('demo' = the shipped corpus)."""
+def read_corpus(pattern: str, cfg: DataConfig, split: str = "train") -> list[str]:
+    """The corpus texts of ``pattern`` ('demo' = the shipped corpus): the lines of text
+    files, or ``data.text_column`` of csv/tsv/jsonl/tfrecord rows."""
     if pattern == "demo":
         pattern = str(DEMO_CORPUS)
-    lines: list[str] = []
-    for path in _expand(pattern, what):
-        lines.extend(_read_text(path).splitlines())
-    return lines
+    return sources.read_texts(pattern, text_column=cfg.text_column, fmt=cfg.format,
+                              mode=cfg.on_bad_rows, split=split, what=f"data.{split}_files")
 
 
-def _pairs_format(path: str, fmt: str) -> str:
-    if fmt in ("tsv", "jsonl", "csv"):
-        return fmt
-    if fmt != "auto":
-        raise DataError(f"data.format: '{fmt}' cannot hold pairs; use tsv, csv or jsonl "
-                        "with data.example_shape=pairs")
-    suffix = Path(path).suffix.lower()
-    if suffix in (".jsonl", ".json"):
-        return "jsonl"
-    if suffix in (".tsv", ".csv"):
-        return suffix[1:]
-    raise DataError(f"{path}: cannot tell the pairs format from the extension; name it "
-                    ".tsv/.csv/.jsonl or set data.format")
-
-
-def read_pairs(pattern: str, cfg: DataConfig, what: str = "data.train_files"
-               ) -> list[tuple[str, str]]:
-    """(source, target) rows from TSV/CSV files with a header row, or JSONL objects."""
+def read_pairs(pattern: str, cfg: DataConfig, split: str = "train") -> list[tuple[str, str]]:
+    """(source, target) rows of csv/tsv/jsonl/tfrecord files ('demo' = the shipped pairs):
+    ``data.source_column`` -> ``data.target_column``."""
     if pattern == "demo":
         pattern = str(DEMO_PAIRS)
-    src_col, tgt_col = cfg.source_column, cfg.target_column
-    rows: list[tuple[str, str]] = []
-    bad: list[str] = []
-    for path in _expand(pattern, what):
-        fmt = _pairs_format(path, cfg.format)
-        text = _read_text(path)
-        if fmt == "jsonl":
-            for n, line in enumerate(text.splitlines(), 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                    if not isinstance(obj, dict):
-                        raise ValueError("not a JSON object")
-                except ValueError as err:
-                    bad.append(f"{path}:{n}: {str(err).splitlines()[0]}")
-                    continue
-                missing = [c for c in (src_col, tgt_col) if c not in obj]
-                if missing:
-                    if n == 1:  # the first row decides: a wrong key name, not a bad row
-                        raise DataError(f"{path}: no key '{missing[0]}' in the JSONL objects "
-                                        f"(keys: {', '.join(obj)}); set data.source_column/"
-                                        "data.target_column")
-                    bad.append(f"{path}:{n}: missing '{missing[0]}'")
-                    continue
-                rows.append((str(obj[src_col]), str(obj[tgt_col])))
-        else:
-            reader = csv.reader(io.StringIO(text), delimiter="\t" if fmt == "tsv" else ",")
-            header = next(reader, None) or []
-            for col in (src_col, tgt_col):
-                if col not in header:
-                    raise DataError(f"{path}: no column '{col}' in the header "
-                                    f"({', '.join(header) or 'empty file'}); set "
-                                    "data.source_column/data.target_column")
-            i_src, i_tgt = header.index(src_col), header.index(tgt_col)
-            for n, rec in enumerate(reader, 2):
-                if not rec:
-                    continue
-                if len(rec) != len(header):
-                    bad.append(f"{path}:{n}: {len(rec)} fields, expected {len(header)}")
-                    continue
-                rows.append((rec[i_src], rec[i_tgt]))
-    if bad:
-        if cfg.on_bad_rows == "fail":
-            raise DataError(f"malformed row {bad[0]} ({len(bad)} bad rows); fix the file or "
-                            "set data.on_bad_rows=skip")
-        log.warning("skipped %d malformed rows, first: %s", len(bad), bad[0])
-    return rows
+    return sources.read_pairs(pattern, source_column=cfg.source_column,
+                              target_column=cfg.target_column, fmt=cfg.format,
+                              mode=cfg.on_bad_rows, split=split, what=f"data.{split}_files")
 
 
 # --------------------------------------------------------------------------- vocabulary
@@ -217,14 +150,30 @@ def load_vocabulary(path: str | Path) -> list[str]:
 
 @dataclass
 class Examples:
-    """Fixed-shape int32 arrays: encoder_ids [M, N], decoder_ids [M, K], labels [M, K]."""
+    """Fixed-shape int32 arrays: encoder_ids [M, N], decoder_ids [M, K], labels [M, K].
+
+    ``name`` is the split (train/validation): it names the split's snapshot and cache.
+    """
 
     encoder_ids: np.ndarray
     decoder_ids: np.ndarray
     labels: np.ndarray
+    name: str = "train"
+    _fingerprint: str | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    def fingerprint(self) -> str:
+        """Content hash of the three arrays (values, shapes, dtypes): keys snapshots and
+        caches to the exact examples, so changed data never replays a stale snapshot."""
+        if self._fingerprint is None:
+            h = hashlib.sha256()
+            for array in (self.encoder_ids, self.decoder_ids, self.labels):
+                h.update(f"{array.dtype.str}{array.shape};".encode())
+                h.update(np.ascontiguousarray(array).tobytes())
+            self._fingerprint = h.hexdigest()[:16]
+        return self._fingerprint
 
 
 def _targets(labels_rows: list[list[int]], target_words: int) -> tuple[np.ndarray, np.ndarray]:
@@ -280,39 +229,83 @@ def prompt_encoder_ids(ids: tf.RaggedTensor, context_words: int,
     return ext.to_tensor(default_value=PAD_ID, shape=[None, context_words])
 
 
-def to_dataset(examples: Examples, batch_size: int, *, training: bool, shuffle_buffer: int = 0,
-               seed: int | None = None, deterministic: bool = False,
-               prefetch: bool = True) -> tf.data.Dataset:
-    """``({"encoder_ids", "decoder_ids"}, labels)`` batches of ``batch_size`` (global).
+def make_generator_dataset(examples: Examples, data_cfg: DataConfig, *, batch_size: int,
+                           training: bool, seed: int,
+                           input_context: tf.distribute.InputContext | None = None
+                           ) -> tf.data.Dataset:
+    """One pass of ``({"encoder_ids", "decoder_ids"}, labels)`` int32 batches.
 
-    Training batches repeat forever (the driver gives ``steps_per_epoch``) and drop the
-    remainder, so every step has the same shape and XLA compiles once.
+    The same stages as the classifier's pipeline (``tfapp.data.pipeline``): shard by
+    ``input_context`` (shard ``input_pipeline_id`` of ``num_input_pipelines``, batches of
+    ``get_per_replica_batch_size(batch_size)``; ``batch_size`` is the *global* batch), then
+    with ``data.snapshot``/``data.cache`` store the examples once in blocks and replay them
+    (``stored_batches``), else shuffle the examples; then ``data.service``,
+    ``data.prefetch`` and the options (``finalize``). Training batches drop the remainder
+    (one static shape: XLA compiles once) and are shuffled with ``seed``; evaluation keeps
+    every example, in order. The caller repeats the training stream.
     """
-    ds = tf.data.Dataset.from_tensor_slices(
-        ({"encoder_ids": examples.encoder_ids, "decoder_ids": examples.decoder_ids},
-         examples.labels))
-    if training:
-        if shuffle_buffer:
-            ds = ds.shuffle(min(shuffle_buffer, len(examples)), seed=seed,
-                            reshuffle_each_iteration=True)
-        ds = ds.repeat()
-    ds = ds.batch(batch_size, drop_remainder=training)
-    if prefetch:
-        ds = ds.prefetch(tf.data.AUTOTUNE)
-    options = tf.data.Options()
-    options.deterministic = deterministic
-    return ds.with_options(options)
+    n_shards, shard, local_batch = 1, 0, batch_size
+    if input_context is not None:
+        n_shards, shard = input_context.num_input_pipelines, input_context.input_pipeline_id
+        local_batch = input_context.get_per_replica_batch_size(batch_size)
+    n_local = len(range(shard, len(examples), n_shards))
+    if training and n_local < local_batch:
+        raise DataError(
+            f"the generator's {examples.name} split has {len(examples)} example(s)"
+            + (f" ({n_local} in input shard {shard} of {n_shards})" if n_shards > 1 else "")
+            + f", fewer than one batch of {local_batch}; training drops incomplete batches, "
+            "so lower data.batch_size or add data")
+    stored = bool(data_cfg.snapshot or data_cfg.cache)
+    order = np.arange(len(examples))
+    if stored and training:
+        # Stored blocks are fixed and the windows of one line sit side by side; a fixed
+        # permutation (seed 0, part of the key) makes each block a random sample instead.
+        order = np.random.default_rng(0).permutation(len(examples))
+    order = order[shard::n_shards]
+    dataset = tf.data.Dataset.from_tensor_slices(
+        ({"encoder_ids": examples.encoder_ids[order], "decoder_ids": examples.decoder_ids[order]},
+         examples.labels[order]))
+    if stored:
+        block = local_batch * max(1, stages.STORE_BLOCK // local_batch)
+        key = stages.pipeline_key(
+            examples=examples.fingerprint(), context_words=examples.encoder_ids.shape[1],
+            target_words=examples.labels.shape[1], shard=[shard, n_shards], block=block,
+            permuted=training)
+        dataset = stages.stored_batches(
+            dataset.batch(block), data_cfg, examples.name, key, block=block,
+            batch=local_batch, examples=n_local, training=training, seed=seed,
+            describe={"examples": len(examples), "shard": [shard, n_shards], "block": block,
+                      "context_words": examples.encoder_ids.shape[1],
+                      "target_words": examples.labels.shape[1]})
+    else:
+        if training and data_cfg.shuffle_buffer > 0:
+            dataset = dataset.shuffle(min(data_cfg.shuffle_buffer, n_local), seed=seed,
+                                      reshuffle_each_iteration=True)
+        dataset = dataset.batch(local_batch, drop_remainder=training)
+    # Evaluation order is fixed; training trades order for throughput unless
+    # data.deterministic asks for reproducibility.
+    return stages.finalize(dataset, data_cfg, examples.name,
+                           sharded_by_context=input_context is not None,
+                           deterministic=data_cfg.deterministic or not training)
 
 
 # --------------------------------------------------------------------------- assembly
 
 
+DatasetFn = Callable[[tf.distribute.InputContext | None], tf.data.Dataset]
+
+
 @dataclass
 class GeneratorData:
-    """What ``build_generator_data`` made: datasets, counts and the vocabulary."""
+    """What ``build_generator_data`` made: the examples, their pipelines, the vocabulary.
 
-    train: tf.data.Dataset
-    validation: tf.data.Dataset | None
+    ``train`` and ``validation`` are dataset functions for ``pipeline.distribute``:
+    ``fn(input_context)`` (or ``fn(None)``: one pipeline over every example) builds one
+    pass of that split's pipeline (``make_generator_dataset``) at the global batch.
+    """
+
+    train: DatasetFn
+    validation: DatasetFn | None
     vocabulary: list[str]
     num_train_examples: int
     num_validation_examples: int
@@ -342,7 +335,7 @@ def build_generator_data(cfg: DataConfig, *, global_batch_size: int, seed: int
     strip = cfg.strip_punctuation
     if cfg.example_shape == "pairs":
         raw = read_pairs(cfg.train_files, cfg)
-        val_raw = (read_pairs(cfg.validation_files, cfg, "data.validation_files")
+        val_raw = (read_pairs(cfg.validation_files, cfg, "validation")
                    if cfg.validation_files else None)
         if val_raw is None:
             raw, val_raw = _split(raw, cfg.validation_split, seed)
@@ -372,10 +365,11 @@ def build_generator_data(cfg: DataConfig, *, global_batch_size: int, seed: int
         prompts = (val_src or src)[:3]
         n_texts, n_val_texts = len(src), len(val_src)
     else:
-        lines = clean_lines(read_corpus(cfg.train_files), cfg.drop_regex, strip)
+        lines = clean_lines(read_corpus(cfg.train_files, cfg), cfg.drop_regex, strip)
         if cfg.validation_files:
-            val_lines = clean_lines(read_corpus(cfg.validation_files, "data.validation_files"),
-                                    cfg.drop_regex, strip)
+            val_lines = clean_lines(
+                read_corpus(cfg.validation_files, cfg, "validation"),
+                cfg.drop_regex, strip)
         else:
             lines, val_lines = _split(lines, cfg.validation_split, seed)
         if not lines:
@@ -392,12 +386,16 @@ def build_generator_data(cfg: DataConfig, *, global_batch_size: int, seed: int
         prompts = ["", *(" ".join(line.split()[:2]) for line in (val_lines or lines)[:3])]
         n_texts, n_val_texts = len(lines), len(val_lines)
 
-    train = to_dataset(train_ex, global_batch_size, training=True,
-                       shuffle_buffer=cfg.shuffle_buffer, seed=seed,
-                       deterministic=cfg.deterministic, prefetch=cfg.prefetch)
-    validation = (to_dataset(val_ex, global_batch_size, training=False,
-                             deterministic=cfg.deterministic, prefetch=cfg.prefetch)
-                  if len(val_ex) else None)
+    val_ex.name = "validation"
+
+    def pipeline(examples: Examples, training: bool) -> DatasetFn:
+        def dataset_fn(input_context: tf.distribute.InputContext | None = None
+                       ) -> tf.data.Dataset:
+            return make_generator_dataset(examples, cfg, batch_size=global_batch_size,
+                                          training=training, seed=seed,
+                                          input_context=input_context)
+        return dataset_fn
+
     info = {"vocab_size": len(vocabulary), "example_shape": cfg.example_shape,
             "context_words": cfg.context_words, "target_words": cfg.target_words,
             "texts": n_texts, "validation_texts": n_val_texts,
@@ -405,6 +403,8 @@ def build_generator_data(cfg: DataConfig, *, global_batch_size: int, seed: int
     log.info("generator data: %d %s -> %d examples (validation %d -> %d), vocabulary %d",
              n_texts, "pairs" if cfg.example_shape == "pairs" else "lines", len(train_ex),
              n_val_texts, len(val_ex), len(vocabulary))
-    return GeneratorData(train=train, validation=validation, vocabulary=vocabulary,
+    return GeneratorData(train=pipeline(train_ex, True),
+                         validation=pipeline(val_ex, False) if len(val_ex) else None,
+                         vocabulary=vocabulary,
                          num_train_examples=len(train_ex), num_validation_examples=len(val_ex),
                          sample_prompts=prompts, info=info)

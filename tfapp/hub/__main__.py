@@ -40,8 +40,8 @@ def _parser() -> argparse.ArgumentParser:
                                    "SavedModel), OUT/preprocessor, OUT/vocab.txt and "
                                    "OUT/tfapp_hub.json.")
     b.add_argument("--corpus", nargs="+", required=True, metavar="FILE",
-                   help="text files (one text per line), .csv/.tsv (see --text-column) or "
-                        ".jsonl")
+                   help="paths or globs, local or gs://, .gz read too: text files (one text "
+                        "per line), .csv/.tsv (see --text-column), .jsonl or .tfrecord")
     b.add_argument("--text-column", default="text",
                    help="column (csv/tsv) or key (jsonl) holding the text (default: text)")
     b.add_argument("--out", required=True, metavar="DIR", help="output directory (new)")

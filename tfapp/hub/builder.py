@@ -16,7 +16,6 @@ The weights are random: this is the offline stand-in for a pretrained checkpoint
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import tempfile
@@ -61,41 +60,21 @@ class BuildParams:
         return json.dumps(asdict(self), sort_keys=True)
 
 
-def read_corpus(files: Sequence[str | os.PathLike], text_column: str = "text") -> list[str]:
-    """Texts from corpus files: .csv/.tsv (the ``text_column``), .jsonl (its key), else one
-    text per line. Raises ``ConfigError`` naming the file for missing files or columns."""
-    texts: list[str] = []
-    for name in files:
-        path = Path(name)
-        if not path.is_file():
-            raise ConfigError(f"corpus file not found: {path}; give existing text/CSV/JSONL "
-                              "files to --corpus")
-        suffix = path.suffix.lower()
-        with open(path, encoding="utf-8", newline="") as fh:
-            if suffix in (".csv", ".tsv"):
-                reader = csv.DictReader(fh, delimiter="\t" if suffix == ".tsv" else ",")
-                if text_column not in (reader.fieldnames or []):
-                    raise ConfigError(f"{path}: no column '{text_column}' (columns: "
-                                      f"{', '.join(reader.fieldnames or [])}); pass "
-                                      "--text-column")
-                texts.extend(row[text_column] or "" for row in reader)
-            elif suffix == ".jsonl":
-                for i, line in enumerate(fh, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        texts.append(str(json.loads(line)[text_column]))
-                    except (json.JSONDecodeError, KeyError, TypeError):
-                        raise ConfigError(f"{path}:{i}: not a JSON object with key "
-                                          f"'{text_column}'; fix the line or pass "
-                                          "--text-column") from None
-            else:
-                texts.extend(line.rstrip("\n") for line in fh)
-    texts = [t for t in texts if t.strip()]
-    if not texts:
-        raise ConfigError(f"the corpus ({', '.join(map(str, files))}) holds no text; give "
-                          "files with at least one non-empty text")
-    return texts
+def read_corpus(files: Sequence[str | os.PathLike], text_column: str = "text", *,
+                on_bad_rows: str | None = None) -> list[str]:
+    """The texts of the ``--corpus`` files, read by ``tfapp.data.sources.read_texts`` (the
+    reader every task uses): local paths, globs or ``gs://``, ``.gz``; text files one text
+    per line, csv/tsv/jsonl/tfrecord rows their ``text_column``.
+
+    ``on_bad_rows`` is ``data.on_bad_rows`` where the command takes config overrides
+    (``pretrain``); ``None`` fails at a malformed row with no skip switch to offer
+    (``build-bert``). Raises ``ConfigError`` (a ``DataError``) naming the file.
+    """
+    from tfapp.data.sources import SKIP_OPTION, read_texts  # TensorFlow: only when reading
+
+    return read_texts(list(files), text_column=text_column, mode=on_bad_rows or "fail",
+                      what="--corpus", column_hint="pass --text-column",
+                      skip_option=SKIP_OPTION if on_bad_rows is not None else None)
 
 
 def build_bert_hub(corpus: Iterable[str], out_dir: str | os.PathLike,

@@ -14,7 +14,7 @@ from tfapp.data.classification import (
     load_classification_splits,
     make_classification_dataset,
 )
-from tfapp.data.pipeline import distribute
+from tfapp.data.pipeline import distribute_split
 from tfapp.hub.handles import resolve_hub_handle
 from tfapp.models.classifier import build_classifier
 from tfapp.serving import predict_in_batches
@@ -84,14 +84,11 @@ class ClassifierTask(Task):
         global_batch = self.runtime.global_batch_size(d.batch_size)
 
         def dataset(examples, training):
-            def fn(input_context=None):
-                ds = make_classification_dataset(
+            return distribute_split(self.runtime.strategy, lambda input_context: (
+                make_classification_dataset(
                     examples, preprocess, d, batch_size=global_batch, training=training,
-                    seed=self.cfg.runtime.seed, input_context=input_context)
-                # fit runs a fixed number of steps per epoch from one iterator, so the
-                # training stream must not run dry at the end of a pass.
-                return ds.repeat() if training else ds
-            return distribute(self.runtime.strategy, fn)
+                    seed=self.cfg.runtime.seed, input_context=input_context)),
+                training=training)
 
         validation = s.validation if s.validation is not None and len(s.validation) else None
         return ClassifierInputs(

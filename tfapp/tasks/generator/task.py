@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp.atomic import save_model
 from tfapp.config import GenerationConfig
 from tfapp.data import text_lines
+from tfapp.data.pipeline import distribute_split
 from tfapp.models import decoding, seq2seq
 from tfapp.runtime import host_xla_available
 from tfapp.serving import EXPORT_MARKERS, find_export
@@ -226,14 +228,20 @@ class GeneratorTask(Task):
 
     def build_inputs(self) -> GeneratorInputs:
         d = self.cfg.data
-        data = text_lines.build_generator_data(
-            d, global_batch_size=self.runtime.global_batch_size(d.batch_size),
-            seed=self.cfg.runtime.seed)
+        global_batch = self.runtime.global_batch_size(d.batch_size)
+        data = text_lines.build_generator_data(d, global_batch_size=global_batch,
+                                               seed=self.cfg.runtime.seed)
         text_lines.save_vocabulary(data.vocabulary, self.layout.vocab)
-        return GeneratorInputs(train=data.train, validation=data.validation,
-                               num_train_examples=data.num_train_examples,
-                               num_validation_examples=data.num_validation_examples,
-                               vocabulary=data.vocabulary, sample_prompts=data.sample_prompts)
+        strategy = self.runtime.strategy
+        n_val = data.num_validation_examples if data.validation is not None else 0
+        return GeneratorInputs(
+            train=distribute_split(strategy, data.train, training=True),
+            validation=(distribute_split(strategy, data.validation, training=False)
+                        if data.validation is not None else None),
+            num_train_examples=data.num_train_examples, num_validation_examples=n_val,
+            # A distributed dataset has no known size: fit needs the step count.
+            validation_steps=math.ceil(n_val / global_batch) if n_val else None,
+            vocabulary=data.vocabulary, sample_prompts=data.sample_prompts)
 
     def build_model(self, inputs: GeneratorInputs) -> seq2seq.Seq2Seq:
         # The fused LSTM recompiles every step under XLA; unfused cells do not.

@@ -80,7 +80,8 @@ class MaskedLMTask(Task):
         from tfapp.data.bert_preprocess import make_bert_preprocess_fn, read_bert_vocab
         from tfapp.data.masking import MlmMasker, default_max_predictions
         from tfapp.data.pipeline import distribute
-        from tfapp.hub.builder import read_corpus
+        from tfapp.data.sources import read_texts
+        from tfapp.demo import DEMO_DIR
         from tfapp.models.bert import BertConfig
 
         import tensorflow as tf
@@ -99,7 +100,14 @@ class MaskedLMTask(Task):
         if max_predictions > seq_length:
             raise ConfigError(f"mlm.max_predictions {max_predictions} exceeds data.seq_length "
                               f"{seq_length}; lower it")
-        texts = read_corpus(d.train_files.split(","), text_column=d.text_column)
+        # "demo": the shipped unlabelled reviews (docs/hub.md's masked-LM corpus).
+        spec = str(DEMO_DIR / "reviews_unlabelled.txt") if d.train_files == "demo" \
+            else d.train_files
+        texts = read_texts(spec, text_column=d.text_column, fmt=d.format, mode=d.on_bad_rows,
+                           what="data.train_files (pretrain --corpus)",
+                           column_hint="set data.text_column (pretrain --text-column)")
+        if not texts:
+            raise ConfigError(f"data.train_files: the corpus '{d.train_files}' holds no text")
         vocab, _ = read_bert_vocab(root / meta.get("vocab_file", "vocab.txt"))
         seed = cfg.runtime.seed
         try:
