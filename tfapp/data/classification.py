@@ -193,18 +193,9 @@ def make_classification_dataset(examples: ExampleSet, preprocess_fn: Callable[..
     Training batches drop the remainder (static shapes for XLA/TPU) and are shuffled with
     ``seed``; evaluation batches keep every example in order.
     """
-    n_shards, shard = 1, 0
-    local_batch = batch_size
-    if input_context is not None:
-        n_shards, shard = input_context.num_input_pipelines, input_context.input_pipeline_id
-        local_batch = input_context.get_per_replica_batch_size(batch_size)
-    n_local = len(range(shard, len(examples), n_shards))
-    if training and n_local < local_batch:
-        raise DataError(
-            f"the {examples.name} split has {len(examples)} example(s)"
-            + (f" ({n_local} in input shard {shard} of {n_shards})" if n_shards > 1 else "")
-            + f", fewer than one batch of {local_batch}; training drops incomplete batches, "
-            "so lower data.batch_size or add data")
+    part = stages.local_shard(input_context, len(examples), batch_size, training=training,
+                              what=f"the {examples.name} split")
+    n_shards, shard, local_batch, n_local = part.count, part.index, part.batch, part.size
 
     # Tokenise several batches per call: per-call overhead amortised, then ``rebatch``
     # splits the chunk into batches without touching single examples.

@@ -54,7 +54,7 @@ import tensorflow as tf
 
 __all__ = ["pipeline_key", "Snapshot", "write_snapshot", "apply_cache", "stored_batches",
            "host_map", "make_options", "apply_service", "finalize", "distribute",
-           "distribute_split",
+           "distribute_split", "Shard", "local_shard",
            "SNAPSHOT_FORMAT_VERSION", "STORE_BLOCK"]
 
 log = logging.getLogger("tfapp.data")
@@ -446,3 +446,33 @@ def distribute_split(strategy: tf.distribute.Strategy,
         return ds.repeat() if training else ds
 
     return distribute(strategy, dataset_fn)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """This input pipeline's part of a split: shard ``index`` of ``count``, ``size``
+    examples, batches of ``batch`` (per replica)."""
+
+    index: int
+    count: int
+    size: int
+    batch: int
+
+
+def local_shard(input_context: tf.distribute.InputContext | None, num_examples: int,
+                global_batch: int, *, training: bool, what: str) -> Shard:
+    """The shard an ``InputContext`` (from ``distribute``) reads, or the whole split
+    without one; a DataError naming ``what`` when a training shard holds less than one
+    batch (training drops incomplete batches, so it would yield nothing)."""
+    count, index, batch = 1, 0, global_batch
+    if input_context is not None:
+        count, index = input_context.num_input_pipelines, input_context.input_pipeline_id
+        batch = input_context.get_per_replica_batch_size(global_batch)
+    size = len(range(index, num_examples, count))
+    if training and size < batch:
+        raise DataError(
+            f"{what} has {num_examples} example(s)"
+            + (f" ({size} in input shard {index} of {count})" if count > 1 else "")
+            + f", fewer than one batch of {batch}; training drops incomplete batches, "
+            "so lower data.batch_size or add data")
+    return Shard(index=index, count=count, size=size, batch=batch)

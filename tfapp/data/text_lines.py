@@ -244,17 +244,9 @@ def make_generator_dataset(examples: Examples, data_cfg: DataConfig, *, batch_si
     (one static shape: XLA compiles once) and are shuffled with ``seed``; evaluation keeps
     every example, in order. The caller repeats the training stream.
     """
-    n_shards, shard, local_batch = 1, 0, batch_size
-    if input_context is not None:
-        n_shards, shard = input_context.num_input_pipelines, input_context.input_pipeline_id
-        local_batch = input_context.get_per_replica_batch_size(batch_size)
-    n_local = len(range(shard, len(examples), n_shards))
-    if training and n_local < local_batch:
-        raise DataError(
-            f"the generator's {examples.name} split has {len(examples)} example(s)"
-            + (f" ({n_local} in input shard {shard} of {n_shards})" if n_shards > 1 else "")
-            + f", fewer than one batch of {local_batch}; training drops incomplete batches, "
-            "so lower data.batch_size or add data")
+    part = stages.local_shard(input_context, len(examples), batch_size, training=training,
+                              what=f"the generator's {examples.name} split")
+    n_shards, shard, local_batch, n_local = part.count, part.index, part.batch, part.size
     stored = bool(data_cfg.snapshot or data_cfg.cache)
     order = np.arange(len(examples))
     if stored and training:

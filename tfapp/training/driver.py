@@ -131,10 +131,10 @@ def train(cfg: ExperimentConfig, ctx: RunContext | None = None) -> TrainResult:
         model = fit_lib.build_model(ctx, task, inputs)
         lr, lr_source = _peak_learning_rate(ctx, task, model, inputs, resuming=resuming)
         schedule = build_schedule(cfg.optimizer, peak=lr, total_steps=plan.total_steps)
-        with ctx.runtime.strategy.scope():
+        with ctx.runtime.strategy.scope():  # metrics hold variables: made in the scope
             optimizer = build_optimizer(cfg.optimizer, schedule=schedule)
-        fit_lib.compile_model(ctx, model, optimizer=optimizer, loss=task.build_losses(inputs),
-                              metrics=task.build_metrics(inputs))
+            loss, metrics = task.build_losses(inputs), task.build_metrics(inputs)
+        fit_lib.compile_model(ctx, model, optimizer=optimizer, loss=loss, metrics=metrics)
         examples = {"train": inputs.num_train_examples,
                     "validation": inputs.num_validation_examples}
         header = build_header(cfg, ctx.runtime, plan, examples=examples,

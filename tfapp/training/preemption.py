@@ -80,7 +80,6 @@ class ResumableBackup(tf.keras.callbacks.BackupAndRestore):
         self._signalled = threading.Event()
         self._previous: dict[int, object] = {}
         self._active = False
-        self.resumed_from: dict | None = None
 
     # -- signals ---------------------------------------------------------------------
     def _on_signal(self, signum, frame):  # noqa: ARG002
@@ -128,8 +127,6 @@ class ResumableBackup(tf.keras.callbacks.BackupAndRestore):
             optimizer = self.model.optimizer
             iterations = int(optimizer.iterations.numpy())
             lr = compat.current_learning_rate(optimizer)
-            self.resumed_from = {"epoch": next_epoch, "step": next_step,
-                                 "optimizer_step": iterations, "learning_rate": lr}
             log.info("resuming from the backup in %s at epoch %d step %d (optimizer step %d, "
                      "learning rate %.3g)", self.backup_dir, next_epoch + 1, next_step,
                      iterations, lr)
