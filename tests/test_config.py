@@ -55,6 +55,10 @@ def test_shipped_configs_load_and_say_how_to_run(path):
     (["nonsense"], "not of the form key=value"),
     (["task=generator"], "needs model.kind=seq2seq"),
     (["data.service.adress=x"], "did you mean 'data.service.address'"),
+    # No interpolation: a shared config must not copy the runner's environment anywhere.
+    (["tracking.wandb.project=${oc.env:HOME}"],
+     "tracking.wandb.project: '${oc.env:HOME}' is an interpolation"),
+    (["name=${task}"], "name: '${task}' is an interpolation"),
     # A name is one folder inside output_dir, never a path out of it.
     (["name=.."], "name: '..' must be a folder name"),
     (["name=."], "name: '.' must be a folder name"),

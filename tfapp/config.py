@@ -593,6 +593,21 @@ def _parse_overrides(overrides: list[str]) -> Any:
                           f"{str(err).splitlines()[0]}") from None
 
 
+def _refuse_interpolations(node: Any, prefix: str = "") -> None:
+    """No ``${...}``: OmegaConf would resolve ``${oc.env:VAR}`` and so copy any environment
+    variable (a token, say) of whoever runs a shared config into params.yaml, W&B and the
+    HTML report."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) \
+        if isinstance(node, list) else ()
+    for key, value in items:
+        where = f"{prefix}{key}"
+        if isinstance(value, dict | list):
+            _refuse_interpolations(value, where + ".")
+        elif isinstance(value, str) and "${" in value:
+            raise ConfigError(f"{where}: '{value}' is an interpolation; tfapp configs take "
+                              "plain values (write the value itself)")
+
+
 def load_config(path: str | os.PathLike | None = None,
                 overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
     """Defaults, then the YAML file at ``path``, then ``key=value`` overrides; validated."""
@@ -622,6 +637,7 @@ def load_config(path: str | os.PathLike | None = None,
             cfg = OmegaConf.merge(cfg, _parse_overrides(list(overrides)))
         except oc_errors.OmegaConfBaseException as err:
             raise _translate(err, "command-line override") from None
+    _refuse_interpolations(OmegaConf.to_container(cfg, resolve=False))
     try:
         obj: ExperimentConfig = OmegaConf.to_object(cfg)
     except oc_errors.OmegaConfBaseException as err:
