@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import os
 import subprocess
 import sys
 
@@ -201,3 +202,17 @@ def test_builtin_tiny_builds_once_even_when_two_processes_race(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=120)
     assert tuple(json.loads(proc.stdout.strip().splitlines()[-1])) == results[0]
+
+
+def test_url_handles_https_only_and_cached_in_the_users_own_folder(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match="plain http .*use its https:// address"):
+        resolve_hub_handle("http://tfhub.dev/google/bert/1")
+    monkeypatch.delenv("TFHUB_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TFAPP_CACHE_DIR", str(tmp_path / "cache"))
+    url = "https://tfhub.dev/tensorflow/bert_en_uncased_L-12_H-768_A-12/4"
+    assert resolve_hub_handle(url) == (url, "")
+    # not tensorflow_hub's default (a shared, world-writable temp folder)
+    assert os.environ["TFHUB_CACHE_DIR"] == str(tmp_path / "cache" / "tfhub_modules")
+    monkeypatch.setenv("TFHUB_CACHE_DIR", str(tmp_path / "mine"))
+    resolve_hub_handle(url)
+    assert os.environ["TFHUB_CACHE_DIR"] == str(tmp_path / "mine")  # the user's choice kept

@@ -85,7 +85,7 @@ def test_bad_handles_give_one_clear_line(tmp_path, case, pattern):
         "not_bert": lambda: _not_bert_module(tmp_path / "doubler"),
         "signatures_only": lambda: _signatures_only(tmp_path / "sig"),
         # Loopback only: a closed local port fails at once, like an unreachable host.
-        "unreachable": lambda: f"http://127.0.0.1:{_closed_port()}/bert.tar.gz",
+        "unreachable": lambda: f"https://127.0.0.1:{_closed_port()}/bert.tar.gz",
         "empty": lambda: "",
         "builtin": lambda: "builtin:tiny",
     }[case]()

@@ -16,7 +16,6 @@ import os
 import platform
 import re
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -221,9 +220,8 @@ def _caches(env: Mapping[str, str]) -> dict:
     from tfapp.hub.handles import cache_dir  # the one definition of tfapp's cache root
 
     tfapp_cache = str(cache_dir())
-    # tensorflow_hub's own default when TFHUB_CACHE_DIR is unset.
-    hub_cache = env.get("TFHUB_CACHE_DIR") or os.path.join(tempfile.gettempdir(),
-                                                           "tfhub_modules")
+    # What tfapp gives tensorflow_hub when TFHUB_CACHE_DIR is unset (hub.handles).
+    hub_cache = env.get("TFHUB_CACHE_DIR") or os.path.join(tfapp_cache, "tfhub_modules")
     return {name: {"path": path, "variable": var, "writable": writable(path)}
             for name, path, var in (("tfapp", tfapp_cache, "TFAPP_CACHE_DIR"),
                                     ("TF-Hub", hub_cache, "TFHUB_CACHE_DIR"))}

@@ -59,6 +59,12 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TFAPP_CACHE_DIR") or Path.home() / ".cache" / "tfapp")
 
 
+def hub_cache_dir() -> Path:
+    """Where tensorflow_hub caches downloaded modules: ``$TFHUB_CACHE_DIR``, else inside
+    tfapp's cache root (not tensorflow_hub's default, a world-writable temp folder)."""
+    return Path(os.environ.get("TFHUB_CACHE_DIR") or cache_dir() / "tfhub_modules")
+
+
 def _builtin_spec(name: str) -> tuple[BuildParams, Path, str]:
     if name not in BUILTIN_MODULES:
         raise ConfigError(f"model.hub_handle: '{BUILTIN_PREFIX}{name}' is unknown; builtin "
@@ -187,6 +193,12 @@ def resolve_hub_handle(handle: str) -> tuple[str, str]:
         assert resolved is not None  # ensure_builtin checked tfapp_hub.json
         return resolved
     if "://" in handle:
+        if handle.lower().startswith("http://"):
+            raise ConfigError(f"model.hub_handle: '{handle}' is plain http (anyone on the path "
+                              "could swap the weights); use its https:// address")
+        # tensorflow_hub's own default cache is a shared /tmp folder another local user
+        # could fill first; tfapp's cache is the user's own.
+        os.environ.setdefault("TFHUB_CACHE_DIR", str(hub_cache_dir()))
         return handle, ""
     path = Path(handle).expanduser()
     if not path.exists():
