@@ -68,3 +68,36 @@ def test_an_unwritable_output_directory_is_one_line(tmp_path):
     ctx = RunContext.create(_cfg(tmp_path, f"output_dir={tmp_path / 'file'}"))
     with pytest.raises(ConfigError, match="is not writable .*set output_dir= to a writable"):
         ctx.begin()
+
+
+def test_one_process_at_a_time_trains_into_a_run_directory(tmp_path):
+    first, second = RunContext.create(_cfg(tmp_path)), RunContext.create(_cfg(tmp_path))
+    first.begin()
+    with pytest.raises(ConfigError, match=rf"{tmp_path / 'run'} is in use by pid \d+ on "):
+        second.begin()
+    first.release()  # (a killed process lets go the same way: the lock is the kernel's)
+    second.begin()
+    second.release()
+
+
+def test_a_backup_resumes_only_under_its_own_config(tmp_path):
+    ctx = RunContext.create(_cfg(tmp_path, "trainer.epochs=2"))
+    ctx.begin()
+    ctx.release()
+    (tmp_path / "run" / "backup").mkdir()
+    (tmp_path / "run" / "backup" / "checkpoint").write_text("x")  # a run was interrupted
+    params = (tmp_path / "run" / "params.yaml").read_text()
+
+    longer = RunContext.create(_cfg(tmp_path, "trainer.epochs=5"))  # train longer: fine
+    longer.begin()
+    longer.release()
+    changed = RunContext.create(_cfg(tmp_path, "optimizer.learning_rate=0.1"))
+    with pytest.raises(ConfigError, match="holds a backup of a run with another config "
+                                          r"\(optimizer.learning_rate differs\); pass "
+                                          "--overwrite"):
+        changed.begin()
+    assert "epochs: 5" in (tmp_path / "run" / "params.yaml").read_text() != params
+    assert (tmp_path / "run" / "backup" / "checkpoint").is_file()  # nothing lost
+    changed.begin(restart=True)  # --overwrite: start over
+    assert not (tmp_path / "run" / "backup").exists()
+    assert "learning_rate: 0.1" in (tmp_path / "run" / "params.yaml").read_text()

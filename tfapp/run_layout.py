@@ -33,6 +33,11 @@ class RunLayout:
 
     # ----------------------------------------------------------------- what the loop writes
     @property
+    def lock(self) -> Path:
+        """Held (flock) by the one process training into this directory."""
+        return self.root / ".lock"
+
+    @property
     def params(self) -> Path:
         return self.root / "params.yaml"
 

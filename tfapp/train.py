@@ -22,6 +22,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "trainer.max_steps, trainer.eval_every_steps and trainer.log_every_steps; the run "
         "header (run_header.txt) and lr_schedule.png show the plan before the first step. "
         "Pick a learning rate with python -m tfapp.lr_find, or optimizer.learning_rate=auto.")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start the run over: delete its backup instead of resuming it "
+                             "(a rerun whose config changed is refused without this)")
     args = parser.parse_args(argv)
     cli.setup_logging(args.verbose)
 
@@ -34,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tfapp.training.faults import worker_loss_explained
 
         with worker_loss_explained():  # a lost peer: one line and exit 75, not a traceback
-            result = train(cfg)
+            result = train(cfg, restart=args.overwrite)
         print(result.summary())
         return 0
 

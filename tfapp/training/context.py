@@ -14,14 +14,25 @@ not built again per trial; each trial only re-seeds.
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
 import logging
 import os
 import shutil
+import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 from tfapp import runtime as runtime_lib
-from tfapp.config import ConfigError, ExperimentConfig, RuntimeConfig, save_params
+from tfapp.config import (
+    ConfigError,
+    ExperimentConfig,
+    RuntimeConfig,
+    load_config,
+    save_params,
+    to_yaml,
+)
 from tfapp.run_layout import RunLayout
 from tfapp.training.status import write_status
 
@@ -82,9 +93,10 @@ class RunContext:
         return (f"{self.runtime.describe(self.cfg.data.batch_size)} "
                 f"xla={'on' if self.jit_compile else 'off'}")
 
-    def begin(self) -> Path:
-        """Check the run directory is writable, write params.yaml and status ``running``;
-        returns params.yaml's path."""
+    def begin(self, *, restart: bool = False) -> Path:
+        """Check the run directory is writable and take it (one process at a time); refuse
+        to resume a backup made under another config (``restart`` deletes the backup
+        instead); write params.yaml and status ``running``. Returns params.yaml's path."""
         root = self.layout.root
         try:
             root.mkdir(parents=True, exist_ok=True)
@@ -94,9 +106,31 @@ class RunContext:
         except OSError as err:
             raise ConfigError(f"output directory {root} is not writable ({err.strerror}); "
                               "set output_dir= to a writable place") from None
-        params = save_params(self.cfg, root)
-        self.status("running")
+        self._lock = _hold(self.layout.lock)
+        try:
+            if self.is_chief:
+                if restart:
+                    shutil.rmtree(self.run.backup, ignore_errors=True)
+                elif self.resuming:
+                    _check_resumable(self.run.params, self.cfg)
+            params = save_params(self.cfg, root)
+            self.status("running")
+        except BaseException:
+            self.release()
+            raise
         return params
+
+    @property
+    def resuming(self) -> bool:
+        """Whether a backup of this run exists (fit will resume from it)."""
+        return self.run.backup.is_dir() and any(self.run.backup.iterdir())
+
+    def release(self) -> None:
+        """Let go of the run directory (``begin`` took it); idempotent."""
+        lock = getattr(self, "_lock", None)
+        if lock is not None:
+            lock.close()
+            self._lock = None
 
     def status(self, state: str, **extra) -> None:
         """``status.json`` of this process's directory (see ``training.status``)."""
@@ -106,6 +140,7 @@ class RunContext:
         """After a finished run, its export and reports written: drop the backup (the
         chief's; until now a kill resumed at the end of training), and a non-chief's whole
         scratch copy."""
+        self.release()
         if self.is_chief:
             shutil.rmtree(self.run.backup, ignore_errors=True)
         else:
@@ -121,3 +156,63 @@ def _check_same_runtime(built: RuntimeConfig | None, wanted: RuntimeConfig) -> N
                               f"{getattr(built, key)!r}; it cannot change to "
                               f"{getattr(wanted, key)!r} between runs of one process")
 
+
+def _hold(lock_path: Path) -> IO[str]:
+    """An exclusive flock on ``lock_path`` (released when the file closes or the process
+    dies, however it dies), or one line naming the process that holds it."""
+    fh = open(lock_path, "a+", encoding="utf-8")  # noqa: SIM115 (held for the whole run)
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise ConfigError(f"{lock_path.parent} is in use by {holder}; wait for it to end, or "
+                          "set name= for another run") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"pid {os.getpid()} on {socket.gethostname()}")
+    fh.flush()
+    return fh
+
+
+#: what may change between a run and the rerun that resumes it (train longer)
+_RESUMABLE_CHANGES = ("epochs", "max_steps")
+
+
+def _check_resumable(params: Path, cfg: ExperimentConfig) -> None:
+    """Resuming a backup is only right under the config that made it (but for a longer
+    run); a rerun that changed anything else is refused in one line."""
+    if not params.is_file():
+        return
+    try:
+        before = load_config(params)
+    except ConfigError:
+        before = None
+
+    def comparable(c: ExperimentConfig) -> str:
+        trainer = dataclasses.replace(c.trainer, **{k: 0 for k in _RESUMABLE_CHANGES})
+        return to_yaml(dataclasses.replace(c, trainer=trainer))
+
+    if before is None or comparable(before) != comparable(cfg):
+        changed = (_first_difference(before, cfg) or "the config") if before is not None \
+            else "its params.yaml"
+        raise ConfigError(f"{params.parent} holds a backup of a run with another config "
+                          f"({changed} differs); pass --overwrite to start it over, or set "
+                          "name= for a new run")
+
+
+def _first_difference(a: Any, b: Any, prefix: str = "") -> str:
+    """The first dotted key whose value differs (a resumable change aside), or ""."""
+    for f in dataclasses.fields(a):
+        key = f"{prefix}{f.name}"
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if x == y or key in {f"trainer.{k}" for k in _RESUMABLE_CHANGES}:
+            continue
+        if dataclasses.is_dataclass(x):
+            found = _first_difference(x, y, key + ".")
+            if found:
+                return found
+            continue
+        return key
+    return ""

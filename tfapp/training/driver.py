@@ -105,13 +105,23 @@ def _step_callbacks(cfg: ExperimentConfig, plan: TrainingPlan, schedule,
     return cbs
 
 
-def train(cfg: ExperimentConfig, ctx: RunContext | None = None) -> TrainResult:
+def train(cfg: ExperimentConfig, ctx: RunContext | None = None, *,
+          restart: bool = False) -> TrainResult:
     """Run the experiment ``cfg`` describes end to end; ``ctx`` reuses a run context built
-    by the caller (``tune`` hands each trial one over its once-built runtime)."""
+    by the caller (``tune`` hands each trial one over its once-built runtime). A rerun
+    resumes the run's backup; ``restart`` deletes it and starts over."""
     started = time.time()
     ctx = ctx or RunContext.create(cfg)
+    try:
+        return _train(cfg, ctx, restart=restart, started=started)
+    finally:
+        ctx.release()
+
+
+def _train(cfg: ExperimentConfig, ctx: RunContext, *, restart: bool,
+           started: float) -> TrainResult:
     run = ctx.layout
-    paths: dict = {"params": ctx.begin()}
+    paths: dict = {"params": ctx.begin(restart=restart)}
     log.info("runtime: %s", ctx.describe())
 
     task = get_task(cfg.task)(ctx)
@@ -125,7 +135,7 @@ def train(cfg: ExperimentConfig, ctx: RunContext | None = None) -> TrainResult:
         callbacks, nan_stop = standard_callbacks(
             cfg, run, backup=ctx.run.backup, monitor=cfg.trainer.monitor or task.default_monitor,
             has_validation=inputs.validation is not None)
-        resuming = ctx.run.backup.is_dir() and any(ctx.run.backup.iterdir())
+        resuming = ctx.resuming
         if not resuming:
             run.history.unlink(missing_ok=True)
         model = fit_lib.build_model(ctx, task, inputs)
