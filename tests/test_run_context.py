@@ -101,3 +101,15 @@ def test_a_backup_resumes_only_under_its_own_config(tmp_path):
     changed.begin(restart=True)  # --overwrite: start over
     assert not (tmp_path / "run" / "backup").exists()
     assert "learning_rate: 0.1" in (tmp_path / "run" / "params.yaml").read_text()
+
+
+def test_a_resume_may_change_where_data_is_served_from_and_what_is_logged(tmp_path):
+    ctx = RunContext.create(_cfg(tmp_path, "data.service.address=localhost:1"))
+    ctx.begin()
+    ctx.release()
+    (tmp_path / "run" / "backup").mkdir()
+    (tmp_path / "run" / "backup" / "checkpoint").write_text("x")
+    again = RunContext.create(_cfg(tmp_path, "data.service.address=localhost:2",
+                                   "tracking.tensorboard=false", "trainer.epochs=9"))
+    again.begin()  # a new dispatcher port, no TensorBoard, longer: the same training
+    again.release()

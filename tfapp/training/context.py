@@ -31,7 +31,6 @@ from tfapp.config import (
     RuntimeConfig,
     load_config,
     save_params,
-    to_yaml,
 )
 from tfapp.run_layout import RunLayout
 from tfapp.training.status import write_status
@@ -176,38 +175,36 @@ def _hold(lock_path: Path) -> IO[str]:
     return fh
 
 
-#: what may change between a run and the rerun that resumes it (train longer)
-_RESUMABLE_CHANGES = ("epochs", "max_steps")
+#: what may change between a run and the rerun that resumes it: how long it trains, and
+#: what does not touch the trained state (where data is cached or served from, logging,
+#: tracking, the TPU's address)
+_RESUMABLE_CHANGES = ("trainer.epochs", "trainer.max_steps", "trainer.log_every_steps",
+                      "trainer.profile_steps", "trainer.profiler_port", "data.service",
+                      "data.cache", "data.snapshot", "data.prefetch", "tracking", "runtime.tpu")
 
 
 def _check_resumable(params: Path, cfg: ExperimentConfig) -> None:
     """Resuming a backup is only right under the config that made it (but for a longer
-    run); a rerun that changed anything else is refused in one line."""
+    run, or other logging, caching or serving); a rerun that changed anything else is
+    refused in one line naming the key."""
     if not params.is_file():
         return
     try:
-        before = load_config(params)
+        changed = _first_difference(load_config(params), cfg)
     except ConfigError:
-        before = None
-
-    def comparable(c: ExperimentConfig) -> str:
-        trainer = dataclasses.replace(c.trainer, **{k: 0 for k in _RESUMABLE_CHANGES})
-        return to_yaml(dataclasses.replace(c, trainer=trainer))
-
-    if before is None or comparable(before) != comparable(cfg):
-        changed = (_first_difference(before, cfg) or "the config") if before is not None \
-            else "its params.yaml"
+        changed = "its params.yaml (unreadable)"
+    if changed:
         raise ConfigError(f"{params.parent} holds a backup of a run with another config "
                           f"({changed} differs); pass --overwrite to start it over, or set "
                           "name= for a new run")
 
 
 def _first_difference(a: Any, b: Any, prefix: str = "") -> str:
-    """The first dotted key whose value differs (a resumable change aside), or ""."""
+    """The first dotted key whose value differs (resumable changes aside), or ""."""
     for f in dataclasses.fields(a):
         key = f"{prefix}{f.name}"
         x, y = getattr(a, f.name), getattr(b, f.name)
-        if x == y or key in {f"trainer.{k}" for k in _RESUMABLE_CHANGES}:
+        if x == y or key in _RESUMABLE_CHANGES:
             continue
         if dataclasses.is_dataclass(x):
             found = _first_difference(x, y, key + ".")
