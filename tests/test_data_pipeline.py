@@ -282,3 +282,24 @@ def test_mirrored_replicas_each_get_a_per_replica_batch(vocab_file, tmp_path):
     result = run_python([str(script)], timeout=240)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "OK 40" in result.stdout
+
+
+def test_a_snapshot_left_unmarked_by_a_kill_is_replaced_then_reused(tmp_path, caplog):
+    """A writer killed after its blocks were in place but before they were marked complete
+    left a directory that every later run rewrote and discarded; now the marker goes in
+    before the directory appears, and an unmarked one is replaced once."""
+    from tfapp.data.pipeline import snapshot_dir, write_snapshot
+
+    blocks = tf.data.Dataset.from_tensor_slices(np.arange(12, dtype=np.int32).reshape(3, 4))
+    path = snapshot_dir(str(tmp_path), "train", "k1")
+    os.makedirs(path)
+    (tmp_path / os.path.basename(path) / "000000.raw").write_bytes(b"half")  # the old kill
+    with caplog.at_level("INFO", logger="tfapp.data"):
+        written = write_snapshot(blocks, str(tmp_path), "train", "k1")
+        again = write_snapshot(blocks, str(tmp_path), "train", "k1")
+    said = [r.getMessage().split(" snapshot")[0] for r in caplog.records]
+    assert said == ["data: writing train", "data: reading train"]
+    assert written.blocks == again.blocks == 3
+    got = np.concatenate([np.ravel(b.numpy()) for b in again.dataset()])
+    np.testing.assert_array_equal(got, np.arange(12))  # the blocks, not the kill's bytes
+    assert sorted(p.name for p in tmp_path.iterdir()) == [os.path.basename(path)]  # no tmp

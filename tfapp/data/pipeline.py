@@ -124,9 +124,9 @@ def write_snapshot(dataset: tf.data.Dataset, root: str, name: str, key: str,
 
     Elements are blocks of examples: nests of numeric tensors whose first dimension may
     vary and whose other dimensions are static. The write is one full pass over
-    ``dataset`` into a temporary directory that is renamed into place and then marked
-    complete, so an interrupted run never leaves a snapshot that a later run would
-    half-read.
+    ``dataset`` into a temporary directory, marked complete and then renamed into place,
+    so an interrupted run never leaves a snapshot that a later run would half-read, nor
+    an unmarked one that every later run would rewrite and discard.
     """
     path = snapshot_dir(root, name, key)
     marker = os.path.join(path, _DONE)
@@ -147,13 +147,16 @@ def write_snapshot(dataset: tf.data.Dataset, root: str, name: str, key: str,
         raise DataError(f"data.snapshot: cannot write {tmp} ({message.splitlines()[0]}); "
                         "check that the directory is writable or set data.snapshot=''"
                         ) from None
-    if tf.io.gfile.exists(path):  # a concurrent writer won the race; keep its (same) copy
+    # The marker goes in before the rename: the directory appears complete or not at all.
+    with tf.io.gfile.GFile(os.path.join(tmp, _DONE), "w") as fh:
+        fh.write(json.dumps({"key": key, "name": name, "blocks": blocks,
+                             "dtypes": dtypes, **(describe or {})}, default=str))
+    if tf.io.gfile.exists(marker):  # a concurrent writer won the race; keep its (same) copy
         _remove(tmp)
     else:
+        if tf.io.gfile.exists(path):  # unmarked: an older writer died before marking it
+            _remove(path)
         tf.io.gfile.rename(tmp, path)
-        with tf.io.gfile.GFile(marker, "w") as fh:
-            fh.write(json.dumps({"key": key, "name": name, "blocks": blocks,
-                                 "dtypes": dtypes, **(describe or {})}, default=str))
     return Snapshot(path, blocks, tuple(dtypes), dataset.element_spec)
 
 
