@@ -272,3 +272,19 @@ def test_format_errors(tmp_path):
     single = write_csv(tmp_path / "one.csv", [("a", "pos"), ("b", "pos")])
     with pytest.raises(DataError, match="only one label"):
         load(tmp_path / "o", train_files=single)
+
+
+def test_integral_decimal_labels_are_one_class_with_integers(tmp_path):
+    """A label column written from floats ("1.0") next to integer labels (1) is one class,
+    not two; other decimals stay as written."""
+    write_csv(tmp_path / "a.csv", [("x", "1.0"), ("y", "0"), ("z", "1"), ("w", "0.50")])
+    (tmp_path / "b.jsonl").write_text('{"text": "v", "label": 1}\n{"text": "u", "label": 0.0}\n')
+    splits = load(tmp_path, train_files=f"{tmp_path}/a.csv,{tmp_path}/b.jsonl")
+    assert splits.label_names == ["0", "0.50", "1"]
+    np.testing.assert_array_equal(splits.train.labels, [2, 0, 2, 1, 2, 0])
+
+
+def test_a_duplicated_header_name_is_an_error_not_the_last_column(tmp_path):
+    path = write_csv(tmp_path / "dup.csv", [("a", "b", "pos")], header=("text", "text", "label"))
+    with pytest.raises(DataError, match="names column 'text' 2 times; rename all but one"):
+        load(tmp_path, train_files=path)

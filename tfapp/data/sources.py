@@ -251,6 +251,9 @@ def _read_delimited(path: str, delimiter: str, columns: list[str], hint: str
             for col in columns:
                 if col not in header:
                     raise _missing_column(path, col, header, "header row", hint)
+                if header.count(col) > 1:  # which one is meant? (a dict would keep the last)
+                    raise DataError(f"{path}: the header row names column '{col}' "
+                                    f"{header.count(col)} times; rename all but one")
             continue
         if len(row) != len(header):
             sep = "','" if delimiter == "," else "a tab"
@@ -420,6 +423,9 @@ def _clean_text(value: Any, column: str, allow_empty: bool = False
     return value, None
 
 
+_INTEGRAL_DECIMAL = re.compile(r"^\s*([+-]?\d+)\.0+\s*$")
+
+
 def _clean_labels(value: Any, column: str, multi_label: bool,
                   separator: str) -> tuple[list[str] | None, str | None]:
     if value is None:
@@ -432,6 +438,8 @@ def _clean_labels(value: Any, column: str, multi_label: bool,
     labels: list[str] = []
     for v in values:
         v = str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+        # "1.0" and 1 are one class (a CSV column written from floats, next to JSON ints).
+        v = _INTEGRAL_DECIMAL.sub(r"\1", v)
         if _SURROGATE.search(v):
             return None, f"label column '{column}' is not valid UTF-8"
         parts = v.split(separator) if multi_label and separator else [v]
