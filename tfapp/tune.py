@@ -86,15 +86,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     return cli.run_main(body)
 
 
+# The longest a worker waits for the chief to answer before saying so (and exiting).
+CHIEF_WAIT_S = 60.0
+
+
 def _search(cfg: ExperimentConfig, role: str, top: int) -> int:
     # TensorFlow and KerasTuner load only past the config checks.
     from tfapp.tasks import get_task
-    from tfapp.tuning import results
+    from tfapp.tuning import distributed, results
     from tfapp.tuning.space import objective
     from tfapp.tuning.tuner import ConfigTuner, build_oracle, failure
 
     from keras_tuner import errors as kt_errors
 
+    if role == "worker":  # KerasTuner's client would wait up to an hour for a chief
+        distributed.wait_for_chief(min(CHIEF_WAIT_S, cfg.tune.worker_timeout_s))
     obj = objective(cfg, get_task(cfg.task).default_monitor)
     tuner = ConfigTuner(cfg, build_oracle(cfg, obj))
     try:

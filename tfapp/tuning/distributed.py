@@ -62,6 +62,23 @@ def is_chief() -> bool:
     return ENV_IP in os.environ and "chief" in os.environ.get(ENV_ID, "")
 
 
+def wait_for_chief(timeout_s: float) -> None:
+    """Return once the chief's oracle answers at KERASTUNER_ORACLE_IP:PORT; one line if it
+    does not within ``timeout_s`` (workers may start before the chief, so they wait)."""
+    import grpc
+
+    address = f"{os.environ[ENV_IP]}:{os.environ[ENV_PORT]}"
+    channel = grpc.insecure_channel(address)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout_s)
+    except grpc.FutureTimeoutError:
+        raise ConfigError(f"no tuning chief answers at {address} after {timeout_s:.0f} s; start "
+                          f"it first (python -m tfapp.tune ... --chief --oracle {address}) or "
+                          "fix --oracle") from None
+    finally:
+        channel.close()
+
+
 def serve_oracle(oracle, worker_timeout_s: float = 120.0, poll_seconds: float = 0.5) -> bool:
     """Serve ``oracle`` to the workers until the search is over and every worker has been
     told so (KerasTuner's ``start_server``, polling twice a second instead of every 20 s),
