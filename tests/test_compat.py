@@ -252,6 +252,73 @@ def test_oracle_server_parts_both_ways(tmp_path):
         assert compat.oracle_server_parts(lambda r, c: None) is None
 
 
+def test_the_oracle_service_refuses_bad_calls_and_never_hangs(tmp_path):
+    """Over real gRPC: an unknown trial id, rewritten hyperparameter values and an oracle
+    call that fails inside KerasTuner's lock (a full disk on save) are each refused with a
+    gRPC error, and the chief keeps answering (KerasTuner's lock has no `finally`)."""
+    from concurrent import futures
+
+    import grpc
+    from keras_tuner.src import protos
+    from keras_tuner.src.engine import trial as trial_module
+
+    class DiskFullOracle(kt.oracles.RandomSearchOracle):
+        full = False
+
+        def save(self):
+            if self.full:
+                raise OSError(28, "No space left on device")
+            super().save()
+
+    hp = kt.HyperParameters()
+    hp.Float("lr", 1e-3, 1e-1, sampling="log")
+    oracle = DiskFullOracle(objective=kt.Objective("score", "max"), max_trials=5,
+                            hyperparameters=hp, seed=1)
+    oracle._set_project_dir(str(tmp_path), "search")
+    servicer_class, add, _ = compat.oracle_server_parts(lambda request, context: None)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    add(servicer_class(oracle), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    service = protos.get_service()
+    stub = protos.get_service_grpc().OracleStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+    try:
+        with pytest.raises(grpc.RpcError) as err:
+            stub.UpdateTrial(service.UpdateTrialRequest(trial_id="nope", step=0), timeout=10)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        assert "no trial 'nope'" in err.value.details()
+
+        given = trial_module.Trial.from_proto(
+            stub.CreateTrial(service.CreateTrialRequest(tuner_id="w1"), timeout=10).trial)
+        forged = trial_module.Trial.from_proto(given.to_proto())
+        forged.hyperparameters.values["lr"] = 99.0  # outside tune.space
+        forged.status = "COMPLETED"
+        with pytest.raises(grpc.RpcError) as err:
+            stub.EndTrial(service.EndTrialRequest(trial=forged.to_proto()), timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "hyperparameter values differ" in err.value.details()
+
+        # KerasTuner raises inside its lock for a trial completed with no objective value...
+        given.status = "COMPLETED"
+        with pytest.raises(grpc.RpcError) as err:
+            stub.EndTrial(service.EndTrialRequest(trial=given.to_proto()), timeout=10)
+        assert err.value.details() == "EndTrial: Unknown metric: score"
+        # ... and when saving fails (a full disk).
+        stub.UpdateTrial(service.UpdateTrialRequest(trial_id=given.trial_id,
+                                                    metrics={"score": 0.5}, step=0), timeout=10)
+        oracle.full = True
+        with pytest.raises(grpc.RpcError) as err:
+            stub.EndTrial(service.EndTrialRequest(trial=given.to_proto()), timeout=10)
+        assert "No space left on device" in err.value.details()
+        oracle.full = False
+        # Still serving: the lock was released (without that, this call would block).
+        reply = stub.GetSpace(service.GetSpaceRequest(), timeout=10)
+        assert [h.name for h in kt.HyperParameters.from_proto(reply.hyperparameters).space] \
+            == ["lr"]
+    finally:
+        server.stop(grace=0)
+
+
 def test_serve_oracle_steps_aside_on_the_public_path(monkeypatch, tmp_path):
     from tfapp.tuning import distributed
 

@@ -23,6 +23,7 @@ import functools
 import logging
 import os
 import re
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -342,10 +343,72 @@ def oracle_server_parts(on_create_trial: Callable[[Any, Any], None]
         _missing("oracle_server", err)
         return None
 
+    try:
+        from keras_tuner.src.engine import oracle as oracle_module
+        from keras_tuner.src.engine import trial as trial_module
+        locks, threads = oracle_module.LOCKS, oracle_module.THREADS
+    except (ImportError, AttributeError) as err:
+        _missing("oracle_server", err)
+        return None
+
+    import grpc
+
+    def unlock(oracle: Any) -> None:
+        # KerasTuner's @synchronized takes the oracle's lock with no `finally`: an exception
+        # inside an oracle call would leave it held and hang the chief for good.
+        if threads[oracle] == threading.current_thread().name:
+            threads[oracle] = None
+            locks[oracle].release()
+
+    def guarded(servicer: Any, call: Callable, request: Any, context: Any) -> Any:
+        """``call(request, context)``; a failure refuses this one call (gRPC error back to
+        the client, the oracle's lock released) and the chief serves on."""
+        try:
+            return call(request, context)
+        except Exception as err:  # noqa: BLE001 (whatever failed, the chief must not hang)
+            unlock(servicer.oracle)
+            name = getattr(call, "__name__", "oracle call")
+            log.warning("oracle: %s refused: %s", name, err)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"{name}: {str(err).splitlines()[0] if str(err) else repr(err)}")
+
+    def known_trial(servicer: Any, trial_id: str, context: Any) -> Any:
+        trial = servicer.oracle.trials.get(trial_id)
+        if trial is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no trial '{trial_id}' in this search")
+        return trial
+
     class Servicer(base):
-        def CreateTrial(self, request, context):  # noqa: N802  (the gRPC method name)
+        def GetSpace(self, request, context):  # noqa: N802  (the gRPC method names)
+            return guarded(self, super().GetSpace, request, context)
+
+        def UpdateSpace(self, request, context):  # noqa: N802
+            return guarded(self, super().UpdateSpace, request, context)
+
+        def CreateTrial(self, request, context):  # noqa: N802
             on_create_trial(request, context)
-            return super().CreateTrial(request, context)
+            return guarded(self, super().CreateTrial, request, context)
+
+        def UpdateTrial(self, request, context):  # noqa: N802
+            known_trial(self, request.trial_id, context)
+            return guarded(self, super().UpdateTrial, request, context)
+
+        def EndTrial(self, request, context):  # noqa: N802
+            sent = trial_module.Trial.from_proto(request.trial)
+            trial = known_trial(self, sent.trial_id, context)
+            # A client reports on a trial; it may not rewrite what the trial tried (values
+            # outside tune.space would reach best_params.yaml).
+            if sent.hyperparameters.values != trial.hyperparameters.values:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"trial '{sent.trial_id}': "
+                              "its hyperparameter values differ from the ones it was given")
+            return guarded(self, super().EndTrial, request, context)
+
+        def GetTrial(self, request, context):  # noqa: N802
+            known_trial(self, request.trial_id, context)
+            return guarded(self, super().GetTrial, request, context)
+
+        def GetBestTrials(self, request, context):  # noqa: N802
+            return guarded(self, super().GetBestTrials, request, context)
 
     return Servicer, add, exit_chief
 
