@@ -546,25 +546,13 @@ def read_texts(spec: str | Sequence[str | os.PathLike], *, text_column: str = "t
     """
     own_report = report is None
     report = BadRowReport() if report is None else report
-    bad = _BadRowPolicy(mode, report, split, skip_option)
-    sources = _row_sources(
-        spec, [text_column], fmt=fmt, split=split, what=what, hint=column_hint,
+    rows = _read_columns(
+        spec, [text_column], fmt=fmt, mode=mode, report=report, log_report=own_report,
+        split=split, what=what,
+        hint=column_hint, skip_option=skip_option,
         text_lines=lambda path: _read_text_lines(path, text_column, None, verbatim=True),
         default_format="text")
-    texts: list[str] = []
-    for path, rows in sources:
-        for line, fields, problem in rows:
-            if problem is None:
-                assert fields is not None
-                text, problem = _clean_text(fields.get(text_column), text_column,
-                                            allow_empty=True)
-                if text is not None:
-                    if text.strip():  # a blank text is no example, not a malformed row
-                        texts.append(text)
-                    continue
-            bad(path, line, problem)
-    if own_report and report.count:
-        log.warning("data: %s", report.summary())
+    texts = [text for (text,) in rows if text.strip()]  # a blank text is no example
     if not texts:
         skipped = f" ({report.summary()})" if report.count else ""
         raise DataError(f"{what}: '{_shown(spec)}' holds no text{skipped}; give files with at "
@@ -586,31 +574,45 @@ def read_pairs(spec: str | Sequence[str | os.PathLike], *, source_column: str,
     """
     own_report = report is None
     report = BadRowReport() if report is None else report
-    bad = _BadRowPolicy(mode, report, split, skip_option)
-    columns = [source_column, target_column]
-    sources = _row_sources(spec, columns, fmt=fmt, split=split, what=what, hint=column_hint,
-                           text_lines=None)
-    pairs: list[tuple[str, str]] = []
-    for path, rows in sources:
-        for line, fields, problem in rows:
-            if problem is None:
-                assert fields is not None
-                source, problem = _clean_text(fields.get(source_column), source_column,
-                                              allow_empty=True)
-                if problem is None:
-                    target, problem = _clean_text(fields.get(target_column), target_column,
-                                                  allow_empty=True)
-                if problem is None:
-                    pairs.append((source, target))
-                    continue
-            bad(path, line, problem)
-    if own_report and report.count:
-        log.warning("data: %s", report.summary())
+    pairs = _read_columns(spec, [source_column, target_column], fmt=fmt, mode=mode,
+                          report=report, log_report=own_report, split=split, what=what,
+                          hint=column_hint,
+                          skip_option=skip_option, text_lines=None)
     if not pairs:
         skipped = f" ({report.summary()})" if report.count else ""
         raise DataError(f"{what}: no usable pairs in '{_shown(spec)}'{skipped}; check the "
                         f"files ({column_hint})")
-    return pairs
+    return [(source, target) for source, target in pairs]
+
+
+def _read_columns(spec: str | Sequence[str | os.PathLike], columns: list[str], *, fmt: str,
+                  mode: str, report: BadRowReport, log_report: bool, split: str, what: str,
+                  hint: str, skip_option: str | None, text_lines: Callable | None,
+                  default_format: str | None = None) -> list[tuple[str, ...]]:
+    """The ``columns`` of every good row as text (blank values kept), in file and row
+    order; bad rows go to the policy of ``mode`` (recorded in ``report``; logged here when
+    ``log_report``, i.e. no caller collects them)."""
+    bad = _BadRowPolicy(mode, report, split, skip_option)
+    sources = _row_sources(spec, columns, fmt=fmt, split=split, what=what, hint=hint,
+                           text_lines=text_lines, default_format=default_format)
+    out: list[tuple[str, ...]] = []
+    for path, rows in sources:
+        for line, fields, problem in rows:
+            values: list[str] = []
+            if problem is None:
+                assert fields is not None
+                for column in columns:
+                    value, problem = _clean_text(fields.get(column), column, allow_empty=True)
+                    if problem is not None:
+                        break
+                    values.append(value)
+            if problem is None:
+                out.append(tuple(values))
+            else:
+                bad(path, line, problem)
+    if log_report and report.count:
+        log.warning("data: %s", report.summary())
+    return out
 
 
 def _to_example(fields: dict[str, Any] | None, cfg: DataConfig, with_labels: bool,
