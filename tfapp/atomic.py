@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -22,9 +23,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from tfapp import killpoints
+
 log = logging.getLogger("tfapp")
 
-__all__ = ["atomic_directory", "atomic_open", "read_state", "save_model", "write_text"]
+__all__ = ["atomic_directory", "atomic_open", "read_state", "remove_leftovers", "save_model",
+           "write_text"]
+
+# The names this module writes under before a rename (atomic_open, atomic_directory).
+_LEFTOVER = re.compile(r"^\..+(\.tmp|\.tmp-\w+|\.old-[0-9a-f]{8})$")
 
 
 @contextlib.contextmanager
@@ -39,6 +46,7 @@ def atomic_open(path: str | os.PathLike, *, newline: str | None = None) -> Itera
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
+        killpoints.reached(f"rename:{path.name}")
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -75,6 +83,7 @@ def atomic_directory(final: str | os.PathLike, *, overwrite: bool = False) -> It
     os.chmod(tmp, 0o777 & ~umask)
     try:
         yield tmp
+        killpoints.reached(f"rename:{final.name}")
         if final.exists() and overwrite:
             trash = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:8]}"
             os.rename(final, trash)
@@ -120,3 +129,21 @@ def read_state(path: str | os.PathLike, what: str) -> dict | None:
         log.warning("%s %s does not hold a JSON object; treating it as missing", what, path)
         return None
     return value
+
+
+def remove_leftovers(folder: str | os.PathLike) -> list[str]:
+    """Delete the temporaries of writes a kill cut short in ``folder`` (not below it);
+    returns their names. Only for a folder no other process is writing into (a run
+    directory under its lock): a live writer's temporary looks the same."""
+    removed = []
+    folder = Path(folder)
+    if not folder.is_dir():
+        return removed
+    for path in folder.iterdir():
+        if _LEFTOVER.match(path.name):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return removed

@@ -16,6 +16,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from tfapp.atomic import read_state
+
 __all__ = ["RunLayout", "WORKERS_DIR", "is_worker_scratch"]
 
 #: the folder next to a run directory that holds non-chief workers' scratch copies
@@ -75,8 +77,16 @@ class RunLayout:
         return self.root / "checkpoints"
 
     @property
-    def best_checkpoint(self) -> Path:
-        return self.checkpoints / "best"
+    def best_record(self) -> Path:
+        """``best.json``: which checkpoint in ``checkpoints/`` holds the best evaluation
+        (``training.callbacks.BestCheckpoint``), its epoch, monitor and value."""
+        return self.checkpoints / "best.json"
+
+    @property
+    def best_checkpoint(self) -> Path | None:
+        """The best checkpoint's path prefix (for ``model.load_weights``), or None."""
+        record = read_state(self.best_record, "best-checkpoint record")
+        return self.checkpoints / record["checkpoint"] if record else None
 
     @property
     def backup(self) -> Path:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import csv
+import json
 import logging
+import shutil
+import uuid
 from pathlib import Path
 
+from tfapp import killpoints
+from tfapp.atomic import read_state, write_text
 from tfapp.config import ExperimentConfig
 from tfapp.run_layout import RunLayout
 from tfapp.training.preemption import ResumableBackup
@@ -48,6 +53,100 @@ class NonFiniteLossStop(tf.keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+class BestCheckpoint(tf.keras.callbacks.Callback):
+    """The weights of the best evaluation on ``monitor`` so far, safe against a kill.
+
+    Keras's ModelCheckpoint rewrites one ``best`` checkpoint in place, so a kill while it
+    writes leaves no good copy. Here each new best is written under a new name, then
+    ``best.json`` (which names it, its epoch and its value) is switched to it in one
+    atomic rename, and only then is the previous one deleted: whenever the process dies,
+    ``best.json`` names a complete checkpoint. A resumed run reads the value back, so it
+    only replaces the killed run's best with a better one.
+    """
+
+    def __init__(self, layout: RunLayout, monitor: str, mode: str):
+        super().__init__()
+        self.directory, self.record_path = layout.checkpoints, layout.best_record
+        self.monitor, self.mode = monitor, mode
+        self.record = read_state(self.record_path, "best-checkpoint record")
+
+    def _better(self, value: float) -> bool:
+        if self.record is None:
+            return value == value  # not NaN
+        best = self.record["value"]
+        return value < best if self.mode == "min" else value > best
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.monitor)
+        if value is None or not self._better(float(value)):
+            return
+        name = f"best-{epoch + 1:03d}-{uuid.uuid4().hex[:6]}"
+        self.model.save_weights(str(self.directory / name))
+        record = {"checkpoint": name, "epoch": epoch + 1, "monitor": self.monitor,
+                  "value": float(value)}
+        write_text(self.record_path, json.dumps(record, indent=1))
+        self.record = record
+        self._prune()
+
+    def on_train_begin(self, logs=None):
+        self._prune()  # a checkpoint a kill left unrecorded
+
+    def _prune(self) -> None:
+        keep = self.record["checkpoint"] if self.record else None
+        for path in self.directory.glob("best-*"):
+            if path.name.split(".")[0] != keep:
+                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+class HistoryLog(tf.keras.callbacks.CSVLogger):
+    """``history.csv``, one row per epoch, in step with the backup a rerun resumes from.
+
+    Rows are appended at each epoch end, before that epoch's backup; a kill between the two
+    leaves a row the backup does not cover. So when training (re)starts at epoch E, rows
+    of epoch E and later (and a row cut short by a kill) are dropped before new ones are
+    appended: the file never holds an epoch twice, nor one whose weights were lost.
+    """
+
+    def __init__(self, path: Path):
+        super().__init__(str(path), append=True)
+        self._open = False
+
+    def on_train_begin(self, logs=None):
+        pass  # opened at the first epoch, once its number is known
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if not self._open:
+            _drop_rows_from(Path(self.filename), epoch)
+            super().on_train_begin(logs)
+            self._open = True
+
+    def on_train_end(self, logs=None):
+        if self._open:  # a resumed run with no epoch left opens nothing
+            super().on_train_end(logs)
+            self._open = False
+
+
+def _drop_rows_from(history_csv: Path, epoch: int) -> None:
+    if not history_csv.is_file():
+        return
+    lines = history_csv.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = lines[:1] + [line for line in lines[1:] if line.endswith("\n")
+                        and line.split(",", 1)[0].isdigit()
+                        and int(line.split(",", 1)[0]) < epoch]
+    if kept != lines:
+        write_text(history_csv, "".join(kept))
+
+
+class KillPoints(tf.keras.callbacks.Callback):
+    """The crash test's points inside ``fit`` (``tfapp.killpoints``); added only when armed."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        killpoints.reached("train-batch")
+
+    def on_test_batch_end(self, batch, logs=None):
+        killpoints.reached("validation-batch")
+
+
 def standard_callbacks(cfg: ExperimentConfig, layout: RunLayout, *, backup: Path,
                        monitor: str, has_validation: bool
                        ) -> tuple[list[tf.keras.callbacks.Callback], NonFiniteLossStop]:
@@ -62,13 +161,13 @@ def standard_callbacks(cfg: ExperimentConfig, layout: RunLayout, *, backup: Path
     nan_stop = NonFiniteLossStop()
     cbs: list[tf.keras.callbacks.Callback] = [
         nan_stop,
+        HistoryLog(layout.history),  # before the backup: see HistoryLog
         # Epoch-end backups + save-and-stop on SIGTERM; a rerun resumes (epoch, step).
         ResumableBackup(backup),
     ]
     if not has_validation:
         monitor = monitor.removeprefix("val_")
     mode = monitor_mode(monitor, t.monitor_mode)
-    cbs.append(tf.keras.callbacks.CSVLogger(str(layout.history), append=True))
     if cfg.tracking.tensorboard:
         cbs.append(tf.keras.callbacks.TensorBoard(
             log_dir=str(layout.logs), histogram_freq=0, write_graph=True,
@@ -77,13 +176,13 @@ def standard_callbacks(cfg: ExperimentConfig, layout: RunLayout, *, backup: Path
             profile_batch=parse_profile_steps(t.profile_steps)))
     # Throughput, HParams and the on-demand profiler server (trainer.profiler_port).
     cbs += run_callbacks(cfg, layout.logs)
-    cbs.append(tf.keras.callbacks.ModelCheckpoint(
-        str(layout.best_checkpoint), monitor=monitor, mode=mode, save_best_only=True,
-        save_weights_only=True, verbose=0))
+    cbs.append(BestCheckpoint(layout, monitor, mode))
     if t.early_stopping_patience > 0:
         cbs.append(tf.keras.callbacks.EarlyStopping(
             monitor=monitor, mode=mode, patience=t.early_stopping_patience,
             restore_best_weights=True, verbose=1))
+    if killpoints.ARMED:
+        cbs.append(KillPoints())
     return cbs, nan_stop
 
 

@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from tfapp import killpoints
 from tfapp import runtime as runtime_lib
+from tfapp.atomic import remove_leftovers
 from tfapp.config import (
     ConfigError,
     ExperimentConfig,
@@ -107,6 +109,10 @@ class RunContext:
                               "set output_dir= to a writable place") from None
         self._lock = _hold(self.layout.lock)
         try:
+            for folder in (root, self.layout.checkpoints):  # a killed run's half-writes
+                for name in remove_leftovers(folder):
+                    log.info("removed %s, left half-written by an interrupted run",
+                             folder / name)
             if self.is_chief:
                 if restart:
                     shutil.rmtree(self.run.backup, ignore_errors=True)
@@ -140,6 +146,7 @@ class RunContext:
         chief's; until now a kill resumed at the end of training), and a non-chief's whole
         scratch copy."""
         self.release()
+        killpoints.reached("drop-backup")
         if self.is_chief:
             shutil.rmtree(self.run.backup, ignore_errors=True)
         else:

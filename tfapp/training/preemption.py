@@ -37,7 +37,7 @@ import os
 import signal
 import threading
 
-from tfapp import compat
+from tfapp import compat, killpoints
 
 import tensorflow as tf
 
@@ -160,6 +160,7 @@ class ResumableBackup(tf.keras.callbacks.BackupAndRestore):
             self._save(epoch, self.params["steps"] - 1)
         else:
             super().on_epoch_end(epoch, logs)
+        killpoints.reached("backup-saved")
 
     def on_train_end(self, logs=None):
         # A signal during the last validation: keep the final backup (a rerun then only
