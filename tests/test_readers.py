@@ -2,17 +2,20 @@
 
 Lines end at "\\n" only (U+2028, \\x0c, \\x85, ... stay inside their record and line numbers
 stay right), TSV has no quoting, a UTF-8 BOM is dropped, and undecodable bytes give one
-``FILE:LINE: not valid UTF-8 text`` line -- for data files, generator corpora and pairs
-and BERT vocab files.
+``FILE:LINE: not valid UTF-8 text`` line -- for data files, generator corpora and pairs,
+BERT vocab files, predict's ``--input`` and generate's prompts (files and stdin).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import re
+import sys
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
+from tfapp import generate, predict
 from tfapp.config import DataConfig, load_config
 from tfapp.data import sources
 from tfapp.data import text_lines as tl
@@ -37,6 +40,10 @@ def not_utf8(path, line: int) -> str:
 def load(tmp_path, path, **kw):
     cfg = dataclasses.replace(DataConfig(), train_files=str(path), validation_split=0.0, **kw)
     return load_classification_splits(cfg, seed=1, label_vocab_path=tmp_path / "labels.json")
+
+
+def stdin(monkeypatch, data: bytes) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
 
 
 # ------------------------------------------------------------------ records and lines
@@ -143,6 +150,24 @@ def test_bom_is_dropped_from_a_bert_vocab_file(tmp_path):
     assert read_vocab(path) == ["[PAD]", "[UNK]", "a\u2028b", "c"]
 
 
+def test_prompts_file_and_stdin_drop_the_bom_and_split_on_newline_only(tmp_path, monkeypatch):
+    path = tmp_path / "prompts.txt"
+    path.write_bytes(BOM + "the baker\u2028at dawn\r\n\nthe miller\n".encode())
+    args = generate.build_parser().parse_args(["--model", "m", "--prompts-file", str(path)])
+    assert generate.read_prompts(args) == ["the baker\u2028at dawn", "", "the miller"]
+    stdin(monkeypatch, BOM + b"from stdin\nsecond\n")
+    args = generate.build_parser().parse_args(["--model", "m", "--prompt", "first", "-"])
+    assert generate.read_prompts(args) == ["first", "from stdin", "second"]
+
+
+def test_predict_input_file_and_stdin_drop_the_bom(tmp_path, monkeypatch):
+    path = tmp_path / "texts.txt"
+    path.write_bytes(BOM + b"great\x0cphone\r\n\n  broke  \n")
+    assert predict._read_lines(str(path)) == ["great\x0cphone", "broke"]
+    stdin(monkeypatch, BOM + b"from stdin\n")
+    assert predict._read_lines("-") == ["from stdin"]
+
+
 # ------------------------------------------------------------------- undecodable bytes
 def test_undecodable_bytes_in_a_generator_corpus(tmp_path):
     path = tmp_path / "corpus.txt"
@@ -167,3 +192,30 @@ def test_undecodable_bytes_in_a_bert_vocab_file(tmp_path):
     path.write_bytes(b"[PAD]\n[UNK]\n\xc3(\n")
     with pytest.raises(DataError, match="^" + not_utf8(path, 3) + "$"):
         read_vocab(path)
+
+
+def test_undecodable_bytes_in_a_prompts_file_is_one_line(tmp_path, capsys):
+    path = tmp_path / "prompts.txt"
+    path.write_bytes(b"the baker\nthe \x80 miller\n")
+    assert generate.main(["--model", str(tmp_path), "--prompts-file", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"tfapp: error: {path}:2: {NOT_UTF8}\n"
+
+
+def test_undecodable_bytes_on_generate_stdin_is_one_line(tmp_path, monkeypatch, capsys):
+    stdin(monkeypatch, b"ok\n\n\xfe\n")
+    assert generate.main(["--model", str(tmp_path), "-"]) == 2
+    assert capsys.readouterr().err == f"tfapp: error: <stdin>:3: {NOT_UTF8}\n"
+
+
+def test_undecodable_bytes_on_predict_stdin_is_one_line(tmp_path, monkeypatch, capsys):
+    stdin(monkeypatch, b"fine text\nnot \xff fine\n")
+    assert predict.main(["--model", str(tmp_path), "--input", "-"]) == 2
+    assert capsys.readouterr().err == f"tfapp: error: <stdin>:2: {NOT_UTF8}\n"
+
+
+def test_undecodable_bytes_in_a_predict_input_file_is_one_line(tmp_path, capsys):
+    path = tmp_path / "texts.txt"
+    path.write_bytes(b"\xef\xbb\xbffine\n\nbad \xc3\n")
+    assert predict.main(["--model", str(tmp_path), "--input", str(path)]) == 2
+    assert capsys.readouterr().err == f"tfapp: error: {path}:3: {NOT_UTF8}\n"
