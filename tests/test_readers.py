@@ -3,7 +3,8 @@
 Lines end at "\\n" only (U+2028, \\x0c, \\x85, ... stay inside their record and line numbers
 stay right), TSV has no quoting, a UTF-8 BOM is dropped, and undecodable bytes give one
 ``FILE:LINE: not valid UTF-8 text`` line -- for data files, generator corpora and pairs,
-BERT vocab files, predict's ``--input`` and generate's prompts (files and stdin).
+BERT vocab files, predict's ``--input`` and generate's prompts (files and stdin), config
+YAML files and Hugging Face JSON files.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import sys
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp import generate, predict
-from tfapp.config import DataConfig, load_config
+from tfapp.config import ConfigError, DataConfig, load_config
 from tfapp.data import sources
 from tfapp.data import text_lines as tl
 from tfapp.data.classification import load_classification_splits
 from tfapp.data.errors import DataError
 from tfapp.data.vocab import read_vocab
+from tfapp.hub.convert import read_hf_bert
 
 import pytest
 
@@ -219,3 +221,21 @@ def test_undecodable_bytes_in_a_predict_input_file_is_one_line(tmp_path, capsys)
     path.write_bytes(b"\xef\xbb\xbffine\n\nbad \xc3\n")
     assert predict.main(["--model", str(tmp_path), "--input", str(path)]) == 2
     assert capsys.readouterr().err == f"tfapp: error: {path}:3: {NOT_UTF8}\n"
+
+
+def test_undecodable_bytes_in_a_config_yaml_is_one_line(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"trainer:\n  epochs: 3  # caf\xe9\n")
+    with pytest.raises(ConfigError, match="^" + not_utf8(path, 2) + "$"):
+        load_config(path)
+
+
+def test_hugging_face_config_json_with_a_bom_or_bad_bytes(tmp_path):
+    config = {"model_type": "bert", "vocab_size": 8, "hidden_size": 4, "num_hidden_layers": 1,
+              "num_attention_heads": 1, "intermediate_size": 8}
+    (tmp_path / "config.json").write_bytes(BOM + json.dumps(config).encode())
+    with pytest.raises(ConfigError, match="has no vocab.txt"):  # config.json was read
+        read_hf_bert(tmp_path)
+    (tmp_path / "config.json").write_bytes(b'{"model_type": "b\xe9rt"}')
+    with pytest.raises(ConfigError, match="^" + not_utf8(tmp_path / "config.json", 1) + "$"):
+        read_hf_bert(tmp_path)

@@ -1,7 +1,8 @@
 """The bytes of a user's text file (or stdin) as text and lines, the way csv/json see them.
 
 Every reader of user text goes through here: ``tfapp.data.sources`` (data files), the BERT
-``vocab.txt`` reader, ``predict --input`` and ``generate``'s prompts. So everywhere:
+``vocab.txt`` reader, ``predict --input`` and ``generate``'s prompts, config YAML files and
+Hugging Face JSON files. So everywhere:
 
 * a UTF-8 byte order mark at the start is dropped (editors on Windows write one);
 * lines end at ``"\\n"`` (a ``"\\r\\n"`` ending too) and nowhere else. ``str.splitlines``
@@ -21,8 +22,8 @@ import sys
 
 from tfapp.data.errors import DataError
 
-__all__ = ["NOT_UTF8", "STDIN", "decode", "has_undecodable", "split_lines", "text_lines",
-           "stdin_lines"]
+__all__ = ["NOT_UTF8", "STDIN", "decode", "decode_strict", "has_undecodable", "split_lines",
+           "text_lines", "stdin_lines"]
 
 BOM = "\ufeff"
 STDIN = "<stdin>"
@@ -52,14 +53,21 @@ def split_lines(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
+def decode_strict(raw: bytes, name: str) -> str:
+    """UTF-8 text without a leading BOM, for readers that have no bad rows to skip:
+    raises ``DataError`` ``name:LINE: not valid UTF-8 text ...`` at the first bad byte."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1  # the numbering of split_lines
+        raise DataError(f"{name}:{line}: {NOT_UTF8}") from None
+    return text[1:] if text.startswith(BOM) else text
+
+
 def text_lines(raw: bytes, name: str) -> list[str]:
-    """The lines of a whole text file (or stream) ``name``; raises ``DataError``
-    ``name:LINE: not valid UTF-8 text ...`` at the first line with undecodable bytes."""
-    lines = split_lines(decode(raw))
-    for number, line in enumerate(lines, start=1):
-        if has_undecodable(line):
-            raise DataError(f"{name}:{number}: {NOT_UTF8}")
-    return lines
+    """The lines of a whole text file (or stream) ``name``, as ``decode_strict`` and
+    ``split_lines`` make them."""
+    return split_lines(decode_strict(raw, name))
 
 
 def stdin_lines() -> list[str]:
