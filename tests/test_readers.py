@@ -170,6 +170,17 @@ def test_predict_input_file_and_stdin_drop_the_bom(tmp_path, monkeypatch):
     assert predict._read_lines("-") == ["from stdin"]
 
 
+def test_stdin_with_no_bytes_beneath_or_closed(tmp_path, monkeypatch, capsys):
+    """A text-only stream (IDE consoles replace sys.stdin with one) reads the same way; a
+    closed stdin (sys.stdin is None) is one line, not an AttributeError."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\ufeffone\u2028two\r\nthree\n"))
+    assert predict._read_lines("-") == ["one\u2028two", "three"]
+    monkeypatch.setattr(sys, "stdin", None)
+    assert predict.main(["--model", str(tmp_path), "--input", "-"]) == 2
+    assert capsys.readouterr().err == ("tfapp: error: <stdin>: standard input is closed; give "
+                                       "the texts another way\n")
+
+
 # ------------------------------------------------------------------- undecodable bytes
 def test_undecodable_bytes_in_a_generator_corpus(tmp_path):
     path = tmp_path / "corpus.txt"
