@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import gzip
 import json
+import sys
 from pathlib import Path
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
@@ -258,17 +259,16 @@ def test_jsonl_and_tfrecord_bad_rows(tmp_path):
     assert "not a readable TFRecord" in _one_line(err)
 
 
-def test_format_errors(tmp_path):
+def test_format_errors(tmp_path, monkeypatch):
     odd = tmp_path / "data.xyz"
     odd.write_text("x")
     with pytest.raises(DataError, match="cannot tell the format"):
         load(tmp_path, train_files=str(odd))
-    with pytest.raises(DataError, match="tensorflow-datasets"):
-        try:
-            import tensorflow_datasets  # noqa: F401
-            pytest.skip("tensorflow-datasets is installed")
-        except ImportError:
-            load(tmp_path, train_files="imdb_reviews", format="tfds")
+    # Without tensorflow-datasets (a None entry makes its import fail, installed or not).
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)
+    with pytest.raises(DataError, match=r"^data.format=tfds needs tensorflow-datasets; pip "
+                                        r"install 'tfapp\[datasets\]'"):
+        load(tmp_path, train_files="imdb_reviews", format="tfds")
     single = write_csv(tmp_path / "one.csv", [("a", "pos"), ("b", "pos")])
     with pytest.raises(DataError, match="only one label"):
         load(tmp_path / "o", train_files=single)

@@ -617,8 +617,10 @@ def load_config(path: str | os.PathLike | None = None,
         if not p.is_file():
             raise ConfigError(f"config file not found: {path} "
                               "(give a YAML file such as configs/classifier.yaml)")
+        from tfapp.data.textio import decode_strict  # here: it imports this module
+
         try:
-            loaded = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+            loaded = yaml.safe_load(decode_strict(p.read_bytes(), str(path))) or {}
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             where = f" line {mark.line + 1}" if mark else ""

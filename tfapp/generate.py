@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import cli
 from tfapp.config import ConfigError
+from tfapp.data import textio
 
 METHODS = ("greedy", "sample", "top_k", "top_p", "beam")
 
@@ -58,19 +59,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def read_prompts(args: argparse.Namespace) -> list[str]:
+    """The prompts of the flags, in order: --prompt, PROMPT ('-': stdin's lines), then
+    --prompts-file (a file's lines; '-': stdin's). Every line is a prompt, blank ones too."""
     prompts = list(args.prompt)
     for item in args.prompts:
-        prompts.extend(sys.stdin.read().splitlines() if item == "-" else [item])
+        prompts.extend(textio.stdin_lines() if item == "-" else [item])
     if args.prompts_file:
         if args.prompts_file == "-":
-            prompts.extend(sys.stdin.read().splitlines())
+            prompts.extend(textio.stdin_lines())
         else:
             try:
-                with open(args.prompts_file, encoding="utf-8") as fh:
-                    prompts.extend(fh.read().splitlines())
+                with open(args.prompts_file, "rb") as fh:
+                    raw = fh.read()
             except OSError as err:
                 raise ConfigError(f"--prompts-file: cannot read '{args.prompts_file}' "
                                   f"({err.strerror})") from None
+            prompts.extend(textio.text_lines(raw, args.prompts_file))
     if not prompts:
         raise ConfigError("no prompt given; pass PROMPT arguments, --prompt TEXT, "
                           "--prompts-file FILE or '-' to read stdin")

@@ -14,19 +14,24 @@ from pathlib import Path
 
 from tfapp import cli
 from tfapp.config import ConfigError
+from tfapp.data import textio
 
 
 def _read_lines(path: str) -> list[str]:
+    """The non-blank lines of ``--input`` (a file, or stdin for '-'), stripped."""
     if path == "-":
-        return [line.strip() for line in sys.stdin if line.strip()]
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"--input {path}: no such file (give a text file, one text per line)")
-    try:
-        return [line.strip() for line in p.read_text(encoding="utf-8").splitlines()
-                if line.strip()]
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"--input {path}: not UTF-8 text (byte {err.start})") from None
+        lines = textio.stdin_lines()
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"--input {path}: no such file (give a text file, one text per "
+                              "line)")
+        try:
+            raw = p.read_bytes()
+        except OSError as err:
+            raise ConfigError(f"--input {path}: cannot read ({err.strerror})") from None
+        lines = textio.text_lines(raw, path)
+    return [line.strip() for line in lines if line.strip()]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,10 +6,12 @@ corpus, the ``build-bert`` and ``pretrain`` corpora) and source/target pairs
 (``read_pairs``: the generator's pairs), all with the same files, formats and bad-row
 policy.
 
-Formats: CSV and TSV (header row names the columns), JSON Lines (one object per line),
-plain text lines (one example per line; fastText-style ``__label__X`` prefixes carry the
-labels), TFRecord files of ``tf.train.Example``, and a TFDS dataset (``NAME[:SPLIT]``)
-when tensorflow-datasets is installed. Paths are local paths, globs or ``gs://`` URLs, read
+Formats: CSV and TSV (header row names the columns; TSV has no quoting: a ``"`` is just a
+character), JSON Lines (one object per line), plain text lines (one example per line;
+fastText-style ``__label__X`` prefixes carry the labels), TFRecord files of
+``tf.train.Example``, and a TFDS dataset (``NAME[:SPLIT]``) when tensorflow-datasets is
+installed. Text is UTF-8 (a BOM is dropped) and lines end at "\n" only, as csv and json
+define them (``tfapp.data.textio``). Paths are local paths, globs or ``gs://`` URLs, read
 through ``tf.io.gfile``; several may be joined with commas; ``.gz`` files are decompressed.
 
 Rows are parsed and checked in Python on purpose: that is what lets a bad row be reported
@@ -43,6 +45,7 @@ from typing import Any
 from tfapp.atomic import write_text
 from tfapp.config import DataConfig
 from tfapp.data.errors import DataError
+from tfapp.data.textio import NOT_UTF8, decode, has_undecodable, split_lines
 from tfapp.demo import DEMO_DIR
 
 import numpy as np
@@ -59,7 +62,6 @@ FORMATS = ("csv", "tsv", "jsonl", "text", "tfrecord", "tfds")
 _EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl",
                ".ndjson": "jsonl", ".json": "jsonl", ".txt": "text", ".text": "text",
                ".tfrecord": "tfrecord", ".tfrecords": "tfrecord", ".tfrec": "tfrecord"}
-_SURROGATE = re.compile("[\udc80-\udcff]")
 _FASTTEXT_LABEL = "__label__"
 MAX_REPORTED = 5
 
@@ -192,7 +194,8 @@ def detect_format(path: str, configured: str, default: str | None = None) -> str
 
 
 def _read_text(path: str) -> str:
-    """The file as text; undecodable bytes survive as surrogates so rows can be flagged."""
+    """The file as text, BOM dropped; undecodable bytes survive as surrogates so that rows
+    can be flagged (``textio.decode``)."""
     try:
         with tf.io.gfile.GFile(path, "rb") as fh:
             raw = fh.read()
@@ -203,8 +206,7 @@ def _read_text(path: str) -> str:
             raw = gzip.decompress(raw)
         except (OSError, EOFError) as err:
             raise DataError(f"{path}: not a valid gzip file ({err})") from None
-    text = raw.decode("utf-8", errors="surrogateescape")
-    return text[1:] if text.startswith("\ufeff") else text
+    return decode(raw)
 
 
 # ------------------------------------------------------------------------------ readers
@@ -231,7 +233,11 @@ def _read_delimited(path: str, delimiter: str, columns: list[str], hint: str
     if not text.strip():
         yield 1, None, "empty file (no header row and no data)"
         return
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    # TSV has no quoting: a '"' is just a character (with csv's quoting, one opening a field
+    # would swallow the tabs and lines after it up to the next '"').
+    tsv = delimiter == "\t"
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter,
+                        quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
     header: list[str] | None = None
     start, rows = 1, 0
     while True:
@@ -256,9 +262,10 @@ def _read_delimited(path: str, delimiter: str, columns: list[str], hint: str
                                     f"{header.count(col)} times; rename all but one")
             continue
         if len(row) != len(header):
-            sep = "','" if delimiter == "," else "a tab"
+            fix = ("a TSV field cannot hold a tab; use csv or jsonl for such texts" if tsv
+                   else "quote fields that contain ','")
             yield line, None, (f"has {len(row)} field(s) but the header has {len(header)} "
-                               f"(quote fields that contain {sep})")
+                               f"({fix})")
             continue
         rows += 1
         yield line, dict(zip(header, row, strict=True)), None
@@ -269,8 +276,7 @@ def _read_delimited(path: str, delimiter: str, columns: list[str], hint: str
 
 
 def _read_jsonl(path: str, columns: list[str], hint: str) -> Iterator[Row]:
-    text = _read_text(path)
-    lines = text.splitlines()
+    lines = split_lines(_read_text(path))  # JSON strings may hold U+2028, \x0c, ...
     if not any(line.strip() for line in lines):
         yield 1, None, "empty file (no JSON lines)"
         return
@@ -278,8 +284,8 @@ def _read_jsonl(path: str, columns: list[str], hint: str) -> Iterator[Row]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        if _SURROGATE.search(line):
-            yield number, None, "not valid UTF-8 text (re-save the file as UTF-8)"
+        if has_undecodable(line):
+            yield number, None, NOT_UTF8
             continue
         try:
             obj = json.loads(line)
@@ -304,13 +310,15 @@ def _read_text_lines(path: str, text_column: str, label_column: str | None,
     """One row per non-blank line: fastText ``__label__`` prefixes give the labels, or
     ``verbatim`` the line is the text exactly as written (a corpus: no labels, and
     filters such as the generator's ``data.drop_regex`` see the raw line)."""
-    text = _read_text(path)
-    lines = text.splitlines()
+    lines = split_lines(_read_text(path))  # a text line may hold U+2028, \x0c, ...
     if not any(line.strip() for line in lines):
         yield 1, None, "empty file (no text lines)"
         return
     for number, line in enumerate(lines, start=1):
         if not line.strip():
+            continue
+        if has_undecodable(line):
+            yield number, None, NOT_UTF8
             continue
         if verbatim:
             yield number, {text_column: line}, None
@@ -416,7 +424,7 @@ def _clean_text(value: Any, column: str, allow_empty: bool = False
         return None, f"column '{column}' is null"
     if not isinstance(value, str):
         value = str(value)
-    if _SURROGATE.search(value):
+    if has_undecodable(value):
         return None, f"column '{column}' is not valid UTF-8 (re-save the file as UTF-8)"
     if not value.strip() and not allow_empty:
         return None, f"empty text in column '{column}'"
@@ -440,7 +448,7 @@ def _clean_labels(value: Any, column: str, multi_label: bool,
         v = str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
         # "1.0" and 1 are one class (a CSV column written from floats, next to JSON ints).
         v = _INTEGRAL_DECIMAL.sub(r"\1", v)
-        if _SURROGATE.search(v):
+        if has_undecodable(v):
             return None, f"label column '{column}' is not valid UTF-8"
         parts = v.split(separator) if multi_label and separator else [v]
         labels.extend(p.strip() for p in parts if p.strip())

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tfapp.atomic import write_text
 from tfapp.data.errors import DataError
+from tfapp.data.textio import text_lines
 
 import tensorflow as tf
 
@@ -74,14 +75,9 @@ def read_vocab(path: str | os.PathLike) -> list[str]:
                         "per line, or build one with tfapp.data.vocab.build_wordpiece_vocab)")
     with tf.io.gfile.GFile(path, "rb") as fh:
         raw = fh.read()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: vocab file is not UTF-8 (byte {err.start}); "
-                        "re-save it as UTF-8") from None
-    tokens = [line.rstrip("\r") for line in text.split("\n")]
-    if tokens and tokens[-1] == "":
-        tokens.pop()
+    # Lines end at "\n" only and a BOM is dropped: a BOM kept would rename token 0 (a token
+    # may be any character, U+2028 included, so no other line break is one).
+    tokens = text_lines(raw, path)
     if not tokens:
         raise DataError(f"{path}: vocab file is empty; give a BERT vocab.txt")
     return tokens

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.config import ConfigError
+from tfapp.data.textio import decode_strict
 
 import numpy as np
 
@@ -52,7 +53,7 @@ IGNORED = ("embeddings.position_ids",)  # a buffer, not a weight
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(decode_strict(path.read_bytes(), str(path)))  # BOM dropped
     except json.JSONDecodeError as err:
         raise ConfigError(f"{path} is not valid JSON ({err}); re-save the checkpoint with "
                           "save_pretrained") from None

@@ -1,0 +1,83 @@
+"""The bytes of a user's text file (or stdin) as text and lines, the way csv/json see them.
+
+Every reader of user text goes through here: ``tfapp.data.sources`` (data files), the BERT
+``vocab.txt`` reader, ``predict --input`` and ``generate``'s prompts, config YAML files and
+Hugging Face JSON files. So everywhere:
+
+* a UTF-8 byte order mark at the start is dropped (editors on Windows write one);
+* lines end at ``"\\n"`` (a ``"\\r\\n"`` ending too) and nowhere else. ``str.splitlines``
+  also breaks at ``\\x0b \\x0c \\x1c-\\x1e \\x85 \\u2028 \\u2029`` and a lone ``\\r``, which
+  are legal inside a JSON string or a text line, so a valid row would be cut in two and
+  every later line number would be off;
+* undecodable bytes are reported as ``FILE:LINE: not valid UTF-8 text ...``, never as a
+  ``UnicodeDecodeError`` traceback.
+
+No TensorFlow here: the command-line readers use it before TensorFlow is loaded.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from tfapp.data.errors import DataError
+
+__all__ = ["NOT_UTF8", "STDIN", "decode", "decode_strict", "has_undecodable", "split_lines",
+           "text_lines", "stdin_lines"]
+
+BOM = "\ufeff"
+STDIN = "<stdin>"
+NOT_UTF8 = "not valid UTF-8 text (re-save the file as UTF-8)"
+# What errors="surrogateescape" turns each undecodable byte into.
+_UNDECODABLE = re.compile("[\udc80-\udcff]")
+
+
+def decode(raw: bytes) -> str:
+    """UTF-8 text without a leading BOM; undecodable bytes are kept as lone surrogates
+    (U+DC80..U+DCFF) so that a reader can name the row they are in, or skip only it."""
+    text = raw.decode("utf-8", errors="surrogateescape")
+    return text[1:] if text.startswith(BOM) else text
+
+
+def has_undecodable(text: str) -> bool:
+    """Whether ``text`` (from ``decode``) holds bytes that were not UTF-8."""
+    return _UNDECODABLE.search(text) is not None
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of ``text``: ended by "\\n" (one "\\r" before it is dropped) and nothing
+    else; a final "\\n" ends the last line rather than starting an empty one."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def decode_strict(raw: bytes, name: str) -> str:
+    """UTF-8 text without a leading BOM, for readers that have no bad rows to skip:
+    raises ``DataError`` ``name:LINE: not valid UTF-8 text ...`` at the first bad byte."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1  # the numbering of split_lines
+        raise DataError(f"{name}:{line}: {NOT_UTF8}") from None
+    return text[1:] if text.startswith(BOM) else text
+
+
+def text_lines(raw: bytes, name: str) -> list[str]:
+    """The lines of a whole text file (or stream) ``name``, as ``decode_strict`` and
+    ``split_lines`` make them."""
+    return split_lines(decode_strict(raw, name))
+
+
+def stdin_lines() -> list[str]:
+    """The lines of standard input, read as bytes (whatever the locale's encoding) and
+    checked as ``text_lines`` does, named ``<stdin>`` in messages."""
+    if sys.stdin is None:  # started with stdin closed
+        raise DataError(f"{STDIN}: standard input is closed; give the texts another way")
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is not None:
+        raw = buffer.read()
+    else:  # a text-only stream (no bytes beneath): its text, as bytes again
+        raw = sys.stdin.read().encode("utf-8", errors="surrogateescape")
+    return text_lines(raw, STDIN)
