@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tfapp.atomic import atomic_open, write_text
+from tfapp.atomic import atomic_directory, atomic_open, remove_leftovers, write_text
 
 import pytest
 
@@ -56,3 +56,26 @@ def test_a_truncated_or_foreign_state_file_reads_as_missing_with_one_warning(tmp
         in warnings[0] and str(run / "status.json") in warnings[0]
     write_text(run / "status.json", '{"state": "finished"}')
     assert read_status(run)["state"] == "finished"
+
+
+def test_remove_leftovers_takes_only_the_temporaries_of_cut_short_writes(tmp_path):
+    keep = ["status.json", ".lock", ".workers", "export", "notes.tmp", ".hidden"]
+    for name in keep:
+        (tmp_path / name).write_text("mine")
+    # What atomic_open and atomic_directory leave when killed before their rename.
+    with pytest.raises(KeyboardInterrupt), atomic_open(tmp_path / "status.json") as fh:
+        fh.write("half")
+        temp_file = next(tmp_path.glob(".status.json.*.tmp"))
+        raise KeyboardInterrupt  # (the real kill leaves it; here the file is restored below)
+    temp_file.write_text("half")
+    with pytest.raises(KeyboardInterrupt), atomic_directory(tmp_path / "export2") as tmp:
+        temp_dir = tmp
+        raise KeyboardInterrupt
+    temp_dir.mkdir()
+    (temp_dir / "saved_model.pb").write_text("half")
+    (tmp_path / ".export.old-1a2b3c4d").mkdir()
+
+    removed = remove_leftovers(tmp_path)
+
+    assert sorted(removed) == sorted([temp_file.name, temp_dir.name, ".export.old-1a2b3c4d"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(keep)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from tfapp.config import ConfigError, OptimizerConfig
 from tfapp.training.accumulation import AccumulatingModel, wrap_for_accumulation
 from tfapp.training.optimizers import NO_DECAY, FusedAdamW, build_optimizer, build_schedule
@@ -109,3 +111,51 @@ def test_accumulating_two_batches_equals_one_double_batch():
 def test_accumulation_with_several_replicas_is_refused():
     with pytest.raises(ConfigError, match="raise data.batch_size"):
         wrap_for_accumulation(_tiny(1), 4, num_replicas=2)
+
+
+def _tiny_fit(callbacks, *, epochs, initial_epoch=0, lr=0.1):
+    tf.keras.utils.set_random_seed(3)
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
+    model.compile(optimizer=tf.keras.optimizers.SGD(lr), loss="mse")
+    x = np.random.default_rng(0).normal(size=(32, 2)).astype("float32")
+    model.fit(x, x.sum(axis=1), epochs=epochs, initial_epoch=initial_epoch, verbose=0,
+              callbacks=callbacks)
+    return model
+
+
+def test_history_log_drops_the_rows_a_resumed_run_repeats(tmp_path):
+    from tfapp.training.callbacks import HistoryLog
+
+    path = tmp_path / "history.csv"
+    _tiny_fit([HistoryLog(path)], epochs=3)
+    whole = path.read_text().splitlines()
+    # A kill after epoch 2's row but before its backup, mid-way through writing another:
+    path.write_text("\n".join(whole) + "\n3,0.5")
+    _tiny_fit([HistoryLog(path)], epochs=3, initial_epoch=2)  # resumes at epoch index 2
+    rows = path.read_text().splitlines()
+    assert [r.split(",")[0] for r in rows] == ["epoch", "0", "1", "2"]
+    assert rows[:3] == whole[:3]  # rows before the resumed epoch are kept as written
+    _tiny_fit([HistoryLog(path)], epochs=3, initial_epoch=3)  # nothing left to run
+    assert path.read_text().splitlines() == rows
+
+
+def test_best_checkpoint_is_recorded_after_it_is_complete_and_only_improves(tmp_path):
+    from tfapp.run_layout import RunLayout
+    from tfapp.training.callbacks import BestCheckpoint
+
+    layout = RunLayout(tmp_path)
+    model = _tiny_fit([BestCheckpoint(layout, "loss", "min")], epochs=4)
+    record = json.loads(layout.best_record.read_text())
+    assert record["epoch"] == 4 and record["monitor"] == "loss"  # the loss falls each epoch
+    files = sorted(p.name for p in layout.checkpoints.glob("best-*"))
+    assert files == [f"{record['checkpoint']}.data-00000-of-00001",
+                     f"{record['checkpoint']}.index"]  # earlier bests deleted
+    fresh = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
+    fresh.load_weights(str(layout.best_checkpoint))
+    np.testing.assert_allclose(fresh.get_weights()[0], model.get_weights()[0])
+    # A resumed run knows the best so far: a worse epoch (a diverging lr) replaces nothing,
+    # and an unrecorded checkpoint a kill left behind is deleted.
+    (layout.checkpoints / "best-009-dead00.index").write_text("half")
+    _tiny_fit([BestCheckpoint(layout, "loss", "min")], epochs=5, initial_epoch=4, lr=5.0)
+    assert json.loads(layout.best_record.read_text()) == record
+    assert not (layout.checkpoints / "best-009-dead00.index").exists()
