@@ -179,8 +179,8 @@ def standard_callbacks(cfg: ExperimentConfig, layout: RunLayout, *, backup: Path
     cbs.append(BestCheckpoint(layout, monitor, mode))
     if t.early_stopping_patience > 0:
         cbs.append(tf.keras.callbacks.EarlyStopping(
-            monitor=monitor, mode=mode, patience=t.early_stopping_patience,
-            restore_best_weights=True, verbose=1))
+            # The loop restores the best weights from BestCheckpoint, stopped early or not.
+            monitor=monitor, mode=mode, patience=t.early_stopping_patience, verbose=1))
     if killpoints.ARMED:
         cbs.append(KillPoints())
     return cbs, nan_stop

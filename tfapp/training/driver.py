@@ -15,6 +15,7 @@ worker must take part in collective saves.
 
 from __future__ import annotations
 
+import csv
 import logging
 import tempfile
 import time
@@ -50,6 +51,7 @@ class TrainResult:
     history: dict = field(default_factory=dict)
     seconds: float = 0.0
     lines: list = field(default_factory=list)
+    source: str = ""  # which evaluation the metrics (and the export) are from
     model: object = field(default=None, repr=False)  # the trained tf.keras model
 
     def summary(self) -> str:
@@ -64,6 +66,8 @@ class TrainResult:
             shown = ", ".join(f"{k}={v:.4f}" for k, v in self.metrics.items()
                               if isinstance(v, int | float))
             out.append(f"final metrics:   {shown}")
+            if self.source:
+                out.append(f"{'':17}({self.source})")
         out.extend(self.lines)
         out.append(f"took {self.seconds:.0f}s; view with: tensorboard --logdir {self.run_dir}")
         return "\n".join(out)
@@ -171,6 +175,7 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, restart: bool,
                 "optimizer.learning_rate (python -m tfapp.lr_find suggests one) or set "
                 "optimizer.clipnorm; checkpoints from earlier evaluations are kept in "
                 f"{run.checkpoints}")
+        best = _restore_best(model, run, fit_epochs=plan.fit_epochs)
         finished = task.finish(model, inputs, history)
     except BaseException as err:
         state = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
@@ -192,7 +197,14 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, restart: bool,
         paths["curves"] = curves
     result = TrainResult(run_dir=run.root, paths=paths, history=history,
                          seconds=time.time() - started, model=model)
-    result.metrics = {k: v[-1] for k, v in history.items() if v}
+    row = _epoch_metrics(run, best["epoch"]) if best else {}
+    result.metrics = ({k: row[k] for k in [*history, *row] if k in row} if row
+                      else {k: v[-1] for k, v in history.items() if v})
+    if best:
+        step = (f", optimizer step {evals[best['epoch'] - 1]}"
+                if best["epoch"] <= len(evals) else "")
+        result.source = (f"the model of epoch {best['epoch']} of {plan.fit_epochs}{step}: "
+                         f"the best {best['monitor']}, {best['value']:.4g}")
     result.metrics.update(finished.metrics)
     result.lines = list(finished.lines)
     result.paths.update(finished.paths)
@@ -202,6 +214,32 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, restart: bool,
                                     if isinstance(v, int | float)})
     ctx.end()
     return result
+
+
+def _restore_best(model, run: RunLayout, *, fit_epochs: int) -> dict | None:
+    """Load the best evaluation's weights (``BestCheckpoint``) into ``model`` so the export,
+    the reports and the final metrics describe it; returns its record (None: no
+    checkpoint, the last weights stay)."""
+    record = read_state(run.best_record, "best-checkpoint record")
+    if record is None:
+        return None
+    if record["epoch"] != fit_epochs:
+        log.info("restoring the weights of epoch %d (best %s %.4g) for the export",
+                 record["epoch"], record["monitor"], record["value"])
+        model.load_weights(str(run.checkpoints / record["checkpoint"])).expect_partial()
+    return record
+
+
+def _epoch_metrics(run: RunLayout, epoch: int) -> dict[str, float]:
+    """history.csv's row of ``epoch`` (1-based), as numbers."""
+    if not run.history.is_file():
+        return {}
+    with run.history.open(encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            if row.get("epoch") == str(epoch - 1):
+                return {k: float(v) for k, v in row.items()
+                        if k != "epoch" and v not in ("", "NA")}
+    return {}
 
 
 def find_learning_rate(cfg: ExperimentConfig) -> LRFindResult:

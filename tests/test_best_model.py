@@ -1,0 +1,44 @@
+"""The exported model is the best evaluation on ``trainer.monitor``, not the last epoch's,
+and ``final metrics`` describe it (issue: "every task exports its best evaluation")."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+from tfapp.config import load_config
+from tfapp.training.driver import train
+
+import pytest
+from conftest import REPO
+
+# The deterministic CNN classifier (as in test_resilience.py); the monitor is chosen so the
+# best evaluation is the first: the highest validation loss (the loss falls as it trains).
+OVERRIDES = ["model.kind=cnn", "runtime.deterministic=true", "runtime.seed=7",
+             "trainer.epochs=3", "trainer.steps_per_epoch=30", "optimizer.learning_rate=3e-3",
+             "tracking.tensorboard=false", "trainer.monitor=val_loss",
+             "trainer.monitor_mode=max"]
+
+
+@pytest.mark.slow
+def test_the_export_and_final_metrics_are_the_best_epochs(tmp_path):
+    cfg = load_config(REPO / "configs/classifier_local.yaml",
+                      [f"output_dir={tmp_path}", *OVERRIDES])
+    result = train(cfg)
+    run = result.run_dir
+    with (run / "history.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    losses = [float(r["val_loss"]) for r in rows]
+    best = losses.index(max(losses))
+    assert best < len(rows) - 1, losses  # otherwise this test proves nothing
+    record = json.loads((run / "checkpoints" / "best.json").read_text())
+    assert record["epoch"] == best + 1
+    # final metrics: the best epoch's row, and the line says which epoch it is.
+    assert result.metrics["val_loss"] == pytest.approx(losses[best], abs=1e-6)
+    assert result.metrics["loss"] == pytest.approx(float(rows[best]["loss"]), abs=1e-6)
+    assert f"epoch {best + 1} of 3" in result.summary()
+    # The validation report scores the restored (exported) model on the validation set:
+    # the same predictions Keras scored at that epoch.
+    report = json.loads((run / "validation_report.json").read_text())
+    assert report["macro_f1"] == pytest.approx(float(rows[best]["val_macro_f1"]), abs=1e-5)
+    assert report["macro_f1"] != pytest.approx(float(rows[-1]["val_macro_f1"]), abs=1e-5)
