@@ -16,7 +16,7 @@ from conftest import REPO
 # best evaluation is the first: the highest validation loss (the loss falls as it trains).
 OVERRIDES = ["model.kind=cnn", "runtime.deterministic=true", "runtime.seed=7",
              "trainer.epochs=3", "trainer.steps_per_epoch=30", "optimizer.learning_rate=3e-3",
-             "tracking.tensorboard=false", "trainer.monitor=val_loss",
+             "trainer.monitor=val_loss",
              "trainer.monitor_mode=max"]
 
 
@@ -42,3 +42,12 @@ def test_the_export_and_final_metrics_are_the_best_epochs(tmp_path):
     report = json.loads((run / "validation_report.json").read_text())
     assert report["macro_f1"] == pytest.approx(float(rows[best]["val_macro_f1"]), abs=1e-5)
     assert report["macro_f1"] != pytest.approx(float(rows[-1]["val_macro_f1"]), abs=1e-5)
+    # The test split (the demo's test file) is scored with the same exported model.
+    test = json.loads((run / "test_report.json").read_text())
+    assert test["examples"] == 300
+    assert result.metrics["test_accuracy"] == pytest.approx(test["accuracy"])
+    assert "test report:" in result.summary()
+    from tfapp.tracking.report import _read_events
+
+    scalars, _ = _read_events(run / "logs")
+    assert scalars["test"]["accuracy"][-1][1] == pytest.approx(test["accuracy"], abs=1e-6)

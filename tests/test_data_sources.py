@@ -129,6 +129,22 @@ def test_seeded_validation_split_and_separate_files(tmp_path):
     assert (len(c.train), len(c.validation), len(c.test)) == (50, 5, 3)
 
 
+def test_seeded_test_split_is_carved_before_validation(tmp_path):
+    rows = [(f"text number {i}", "pos" if i % 3 else "neg") for i in range(50)]
+    path = write_csv(tmp_path / "t.csv", rows)
+    a = load(tmp_path / "a", train_files=path, validation_split=0.2, test_split=0.1)
+    b = load(tmp_path / "b", train_files=path, validation_split=0.2, test_split=0.1)
+    assert (len(a.train), len(a.validation), len(a.test)) == (36, 9, 5)
+    assert a.test.texts == b.test.texts  # seeded
+    splits = [set(a.train.texts), set(a.validation.texts), set(a.test.texts)]
+    assert sum(map(len, splits)) == len(set().union(*splits)) == 50  # disjoint, all kept
+    given = write_csv(tmp_path / "test.csv", rows[:3])  # test files win over test_split
+    c = load(tmp_path / "c", train_files=path, test_files=given, test_split=0.1)
+    assert (len(c.train), len(c.test)) == (50, 3)
+    with pytest.raises(DataError, match=r"data.test_split=0.01 of 50 .* data.test_files"):
+        load(tmp_path / "d", train_files=path, test_split=0.01)
+
+
 def test_demo_resolves_to_shipped_files(tmp_path):
     train, val, test = resolve_demo(DataConfig())
     assert all(Path(p).is_file() for p in (train, val, test))

@@ -110,7 +110,10 @@ class DataConfig:
       train_files: path or glob of the training data (local or gs://). "demo" uses the
         dataset shipped with tfapp for the task.
       validation_files: path or glob of validation data; empty = split off validation_split.
-      test_files: path or glob of test data (optional).
+      test_files: path or glob of test data (optional); the exported model is scored on
+        it at the end of training (test_report.json).
+      test_split: fraction of train_files held out as the test split when test_files is
+        empty (seeded by runtime.seed; 0 = none).
       format: auto (from the extension), csv, tsv, jsonl, text, tfrecord or tfds.
       text_column: column holding the text.
       text_pair_column: second text column for sentence-pair tasks; empty for single texts.
@@ -151,6 +154,7 @@ class DataConfig:
     train_files: str = "demo"
     validation_files: str = ""
     test_files: str = ""
+    test_split: float = bounded(0.0, min=0.0, max=0.9)
     format: str = choices("auto", "csv", "tsv", "jsonl", "text", "tfrecord", "tfds",
                           default="auto")
     text_column: str = "text"

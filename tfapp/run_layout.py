@@ -122,6 +122,11 @@ class RunLayout:
         return self.root / "validation_report.json"
 
     @property
+    def test_report(self) -> Path:
+        """The exported model scored on the test split (``data.test_files``/``test_split``)."""
+        return self.root / "test_report.json"
+
+    @property
     def confusion_matrix(self) -> Path:
         return self.root / "confusion_matrix.png"
 

@@ -130,12 +130,14 @@ def load_classification_splits(data_cfg: DataConfig, seed: int,
                             known_from=known_from)
 
     validation = test = None
+    if not test_spec and data_cfg.test_split > 0:  # carved first: validation never sees it
+        train, test = _split(train, data_cfg.test_split, seed + 1, "test")
     if val_spec:
         raw = read_examples(val_spec, data_cfg, split="validation", mode=mode, report=report)
         validation = encode_examples(raw, vocab, split="validation", mode=mode, report=report,
                                      known_from="the training data")
     elif data_cfg.validation_split > 0:
-        train, validation = _split(train, data_cfg.validation_split, seed)
+        train, validation = _split(train, data_cfg.validation_split, seed, "validation")
     if test_spec:
         raw = read_examples(test_spec, data_cfg, split="test", mode=mode, report=report)
         test = encode_examples(raw, vocab, split="test", mode=mode, report=report,
@@ -150,16 +152,18 @@ def load_classification_splits(data_cfg: DataConfig, seed: int,
                                 report, path)
 
 
-def _split(examples: ExampleSet, fraction: float, seed: int) -> tuple[ExampleSet, ExampleSet]:
+def _split(examples: ExampleSet, fraction: float, seed: int, split: str
+           ) -> tuple[ExampleSet, ExampleSet]:
+    """(rest of train, a seeded ``fraction`` of it as ``split``)."""
     n = len(examples)
-    n_val = int(round(n * fraction))
-    if n_val < 1 or n_val >= n:
-        raise DataError(f"data.validation_split={fraction} of {n} training examples leaves "
-                        f"{n_val} for validation and {n - n_val} for training; give "
-                        "data.validation_files or change the fraction")
+    n_held = int(round(n * fraction))
+    if n_held < 1 or n_held >= n:
+        raise DataError(f"data.{split}_split={fraction} of {n} training examples leaves "
+                        f"{n_held} for {split} and {n - n_held} for training; give "
+                        f"data.{split}_files or change the fraction")
     order = np.random.default_rng(seed).permutation(n)
-    return (examples.subset(np.sort(order[n_val:]), "train"),
-            examples.subset(np.sort(order[:n_val]), "validation"))
+    return (examples.subset(np.sort(order[n_held:]), "train"),
+            examples.subset(np.sort(order[:n_held]), split))
 
 
 def _preprocess_fingerprint(preprocess_fn: Callable) -> str:

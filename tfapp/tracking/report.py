@@ -40,6 +40,7 @@ class RunData:
     scalars: dict[str, dict[str, list[tuple[int, float]]]] = field(default_factory=dict)
     samples: list[tuple[int, str]] = field(default_factory=list)
     report: dict | None = None
+    test_report: dict | None = None
     confusion_png: bytes | None = None
     profile: str = ""
     wandb: str = ""
@@ -77,6 +78,7 @@ def load_run(run: Path, label: str, with_profile: bool = True) -> RunData:
     data = RunData(path=run, name=label, params=layout.params.read_text())
     data.status = read_status(run)
     data.report = read_state(layout.validation_report, "validation report")
+    data.test_report = read_state(layout.test_report, "test report")
     if layout.confusion_matrix.is_file():
         data.confusion_png = layout.confusion_matrix.read_bytes()
     logs = layout.logs
@@ -277,12 +279,16 @@ def render(runs: list[RunData], title: str = "tfapp runs") -> str:
         charts = run_charts(r)
         if charts:
             parts.append("<h3>Curves</h3><div class='charts'>" + "".join(charts) + "</div>")
-        if r.report:
-            per_class = r.report.get("per_class", {})
-            parts.append("<h3>Validation report</h3>" + _table(
-                ["class", "precision", "recall", "f1", "support"],
-                [[c, m["precision"], m["recall"], m["f1"], m["support"]]
-                 for c, m in per_class.items()]))
+        for title, report in (("Validation report", r.report), ("Test report", r.test_report)):
+            if report:
+                per_class = report.get("per_class", {})
+                totals = ", ".join(f"{k} {report[k]:.4f}" for k in ("accuracy", "macro_f1", "auc")
+                                   if isinstance(report.get(k), int | float))
+                parts.append(f"<h3>{title}</h3><p>{html.escape(totals)} "
+                             f"({report.get('examples', '?')} examples)</p>" + _table(
+                                 ["class", "precision", "recall", "f1", "support"],
+                                 [[c, m["precision"], m["recall"], m["f1"], m["support"]]
+                                  for c, m in per_class.items()]))
         if r.confusion_png:
             data = base64.b64encode(r.confusion_png).decode()
             parts.append("<h3>Confusion matrix (validation)</h3>"

@@ -112,6 +112,16 @@ def hparams_callback(cfg: ExperimentConfig, log_dir: str | Path) -> tf.keras.cal
     return hp_api.KerasCallback(str(log_dir), hparams(cfg))
 
 
+def log_scalars(log_dir: str | Path, step: int, values: dict[str, float]) -> None:
+    """Scalars at ``step`` in their own TensorBoard run (e.g. ``logs/test``: the export's
+    test metrics at the last optimizer step)."""
+    writer = tf.summary.create_file_writer(str(log_dir))
+    with writer.as_default():
+        for name, value in values.items():
+            tf.summary.scalar(name, float(value), step=step)
+    writer.close()
+
+
 class ConfusionMatrixImage(tf.keras.callbacks.Callback):
     """After each epoch: predict ``dataset`` (ordered, unshuffled validation features), plot
     the confusion matrix against ``labels`` and write it to TensorBoard's Images tab; the

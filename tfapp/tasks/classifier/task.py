@@ -27,6 +27,7 @@ from tfapp.training.metrics import (
     format_report,
     label_mode,
 )
+from tfapp.training.tb_logging import log_scalars
 
 
 def _vocab_size(module) -> int | None:
@@ -152,18 +153,25 @@ class ClassifierTask(Task):
                 "multi_label": s.multi_label, "text_pair": bool(d.text_pair_column),
                 "seq_length": d.seq_length, "hub_handle": self.cfg.model.hub_handle,
                 "preprocessor": inputs.preprocessor_handle})
-        validation = s.validation
-        if validation is not None and len(validation):
-            probs, _ = predict_in_batches(serving, list(validation.texts),
-                                          None if validation.text_pairs is None
-                                          else list(validation.text_pairs),
+        # Both reports score the exported model (the loop restored the best weights).
+        for split, examples, path, prefix in (
+                ("validation", s.validation, self.layout.validation_report, "val_report_"),
+                ("test", s.test, self.layout.test_report, "test_")):
+            if examples is None or not len(examples):
+                continue
+            probs, _ = predict_in_batches(serving, list(examples.texts),
+                                          None if examples.text_pairs is None
+                                          else list(examples.text_pairs),
                                           num_labels=inputs.num_classes)
             if mode == "binary":
                 probs = probs[:, 1:]
-            report = classification_report(validation.labels, probs, s.label_names,
+            report = classification_report(examples.labels, probs, s.label_names,
                                            s.multi_label)
-            out.paths["report"] = write_text(self.layout.validation_report,
-                                             json.dumps(report, indent=1))
-            out.lines = ["validation report:", format_report(report)]
-            out.metrics = {f"val_report_{k}": report[k] for k in ("accuracy", "macro_f1", "auc")}
+            out.paths[f"{split}_report"] = write_text(path, json.dumps(report, indent=1))
+            out.lines += [f"{split} report:", format_report(report)]
+            out.metrics.update({f"{prefix}{k}": report[k]
+                                for k in ("accuracy", "macro_f1", "auc")})
+            if split == "test" and self.cfg.tracking.tensorboard and self.runtime.is_chief:
+                log_scalars(self.layout.task_logs("test"), int(model.optimizer.iterations),
+                            {k: report[k] for k in ("accuracy", "macro_f1", "auc")})
         return out
