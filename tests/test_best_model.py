@@ -47,7 +47,12 @@ def test_the_export_and_final_metrics_are_the_best_epochs(tmp_path):
     assert test["examples"] == 300
     assert result.metrics["test_accuracy"] == pytest.approx(test["accuracy"])
     assert "test report:" in result.summary()
-    from tfapp.tracking.report import _read_events
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    from tensorboard.util import tensor_util
 
-    scalars, _ = _read_events(run / "logs")
-    assert scalars["test"]["accuracy"][-1][1] == pytest.approx(test["accuracy"], abs=1e-6)
+    events = ea.EventAccumulator(str(run / "logs" / "test"), size_guidance={ea.TENSORS: 0})
+    events.Reload()
+    (logged,) = events.Tensors("accuracy")
+    assert float(tensor_util.make_ndarray(logged.tensor_proto)) == pytest.approx(
+        test["accuracy"], abs=1e-6)
+    assert logged.step == 30 * (best + 1)  # the optimizer step of the exported weights

@@ -114,7 +114,7 @@ def hparams_callback(cfg: ExperimentConfig, log_dir: str | Path) -> tf.keras.cal
 
 def log_scalars(log_dir: str | Path, step: int, values: dict[str, float]) -> None:
     """Scalars at ``step`` in their own TensorBoard run (e.g. ``logs/test``: the export's
-    test metrics at the last optimizer step)."""
+    test metrics at the optimizer step its weights are from)."""
     writer = tf.summary.create_file_writer(str(log_dir))
     with writer.as_default():
         for name, value in values.items():
