@@ -142,7 +142,8 @@ def test_profile_steps_and_capture_from_a_second_process(tmp_path):
     train = subprocess.Popen(
         [sys.executable, "-m", "tfapp.train", "--config", "configs/classifier_local.yaml",
          f"output_dir={tmp_path}", "name=run", "trainer.profile_steps=2,6",
-         f"trainer.profiler_port={port}", "trainer.epochs=100", "trainer.steps_per_epoch=10",
+         f"trainer.profiler_port={port}", "trainer.profiler_listen_all=true",
+         "trainer.epochs=100", "trainer.steps_per_epoch=10",
          "trainer.export=false"],
         cwd=REPO, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         text=True)
@@ -161,6 +162,9 @@ def test_profile_steps_and_capture_from_a_second_process(tmp_path):
     finally:
         train.kill()
         train.wait(timeout=60)
+    # The job says what it exposes: TensorFlow's server binds every interface.
+    assert f"listening on all interfaces ([::]:{port}) with no authentication" in \
+        train.stderr.read()
 
     sessions = profiler.find_sessions(run)
     assert len(sessions) == 2, sessions

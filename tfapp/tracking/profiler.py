@@ -45,8 +45,8 @@ def capture(address: str, logdir: str | Path, duration_ms: int, attempts: int = 
         socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
     except OSError as err:
         raise ConfigError(f"--address {address}: nothing listens there ({err.strerror or err}); "
-                          "start the job with trainer.profiler_port=PORT (its log prints the "
-                          "address)") from None
+                          "start the job with trainer.profiler_port=PORT "
+                          "trainer.profiler_listen_all=true (its log prints the address)") from None
     import tensorflow as tf
 
     logdir = Path(logdir)
