@@ -1,7 +1,7 @@
 """Launch a local N-worker MultiWorkerMirrored training run (optionally fed by tf.data service).
 
     python scripts/launch_local_multi_worker.py --workers 2 -- --config configs/classifier.yaml
-    python scripts/launch_local_multi_worker.py --workers 2 --data-service 2 -- \\
+    python scripts/launch_local_multi_worker.py --workers 2 --data-service 2 --listen-all -- \\
         --config configs/classifier_local.yaml data.service.processing_mode=distributed_epoch
 
 Everything after ``--`` is passed to ``python -m tfapp.train`` unchanged on every worker,
@@ -9,6 +9,11 @@ plus ``runtime.strategy=multi_worker`` (and ``data.service.address=...`` with
 ``--data-service``). Each worker gets its own ``TF_CONFIG`` naming all workers on
 127.0.0.1, exactly what a cluster scheduler gives each host (docs/scale_out.md shows the
 same command across real hosts). Worker 0 is the chief: it alone writes the run directory.
+
+127.0.0.1 is only the address the processes advertise: TensorFlow's gRPC servers (each
+worker's, and the tf.data service's) listen on every interface with no authentication.
+``--data-service`` therefore needs ``--listen-all`` (passed on to ``tfapp.data_service``);
+run this where a firewall keeps those ports closed to other hosts.
 
 Output lines are prefixed ``[worker i]``. The launcher exits with 0 when every worker
 finished; otherwise with the first failing worker's exit code -- after giving the others
@@ -72,7 +77,8 @@ def _pump(proc: subprocess.Popen, prefix: str) -> threading.Thread:
 def start_data_service(workers: int) -> tuple[subprocess.Popen, str]:
     """``python -m tfapp.data_service`` on a free port; returns it and its address."""
     proc = subprocess.Popen([sys.executable, "-m", "tfapp.data_service", "--workers",
-                             str(workers), "--port", str(free_ports(1)[0])], cwd=REPO,
+                             str(workers), "--port", str(free_ports(1)[0]), "--listen-all"],
+                            cwd=REPO,
                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     deadline = time.time() + 120
@@ -95,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-service", type=int, default=0, metavar="N",
                         help="also start a tf.data service with N workers and feed training "
                              "from it (default 0: each worker reads its own shard)")
+    parser.add_argument("--listen-all", action="store_true",
+                        help="required with --data-service: its servers listen on every "
+                             "interface with no authentication (python -m tfapp.data_service "
+                             "--help)")
     parser.add_argument("--grace", type=float, default=60.0,
                         help="seconds the other workers get to stop after one fails "
                              "(default 60), then they are killed")
@@ -107,6 +117,13 @@ def main(argv: list[str] | None = None) -> int:
         else args.train_args
     if args.workers < 1:
         parser.error("--workers must be at least 1")
+
+    if args.data_service and not args.listen_all:
+        print("tfapp: error: --data-service starts TensorFlow's tf.data servers, which listen "
+              "on every network interface with no authentication; add --listen-all on a "
+              "machine whose firewall keeps their ports closed to other hosts",
+              file=sys.stderr)
+        return 2
 
     service = None
     extra = ["runtime.strategy=multi_worker"]

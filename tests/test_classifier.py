@@ -3,7 +3,12 @@ under the default strategy and two real MultiWorkerMirrored processes."""
 
 from __future__ import annotations
 
+import csv
 import json
+from collections import Counter
+from pathlib import Path
+
+from tfapp.demo import DEMO_DIR
 
 import numpy as np
 import pytest
@@ -15,13 +20,33 @@ TEXTS = ["an absolutely wonderful film, I loved it", "terrible plot and awful ac
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def labelled(tmp_path_factory) -> Path:
+    """The demo splits with each review ending in words that give its label away, as in
+    test_ergonomics: 16 steps learn to rank by those (on the plain reviews they learn
+    nothing measurable: test accuracy 0.48-0.52 and validation AUC ~0.46-0.49)."""
+    d = tmp_path_factory.mktemp("labelled")
+    for split in ("train", "validation", "test"):
+        with (DEMO_DIR / f"reviews_{split}.csv").open() as fh:
+            rows = list(csv.DictReader(fh))
+        for row in rows:
+            row["text"] += " great great" if row["label"] == "positive" else " awful awful"
+        with (d / f"{split}.csv").open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=["text", "label"])
+            writer.writeheader()
+            writer.writerows(rows)
+    return d
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, labelled):
     """One short in-process training run shared by the tests below."""
     from tfapp.config import load_config
     from tfapp.training.driver import train
 
     out = tmp_path_factory.mktemp("runs")
-    cfg = load_config(REPO / "configs/classifier_local.yaml", [f"output_dir={out}"])
+    cfg = load_config(REPO / "configs/classifier_local.yaml", [
+        f"output_dir={out}", f"data.train_files={labelled / 'train.csv'}",
+        f"data.validation_files={labelled / 'validation.csv'}"])
     return train(cfg)
 
 
@@ -68,7 +93,7 @@ def test_exported_model_reloads_without_tfapp_and_matches_keras(trained, tmp_pat
     assert got["label"] == [["negative", "positive"][int(p > 0.5)] for p in probs[:, 1]]
 
 
-def test_predict_and_evaluate_commands(trained, tmp_path):
+def test_predict_and_evaluate_commands(trained, labelled, tmp_path):
     proc = run_python(["-m", "tfapp.predict", "--model", str(trained.run_dir), "--json", *TEXTS])
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [json.loads(line) for line in proc.stdout.strip().splitlines()]
@@ -82,7 +107,29 @@ def test_predict_and_evaluate_commands(trained, tmp_path):
                        str(data), "--json"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
-    assert report["examples"] == 3 and 0.0 <= report["accuracy"] <= 1.0
+    assert report["examples"] == 3
+
+    # The held-out split. The model ranks it far better than chance (AUC 0.5); 16 steps
+    # do not reliably move its 0.5 threshold, so accuracy is checked against predict's
+    # labels, not against a bar. Measured over 3 runs: AUC 1.0 each, accuracy 0.52, 0.56,
+    # 0.52 (at 10x the learning rate, 3 runs: AUC 0.97-1.0, accuracy 0.48-0.99).
+    with (labelled / "test.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    proc = run_python(["-m", "tfapp.evaluate", "--model", str(trained.run_dir), "--data",
+                       str(labelled / "test.csv"), "--json"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["examples"] == len(rows) and report["auc"] >= 0.9, report
+    texts = tmp_path / "texts.txt"
+    texts.write_text("".join(row["text"] + "\n" for row in rows))
+    proc = run_python(["-m", "tfapp.predict", "--model", str(trained.run_dir), "--input",
+                       str(texts), "--json"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    predicted = [json.loads(line)["label"] for line in proc.stdout.strip().splitlines()]
+    right = sum(p == row["label"] for p, row in zip(predicted, rows, strict=True))
+    assert report["accuracy"] == pytest.approx(right / len(rows))
+    majority = max(Counter(row["label"] for row in rows).values()) / len(rows)
+    assert report["accuracy"] >= majority - 0.05  # never worse than one class throughout
 
     bad = tmp_path / "bad.csv"
     bad.write_text("text,label\nfine movie,positive\nodd one,sideways\n")

@@ -76,6 +76,11 @@ def test_shipped_configs_load_and_say_how_to_run(path):
     (["task=mlm", "model.kind=cnn"], "task 'mlm' needs model.kind=bert, got 'cnn'"),
     (["tune.space={runtime.precision: {type: choice, values: [float32]}}"],
      "set up once per process"),
+    # The profiler server binds [::]:port unauthenticated: only with the acknowledgement.
+    (["trainer.profiler_port=6009"], "trainer.profiler_port=6009 starts TensorFlow's profiler "
+     "server, which listens on every network interface with no authentication (it has no "
+     "bind address); set trainer.profiler_listen_all=true to start it where a firewall "
+     "keeps port 6009 closed to other hosts, or trainer.profiler_port=0"),
 ])
 def test_bad_overrides_name_the_key(overrides, fragment):
     with pytest.raises(ConfigError) as info:
@@ -83,6 +88,11 @@ def test_bad_overrides_name_the_key(overrides, fragment):
     message = str(info.value)
     assert fragment in message
     assert "\n" not in message
+
+
+def test_profiler_port_with_the_acknowledgement_validates():
+    cfg = load_config(None, ["trainer.profiler_port=6009", "trainer.profiler_listen_all=true"])
+    assert (cfg.trainer.profiler_port, cfg.trainer.profiler_listen_all) == (6009, True)
 
 
 def test_bad_yaml_files(tmp_path):

@@ -181,7 +181,7 @@ def test_input_contexts_read_disjoint_shards_covering_every_example(tmp_path, sm
 
 @pytest.fixture(scope="module")
 def service():
-    svc = LocalDataService(workers=2, port=0)
+    svc = LocalDataService(workers=2, port=0, listen_all=True)
     yield svc
     svc.stop()
 

@@ -127,7 +127,7 @@ def _launch(out: Path, *extra: str, service: int = 0) -> subprocess.Popen:
     args = [sys.executable, "scripts/launch_local_multi_worker.py", "--workers", "2",
             "--grace", "90", "--timeout", "400"]
     if service:
-        args += ["--data-service", str(service)]
+        args += ["--data-service", str(service), "--listen-all"]
     return subprocess.Popen([*args, "--", *DETERMINISTIC, f"output_dir={out}", *extra],
                             cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)

@@ -110,6 +110,9 @@ def test_a_resume_may_change_where_data_is_served_from_and_what_is_logged(tmp_pa
     (tmp_path / "run" / "backup").mkdir()
     (tmp_path / "run" / "backup" / "checkpoint").write_text("x")
     again = RunContext.create(_cfg(tmp_path, "data.service.address=localhost:2",
-                                   "tracking.tensorboard=false", "trainer.epochs=9"))
-    again.begin()  # a new dispatcher port, no TensorBoard, longer: the same training
+                                   "tracking.tensorboard=false", "trainer.epochs=9",
+                                   "trainer.profiler_port=6009",
+                                   "trainer.profiler_listen_all=true"))
+    # a new dispatcher port, no TensorBoard, longer, a profiler server: the same training
+    again.begin()
     again.release()

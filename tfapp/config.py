@@ -276,8 +276,11 @@ class TrainerConfig:
         improvement before stopping (0 = off).
       profile_steps: steps to capture with the TensorBoard profiler, e.g. "10,12" ("" = off).
       profiler_port: start a profiler server on this port for on-demand capture (0 = off).
-        TensorFlow's server listens on all interfaces (it has no host option): use it on
-        trusted networks, or firewall the port.
+        Needs trainer.profiler_listen_all=true.
+      profiler_listen_all: acknowledge that TensorFlow's profiler server listens on every
+        interface ([::]:port; it has no bind address) with no authentication: anyone who
+        reaches the port can capture this job's traces. Set it where a firewall keeps the
+        port closed to other hosts; trainer.profiler_port is refused without it.
       export: write the serving SavedModel at the end of training.
     """
 
@@ -296,6 +299,7 @@ class TrainerConfig:
     early_stopping_patience: int = bounded(0, min=0)
     profile_steps: str = ""
     profiler_port: int = bounded(0, min=0, max=65535)
+    profiler_listen_all: bool = False
     export: bool = True
 
 
@@ -711,6 +715,13 @@ def validate(cfg: ExperimentConfig) -> None:
         if not m or (m.group(3) and int(m.group(3)) < int(m.group(1))):
             raise ConfigError(f"trainer.profile_steps: '{cfg.trainer.profile_steps}' must be "
                               "'START,STOP' with START <= STOP (or one step, or '' for off)")
+    if cfg.trainer.profiler_port and not cfg.trainer.profiler_listen_all:
+        port = cfg.trainer.profiler_port
+        raise ConfigError(f"trainer.profiler_port={port} starts TensorFlow's profiler server, "
+                          "which listens on every network interface with no authentication "
+                          "(it has no bind address); set trainer.profiler_listen_all=true to "
+                          f"start it where a firewall keeps port {port} closed to other "
+                          "hosts, or trainer.profiler_port=0")
     if cfg.data.text_pair_column and cfg.data.text_pair_column == cfg.data.text_column:
         raise ConfigError("data.text_pair_column: must differ from data.text_column")
     o, t = cfg.optimizer, cfg.trainer

@@ -1,13 +1,21 @@
-"""Run a local tf.data service: one dispatcher and N workers.
+"""Run a tf.data service: one dispatcher and N workers in this process.
 
-    python -m tfapp.data_service --workers 2 --port 5050
+    python -m tfapp.data_service --workers 2 --port 5050 --listen-all
 
 prints the dispatcher address (``grpc://127.0.0.1:5050``) and serves until Ctrl-C or
 SIGTERM. Point training at it with ``data.service.address=grpc://127.0.0.1:5050``: the
 input pipeline (tokenisation included) then runs in the workers, and with
 ``data.service.processing_mode=distributed_epoch`` every example is produced once per
-epoch across all workers. On a cluster, run the dispatcher and workers on the input hosts
-(``--host`` set to an address the trainers can reach) and give trainers that address.
+epoch across all workers.
+
+What binds where: TensorFlow's tf.data servers always listen on every interface
+(``0.0.0.0``/``[::]``: the dispatcher on ``--port``, each worker on a free port) with no
+authentication, and have no bind-address option; whoever reaches a port can register and
+run tf.data pipelines (TensorFlow graphs, which can read and write files) as this user.
+So nothing starts without ``--listen-all`` (``listen_all=True`` in code): pass it on a
+machine whose firewall keeps those ports closed to other hosts. ``--host`` is only the
+address ADVERTISED to trainers (on a cluster, one the trainers can reach), never a bind
+address: ``127.0.0.1`` does not make the service private.
 """
 
 from __future__ import annotations
@@ -20,7 +28,16 @@ import threading
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import ConfigError
 
-__all__ = ["LocalDataService", "main"]
+__all__ = ["LocalDataService", "listen_all_refusal", "main"]
+
+
+def listen_all_refusal(how: str) -> str:
+    """The one-line refusal to start without the acknowledgement ``how`` names."""
+    return ("TensorFlow's tf.data servers listen on every network interface with no "
+            "authentication (they have no bind address; --host only sets the address "
+            "advertised to trainers), so anyone who can reach their ports can run tf.data "
+            f"pipelines as this user; pass {how} to start them on a machine whose firewall "
+            "keeps those ports closed to other hosts")
 
 
 class LocalDataService:
@@ -29,13 +46,19 @@ class LocalDataService:
     Args:
       workers: number of worker servers.
       port: dispatcher port (0 picks a free one).
-      host: address the servers bind to and advertise (127.0.0.1 keeps it local).
+      host: address advertised to trainers and the dispatcher (not a bind address: the
+        servers listen on every interface whatever it says).
       work_dir: dispatcher journal directory for fault tolerance ("" = none).
       heartbeat_ms: worker heartbeat interval (loopback: short is cheap).
+      listen_all: the caller's acknowledgement that the servers listen on every interface
+        unauthenticated (see the module docstring); without it nothing starts.
     """
 
     def __init__(self, workers: int = 2, port: int = 0, host: str = "127.0.0.1",
-                 work_dir: str = "", heartbeat_ms: int = 1000):
+                 work_dir: str = "", heartbeat_ms: int = 1000, *, listen_all: bool = False):
+        # Refused before TensorFlow loads: nothing is bound, nothing is written.
+        if not listen_all:
+            raise ConfigError(listen_all_refusal("listen_all=True"))
         import tensorflow as tf
 
         # Workers run the pipelines' graphs, which hold tensorflow-text ops (WordPiece,
@@ -81,17 +104,27 @@ class LocalDataService:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tfapp.data_service",
-        description="Start a local tf.data service (dispatcher + workers) for tfapp pipelines.")
+        description="Start a tf.data service (dispatcher + workers) for tfapp pipelines. "
+                    "TensorFlow's servers listen on every interface with no authentication; "
+                    "--listen-all acknowledges that.")
     parser.add_argument("--workers", type=int, default=2, help="worker servers (default 2)")
     parser.add_argument("--port", type=int, default=5050,
                         help="dispatcher port (default 5050; 0 = any free port)")
     parser.add_argument("--host", default="127.0.0.1",
-                        help="address to advertise (default 127.0.0.1: this machine only)")
+                        help="address ADVERTISED to trainers (default 127.0.0.1); not a bind "
+                             "address: the servers listen on every interface regardless")
     parser.add_argument("--work-dir", default="",
                         help="dispatcher journal directory (restarts keep jobs); default none")
+    parser.add_argument("--listen-all", action="store_true",
+                        help="required: start the servers although they listen on every "
+                             "interface (0.0.0.0/[::]) unauthenticated; use it where a "
+                             "firewall keeps the ports closed to other hosts")
     args = parser.parse_args(argv)
     try:
-        service = LocalDataService(args.workers, args.port, args.host, args.work_dir)
+        if not args.listen_all:
+            raise ConfigError(listen_all_refusal("--listen-all"))
+        service = LocalDataService(args.workers, args.port, args.host, args.work_dir,
+                                   listen_all=True)
     except ConfigError as err:
         print(f"tfapp: error: {err}", file=sys.stderr)
         return 2
@@ -104,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     print(f"tf.data service: dispatcher {service.address}, {len(service.workers)} worker(s)",
           flush=True)
+    print(f"listening on all interfaces, unauthenticated: dispatcher port {service.port}, "
+          "workers on free ports", flush=True)
     print(f"use: data.service.address={service.address}", flush=True)
     stop.wait()
     service.stop()

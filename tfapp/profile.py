@@ -1,7 +1,9 @@
 """Profile a run: ``python -m tfapp.profile capture|summary ...``.
 
 * ``capture --address localhost:PORT --duration-ms 2000 --logdir RUN/logs`` records a
-  running job that was started with ``trainer.profiler_port=PORT``;
+  running job that was started with ``trainer.profiler_port=PORT
+  trainer.profiler_listen_all=true`` (TensorFlow's profiler server listens on every
+  interface, unauthenticated: only where a firewall keeps the port closed to others);
 * ``summary RUN`` prints step time, the share of it spent waiting on input (with a verdict
   and advice) and the top ops, from the newest capture under RUN (TensorBoard's Profile
   tab shows the same capture in full: ``tensorboard --logdir RUN``).

@@ -23,6 +23,14 @@ HIGHLY_INPUT_BOUND = 20.0
 MODERATELY_INPUT_BOUND = 5.0
 
 
+def input_verdict(input_percent: float) -> str:
+    """"high", "moderate" or "no": how input-bound steps that waited ``input_percent`` % of
+    their time on input are, by xprof's thresholds."""
+    if input_percent >= HIGHLY_INPUT_BOUND:
+        return "high"
+    return "moderate" if input_percent >= MODERATELY_INPUT_BOUND else "no"
+
+
 def find_sessions(path: str | Path) -> list[Path]:
     """Capture session folders under ``path`` (a run directory or a logdir), oldest first."""
     path = Path(path)
@@ -45,8 +53,8 @@ def capture(address: str, logdir: str | Path, duration_ms: int, attempts: int = 
         socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
     except OSError as err:
         raise ConfigError(f"--address {address}: nothing listens there ({err.strerror or err}); "
-                          "start the job with trainer.profiler_port=PORT (its log prints the "
-                          "address)") from None
+                          "start the job with trainer.profiler_port=PORT "
+                          "trainer.profiler_listen_all=true (its log prints the address)") from None
     import tensorflow as tf
 
     logdir = Path(logdir)
@@ -120,9 +128,7 @@ def summarize(session: str | Path, top: int = 10) -> dict[str, Any]:
         out["step_time_ms"] = {"mean": total / len(steps), "min": times[0], "max": times[-1],
                                "median": times[len(times) // 2]}
         out["input_percent"] = 100.0 * waiting / total
-        out["input_bound"] = ("high" if out["input_percent"] >= HIGHLY_INPUT_BOUND else
-                              "moderate" if out["input_percent"] >= MODERATELY_INPUT_BOUND
-                              else "no")
+        out["input_bound"] = input_verdict(out["input_percent"])
         out["advice"] = _advice(out["input_percent"], input_ops_table.get("p", {}),
                                 _run_data_config(session))
     op_table = _tables(paths, "framework_op_stats")[0]

@@ -186,7 +186,8 @@ def _hold(lock_path: Path) -> IO[str]:
 #: what does not touch the trained state (where data is cached or served from, logging,
 #: tracking, the TPU's address)
 _RESUMABLE_CHANGES = ("trainer.epochs", "trainer.max_steps", "trainer.log_every_steps",
-                      "trainer.profile_steps", "trainer.profiler_port", "data.service",
+                      "trainer.profile_steps", "trainer.profiler_port",
+                      "trainer.profiler_listen_all", "data.service",
                       "data.cache", "data.snapshot", "data.prefetch", "tracking", "runtime.tpu")
 
 

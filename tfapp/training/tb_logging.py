@@ -211,7 +211,8 @@ class ProfilerServer(tf.keras.callbacks.Callback):
     multi-worker job, worker ``i`` listens on ``port + i`` (the chief on ``port``).
 
     TensorFlow offers no bind address: the server listens on every interface
-    (``[::]:port``); keep the port closed to other hosts (firewall) on shared machines.
+    (``[::]:port``) with no authentication, which is why ``config.validate`` demands
+    ``trainer.profiler_listen_all=true`` with ``trainer.profiler_port``.
     """
 
     _started: set[int] = set()
@@ -225,9 +226,10 @@ class ProfilerServer(tf.keras.callbacks.Callback):
             return
         tf.profiler.experimental.server.start(self.port)
         ProfilerServer._started.add(self.port)
-        log.info("profiler server on port %d; capture with: python -m tfapp.profile capture "
+        log.info("profiler server on port %d, listening on all interfaces ([::]:%d) with no "
+                 "authentication; capture with: python -m tfapp.profile capture "
                  "--address localhost:%d --duration-ms 2000 --logdir RUN_DIR/logs",
-                 self.port, self.port)
+                 self.port, self.port, self.port)
 
 
 def run_callbacks(cfg: ExperimentConfig, log_dir: Path) -> list[tf.keras.callbacks.Callback]:
