@@ -20,6 +20,13 @@ if platform.machine().lower() in ("x86_64", "amd64"):
 # TensorFlow's C++ INFO/WARNING lines drown the run header on every start; errors stay.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+# Commands (python -m tfapp...) open with tfapp's own lines: TensorFlow's C++ start-up
+# notices are filtered out of stderr (tfapp/console.py says why and how).
+from tfapp import console  # noqa: E402
+
+if console.wanted():
+    console.quiet_stderr()
+
 # On a TPU VM, point TensorFlow's TPU build at the libtpu wheel (tfapp/tpu_vm.py says
 # exactly what and why); the user's own values win.
 from tfapp import tpu_vm  # noqa: E402

@@ -8,9 +8,9 @@ fit models only through these, so the strategy scope, gradient accumulation, XLA
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
+from tfapp import console
 from tfapp.training.accumulation import wrap_for_accumulation
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def fit(ctx: RunContext, model: tf.keras.Model, data: Any, *, epochs: int,
         validation_steps: int | None = None, quiet: bool = False) -> dict[str, list[float]]:
     """``model.fit``; the progress bar on the chief's terminal, one line per epoch in logs
     (``quiet``: none). Returns the history."""
-    verbose = 0 if quiet else 1 if (ctx.is_chief and sys.stderr.isatty()) else 2
+    verbose = 0 if quiet else 1 if (ctx.is_chief and console.stderr_is_terminal()) else 2
     history = model.fit(data, validation_data=validation, validation_steps=validation_steps,
                         epochs=epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks,
                         verbose=verbose)

@@ -1,0 +1,68 @@
+"""The quiet first screen (tfapp/console.py): TensorFlow's C++ start-up notices are kept
+off a command's stderr, and nothing else is lost -- a C++ abort's fatal line included."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tfapp import console
+
+from conftest import REPO, run_python, subprocess_env
+
+# A C++ LOG(FATAL) (the Abort op; eager mode skips a no-output op, a graph runs it).
+ABORT = """
+import sys
+from tfapp import console
+{quiet}import tensorflow as tf
+print("tfapp: our own line", file=sys.stderr, flush=True)
+
+@tf.function
+def abort():
+    with tf.control_dependencies([tf.raw_ops.Abort(error_msg="forced abort for the test")]):
+        return tf.constant(1)
+
+abort()
+"""
+
+
+def test_tensorflow_notices_are_dropped_and_a_fatal_abort_still_shows():
+    loud = run_python(["-c", ABORT.format(quiet="")], timeout=120)
+    assert "oneDNN custom operations are on" in loud.stderr  # what the filter is for
+    quiet = run_python(["-c", ABORT.format(quiet="console.quiet_stderr()\n")], timeout=120)
+    assert quiet.returncode == loud.returncode == -6, quiet.stderr  # SIGABRT
+    assert "oneDNN custom operations" not in quiet.stderr
+    assert "cudart_stub" not in quiet.stderr and "absl::InitializeLog" not in quiet.stderr
+    lines = quiet.stderr.splitlines()
+    assert lines[0] == "tfapp: our own line", lines[:3]  # the first screen is ours
+    fatal = [line for line in lines if "forced abort for the test" in line]
+    assert fatal and fatal[0].startswith("F"), quiet.stderr  # the C++ FATAL line got out
+
+
+def test_the_filter_passes_everything_but_the_notices():
+    noise = ["I0000 00:00:1795461727.464388    6756 port.cc:153] oneDNN custom operations",
+             "W0000 00:00:1795461727.464772    6756 cudart_stub.cc:31] Could not find cuda",
+             "WARNING: All log messages before absl::InitializeLog() is called are written",
+             "E0000 00:00:1795461732.160157   32130 cuda_platform.cc:52] failed call to cuInit"]
+    kept = ["Epoch 1/2", "E0000 00:00:1795461732.160157   32130 op_kernel.cc:1] a real error",
+            "Traceback (most recent call last):", "tfapp: error: data.batch_size must be >= 1",
+            "19:03:42 INFO runtime: strategy=cpu", "\u00e9t\u00e9 \u2028 W", "I am a sentence"]
+    text = "\n".join(noise[:2] + kept[:3] + noise[2:] + kept[3:]) + "\n8/8 [====] no newline"
+    out = subprocess.run([sys.executable, "-S", "-c", console._FILTER, console.NOISE],
+                         input=text.encode(), capture_output=True, timeout=30)
+    assert out.stdout.decode() == "\n".join(kept) + "\n8/8 [====] no newline"
+
+
+def test_only_module_commands_get_the_filter(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["-m", "--config", "x.yaml"])
+    monkeypatch.delenv("TFAPP_TF_LOGS", raising=False)
+    assert console.wanted()
+    monkeypatch.setattr(sys, "argv", ["-m", "-v"])
+    assert not console.wanted()
+    monkeypatch.setattr(sys, "argv", ["-m"])
+    monkeypatch.setenv("TFAPP_TF_LOGS", "1")
+    assert not console.wanted()
+    monkeypatch.setattr(sys, "argv", [str(REPO / "pytest")])
+    monkeypatch.delenv("TFAPP_TF_LOGS")
+    assert not console.wanted()
+    assert subprocess_env()  # (conftest helpers import cleanly alongside)
