@@ -56,3 +56,24 @@ def test_the_export_and_final_metrics_are_the_best_epochs(tmp_path):
     assert float(tensor_util.make_ndarray(logged.tensor_proto)) == pytest.approx(
         test["accuracy"], abs=1e-6)
     assert logged.step == 30 * (best + 1)  # the optimizer step of the exported weights
+    # The export's model card says what it is, and its Python snippet runs as written.
+    card = (run / "export" / "README.md").read_text()
+    assert f"* weights: epoch {best + 1}, the best `val_loss`" in card
+    assert "* labels (2): `negative`, `positive`" in card
+    assert "| test | the demo's | 300 |" in card
+    assert f"| validation | {report['accuracy']:.4f} | {report['auc']:.4f} |" in card
+    assert "cut to 32 word pieces" in card and "Latin 100%" in card
+    snippet = card.split("```python\n")[1].split("```")[0]
+    namespace: dict = {}
+    exec(snippet.replace("PATH_TO_THIS_FOLDER", str(run / "export")), namespace)  # noqa: S102
+    assert namespace["out"]["probabilities"].shape == (1, 2)
+    assert namespace["out"]["label"].numpy()[0].decode() in ("negative", "positive")
+
+
+def test_vocabulary_scripts_counts_writing_systems():
+    from tfapp.model_card import vocabulary_scripts
+
+    vocab = ["[PAD]", "[CLS]", "the", "##ing", "caf\u00e9", "\u03b1\u03bb\u03c6\u03b1",
+             "\u4e2d", "\u6587", "1999", "!"]
+    assert vocabulary_scripts(vocab) == "Latin 50%, CJK 33%, Greek 17%"
+    assert vocabulary_scripts(["[PAD]", "123"]) == "no letters"

@@ -2,6 +2,7 @@
 path train (configs/generator_local.yaml) -> export -> generate from the command line."""
 
 import json
+import math
 import subprocess
 import sys
 
@@ -68,3 +69,17 @@ def test_train_then_generate_from_the_command_line(tmp_path, capsys):
     assert "runs beam search with 2 beams" in capsys.readouterr().err
     assert generate.main(["--model", str(run_dir / "export"), "--max-length", "99", "x"]) == 2
     assert "outside 1..12" in capsys.readouterr().err
+
+    # The model card names the weights' epoch and their validation perplexity, and its
+    # Python snippet runs as written.
+    card = (run_dir / "export" / "README.md").read_text()
+    record = json.loads((run_dir / "checkpoints" / "best.json").read_text())
+    assert f"* weights: epoch {record['epoch']}, the best `val_loss`" in card
+    perplexity = next(line for line in card.split("## Metrics")[1].splitlines()
+                      if line.startswith("| validation |"))
+    assert abs(float(perplexity.split("|")[3]) - math.exp(record["value"])) < 0.05 * math.exp(
+        record["value"])  # perplexity = exp(loss), averaged per batch by Keras
+    snippet = card.split("```python\n")[1].split("```")[0]
+    namespace: dict = {}
+    exec(snippet.replace("PATH_TO_THIS_FOLDER", str(run_dir / "export")), namespace)  # noqa: S102
+    assert namespace["out"]["text"].shape == (1,)

@@ -38,7 +38,7 @@ POINTS = [
     ("rename:best.json@1", "epoch 1's best checkpoint written, not yet recorded", True),
     (f"train-batch@{STEPS + 4}", "mid epoch 2, after epoch 1's backup", True),
     ("rename:export", "the export written, not yet in place", True),
-    ("rename:validation_report.json", "the export in place, the report not", True),
+    ("rename:validation_report.json", "the export not yet written, the report not", True),
     ("rename:status.json@2", "everything written but status 'finished'", True),
     ("drop-backup", "finished, the backup not yet dropped", True),
 ]

@@ -137,6 +137,18 @@ def _drop_rows_from(history_csv: Path, epoch: int) -> None:
         write_text(history_csv, "".join(kept))
 
 
+def history_row(history_csv: Path, epoch: int) -> dict[str, float]:
+    """history.csv's row of ``epoch`` (1-based) as numbers; empty when it has none."""
+    if not history_csv.is_file():
+        return {}
+    with history_csv.open(encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            if row.get("epoch") == str(epoch - 1):
+                return {k: float(v) for k, v in row.items()
+                        if k != "epoch" and v not in ("", "NA", None)}
+    return {}
+
+
 class KillPoints(tf.keras.callbacks.Callback):
     """The crash test's points inside ``fit`` (``tfapp.killpoints``); added only when armed."""
 

@@ -15,7 +15,6 @@ worker must take part in collective saves.
 
 from __future__ import annotations
 
-import csv
 import logging
 import tempfile
 import time
@@ -29,7 +28,7 @@ from tfapp.tasks import get_task
 from tfapp.tasks.base import Inputs, Task
 from tfapp.tracking import wandb_run
 from tfapp.training import fit as fit_lib
-from tfapp.training.callbacks import plot_curves, standard_callbacks
+from tfapp.training.callbacks import history_row, plot_curves, standard_callbacks
 from tfapp.training.context import RunContext
 from tfapp.training.lr_finder import LRFindResult, find_lr, plot_lr_find
 from tfapp.training.optimizers import build_optimizer, build_schedule
@@ -197,7 +196,7 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, restart: bool,
         paths["curves"] = curves
     result = TrainResult(run_dir=run.root, paths=paths, history=history,
                          seconds=time.time() - started, model=model)
-    row = _epoch_metrics(run, best["epoch"]) if best else {}
+    row = history_row(run.history, best["epoch"]) if best else {}
     result.metrics = ({k: row[k] for k in [*history, *row] if k in row} if row
                       else {k: v[-1] for k, v in history.items() if v})
     if best:
@@ -228,18 +227,6 @@ def _restore_best(model, run: RunLayout, *, fit_epochs: int) -> dict | None:
                  record["epoch"], record["monitor"], record["value"])
         model.load_weights(str(run.checkpoints / record["checkpoint"])).expect_partial()
     return record
-
-
-def _epoch_metrics(run: RunLayout, epoch: int) -> dict[str, float]:
-    """history.csv's row of ``epoch`` (1-based), as numbers."""
-    if not run.history.is_file():
-        return {}
-    with run.history.open(encoding="utf-8") as fh:
-        for row in csv.DictReader(fh):
-            if row.get("epoch") == str(epoch - 1):
-                return {k: float(v) for k, v in row.items()
-                        if k != "epoch" and v not in ("", "NA")}
-    return {}
 
 
 def find_learning_rate(cfg: ExperimentConfig) -> LRFindResult:

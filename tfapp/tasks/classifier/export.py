@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 from tfapp.atomic import save_model
+from tfapp.model_card import CARD_FILE
 from tfapp.serving import EXPORT_MARKERS
 from tfapp.training.metrics import BINARY, MULTILABEL
 
@@ -66,12 +67,13 @@ class ClassifierServing(tf.Module):
 
 
 def export_classifier(serving: ClassifierServing, export_dir: str | os.PathLike, *,
-                      metadata: dict) -> Path:
+                      metadata: dict, card: str = "") -> Path:
+    """The serving SavedModel, its metadata and its model card (``README.md``)."""
     signatures = {"serving_default": serving.serve.get_concrete_function()}
     if hasattr(serving, "serve_pair"):
         signatures["serve_pair"] = serving.serve_pair.get_concrete_function()
     return save_model(serving, export_dir, signatures=signatures, metadata=metadata,
-                      metadata_file=EXPORT_METADATA)
+                      metadata_file=EXPORT_METADATA, files={CARD_FILE: card} if card else None)
 
 
 def read_export_metadata(export_dir: str | os.PathLike) -> dict:

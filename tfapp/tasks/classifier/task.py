@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tfapp.atomic import write_text
+from tfapp.atomic import read_state, write_text
 from tfapp.data.bert_preprocess import make_bert_preprocess_fn
 from tfapp.data.classification import (
     ClassificationSplits,
@@ -16,6 +16,7 @@ from tfapp.data.classification import (
 )
 from tfapp.data.pipeline import distribute_split
 from tfapp.hub.handles import resolve_hub_handle
+from tfapp.model_card import ModelCard, vocabulary_scripts
 from tfapp.models.classifier import build_classifier
 from tfapp.serving import predict_in_batches
 from tfapp.tasks.base import Inputs, Task, TaskOutput
@@ -30,16 +31,22 @@ from tfapp.training.metrics import (
 from tfapp.training.tb_logging import log_scalars
 
 
-def _vocab_size(module) -> int | None:
-    """Vocabulary size of a preprocessor (tfapp's or an official one) from its vocab asset."""
+def _vocab_tokens(module) -> list[str]:
+    """The word pieces of a preprocessor (tfapp's or an official one) from its vocab asset;
+    empty when it has none."""
     asset = getattr(module, "vocab_file", None)
     path = getattr(asset, "asset_path", None)
     if path is None:
-        return None
+        return []
     import tensorflow as tf
 
     with tf.io.gfile.GFile(path.numpy().decode()) as fh:
-        return sum(1 for _ in fh)
+        return [line.rstrip("\n") for line in fh]
+
+
+def _vocab_size(module) -> int | None:
+    """Vocabulary size of a preprocessor, or None when it has no vocab asset."""
+    return len(_vocab_tokens(module)) or None
 
 
 @dataclass
@@ -138,22 +145,15 @@ class ClassifierTask(Task):
                                      self.layout.confusion_matrix)]
 
     def finish(self, model, inputs: ClassifierInputs, history: dict) -> TaskOutput:
-        """Export the serving model, then report per class on validation through it."""
+        """Score the serving model on validation and test, then export it with its card."""
         s, d = inputs.splits, self.cfg.data
         mode = label_mode(inputs.num_classes, s.multi_label)
         out = TaskOutput()
         serving = ClassifierServing(model, inputs.preprocess.module, seq_length=d.seq_length,
                                     label_names=s.label_names, mode=mode,
                                     text_pair=bool(d.text_pair_column))
-        # Every worker saves (collective reads of synced variables need all of them); a
-        # non-chief's layout is its own scratch copy, removed at the end of the run.
-        if self.cfg.trainer.export:
-            out.paths["exported"] = export_classifier(serving, self.layout.export, metadata={
-                "task": "classifier", "label_names": s.label_names,
-                "multi_label": s.multi_label, "text_pair": bool(d.text_pair_column),
-                "seq_length": d.seq_length, "hub_handle": self.cfg.model.hub_handle,
-                "preprocessor": inputs.preprocessor_handle})
-        # Both reports score the exported model (the loop restored the best weights).
+        # The reports score the model being exported (the loop restored the best weights).
+        scores: dict[str, dict[str, float]] = {}
         for split, examples, path, prefix in (
                 ("validation", s.validation, self.layout.validation_report, "val_report_"),
                 ("test", s.test, self.layout.test_report, "test_")):
@@ -169,9 +169,58 @@ class ClassifierTask(Task):
                                            s.multi_label)
             out.paths[f"{split}_report"] = write_text(path, json.dumps(report, indent=1))
             out.lines += [f"{split} report:", format_report(report)]
-            out.metrics.update({f"{prefix}{k}": report[k]
-                                for k in ("accuracy", "macro_f1", "auc")})
+            scores[split] = {k: report[k] for k in ("accuracy", "macro_f1", "auc")}
+            out.metrics.update({f"{prefix}{k}": v for k, v in scores[split].items()})
             if split == "test" and self.cfg.tracking.tensorboard and self.runtime.is_chief:
                 log_scalars(self.layout.task_logs("test"), int(model.optimizer.iterations),
-                            {k: report[k] for k in ("accuracy", "macro_f1", "auc")})
+                            scores[split])
+        # Every worker saves (collective reads of synced variables need all of them); a
+        # non-chief's layout is its own scratch copy, removed at the end of the run.
+        if self.cfg.trainer.export:
+            card = self._card(inputs, scores)
+            out.paths["exported"] = export_classifier(serving, self.layout.export, metadata={
+                "task": "classifier", "label_names": s.label_names,
+                "multi_label": s.multi_label, "text_pair": bool(d.text_pair_column),
+                "seq_length": d.seq_length, "hub_handle": self.cfg.model.hub_handle,
+                "preprocessor": inputs.preprocessor_handle}, card=card.render())
         return out
+
+    def _card(self, inputs: ClassifierInputs, scores: dict) -> ModelCard:
+        s, d, m = inputs.splits, self.cfg.data, self.cfg.model
+        examples = {"train": len(s.train)}
+        examples.update({k: len(v) for k, v in (("validation", s.validation),
+                                                ("test", s.test)) if v is not None and len(v)})
+        demo = d.train_files.strip() == "demo"
+        files = {"train": "the demo reviews shipped with tfapp" if demo else f"`{d.train_files}`",
+                 "validation": f"`{d.validation_files}`" if d.validation_files else
+                 "the demo's" if demo else f"{d.validation_split:g} of train (seeded)",
+                 "test": f"`{d.test_files}`" if d.test_files else
+                 "the demo's" if demo else f"{d.test_split:g} of train (seeded)"}
+        kind = "multi-label" if s.multi_label else f"{len(s.label_names)} labels"
+        limits = [f"Texts are cut to {d.seq_length} word pieces"
+                  + (" (each text of a pair gets a share)" if d.text_pair_column else "")
+                  + "; anything after that is not read."]
+        vocab = _vocab_tokens(inputs.preprocess.module)
+        if vocab:
+            limits.append(f"Vocabulary: {len(vocab)} word pieces; scripts: "
+                          f"{vocabulary_scripts(vocab)}. Text in other scripts reads as "
+                          "unknown tokens.")
+        if m.kind == "bert" and m.hub_handle.startswith("builtin:"):
+            limits.append(f"`{m.hub_handle}` is a small encoder built from the demo texts, "
+                          "not a pretrained BERT: for tests and smoke runs.")
+        pair = ' --pair "second text"' if d.text_pair_column else ""
+        call = ('serve_pair(tf.constant(["a text"]), tf.constant(["second text"]))'
+                if d.text_pair_column else 'signatures["serving_default"](text=tf.constant('
+                '["a text"]))')
+        usage = "\n".join([
+            "```bash", f'python -m tfapp.predict --model PATH_TO_THIS_FOLDER "a text"{pair}',
+            "```", "", "```python", "import tensorflow as tf",
+            "import tensorflow_text  # registers the tokenizer ops", "",
+            'model = tf.saved_model.load("PATH_TO_THIS_FOLDER")', f"out = model.{call}",
+            'out["probabilities"], out["label"]  # [n, labels] floats, [n] label names',
+            "```"])
+        return ModelCard(title=f"Text classifier ({m.kind}, {kind})", cfg=self.cfg,
+                         examples=examples, files=files, labels=list(s.label_names),
+                         metrics=scores,
+                         best=read_state(self.layout.best_record, "best-checkpoint record"),
+                         usage=usage, limits=limits)

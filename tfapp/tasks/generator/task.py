@@ -25,14 +25,16 @@ from pathlib import Path
 from typing import Any
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from tfapp.atomic import save_model
+from tfapp.atomic import read_state, save_model
 from tfapp.config import GenerationConfig
 from tfapp.data import text_lines
 from tfapp.data.pipeline import distribute_split
+from tfapp.model_card import CARD_FILE, ModelCard, vocabulary_scripts
 from tfapp.models import decoding, seq2seq
 from tfapp.runtime import host_xla_available
 from tfapp.serving import EXPORT_MARKERS, find_export
 from tfapp.tasks.base import Inputs, Task, TaskOutput
+from tfapp.training.callbacks import history_row
 
 import tensorflow as tf
 
@@ -166,11 +168,12 @@ def serving_copy(model: seq2seq.Seq2Seq, context_words: int, target_words: int,
     return copy
 
 
-def export_generator(generator: TextGenerator, path: str | Path) -> Path:
-    """Write the SavedModel (all signatures) and ``generator.json`` (its settings),
-    atomically."""
+def export_generator(generator: TextGenerator, path: str | Path, *, card: str = "") -> Path:
+    """Write the SavedModel (all signatures), ``generator.json`` (its settings) and the
+    model card (``README.md``), atomically."""
     return save_model(generator, path, signatures=generator.signatures(),
-                       metadata=json.loads(generator.meta_json), metadata_file=EXPORT_META)
+                      metadata=json.loads(generator.meta_json), metadata_file=EXPORT_META,
+                      files={CARD_FILE: card} if card else None)
 
 
 class TextSamples(tf.keras.callbacks.Callback):
@@ -271,8 +274,41 @@ class GeneratorTask(Task):
                      f"{(p + ' ' + t.decode('utf-8')).strip()}"
                      for p, t in zip(inputs.sample_prompts, texts, strict=True)]
         if self.cfg.trainer.export:
-            out.paths["exported"] = export_generator(generator, self.layout.export)
+            out.paths["exported"] = export_generator(generator, self.layout.export,
+                                                     card=self._card(inputs).render())
         return out
+
+    def _card(self, inputs: GeneratorInputs) -> ModelCard:
+        d, m, g = self.cfg.data, self.cfg.model, self.cfg.generation
+        best = read_state(self.layout.best_record, "best-checkpoint record")
+        row = history_row(self.layout.history, best["epoch"]) if best else {}
+        metrics = {split: {k.removeprefix("val_"): v for k, v in row.items()
+                           if k.startswith("val_") == (split == "validation")}
+                   for split in ("train", "validation")} if row else {}
+        examples = {"train": inputs.num_train_examples}
+        if inputs.num_validation_examples:
+            examples["validation"] = inputs.num_validation_examples
+        demo = d.train_files.strip() == "demo"
+        files = {"train": "the demo corpus shipped with tfapp" if demo else f"`{d.train_files}`",
+                 "validation": f"`{d.validation_files}`" if d.validation_files
+                 else f"{d.validation_split:g} of train (seeded)"}
+        usage = "\n".join([
+            "```bash", 'python -m tfapp.generate --model PATH_TO_THIS_FOLDER "a prompt"', "```",
+            "", "```python", "import tensorflow as tf", "",
+            'model = tf.saved_model.load("PATH_TO_THIS_FOLDER")',
+            'out = model.generate(tf.constant(["a prompt"]))  # also greedy, sample, '
+            "beam_search", 'out["text"]  # [n] continuations', "```"])
+        limits = [f"Reads the last {d.context_words} words of a prompt; writes at most "
+                  f"{g.max_length} words (generation.max_length; greedy/sample/beam_search "
+                  "take their own).",
+                  f"Vocabulary: the {len(inputs.vocabulary)} most frequent training words "
+                  f"(scripts: {vocabulary_scripts(inputs.vocabulary)}); other words read "
+                  "as unknown.",
+                  f"A {m.kind} model of {m.units} units trained on {inputs.num_train_examples} "
+                  "examples: it continues text in the style of its corpus, it does not "
+                  "know facts."]
+        return ModelCard(title=f"Text generator ({m.kind})", cfg=self.cfg, examples=examples,
+                         files=files, metrics=metrics, best=best, usage=usage, limits=limits)
 
     # ----------------------------------------------------------------- helpers
 
