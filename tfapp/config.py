@@ -123,6 +123,9 @@ class DataConfig:
       label_separator: separator between labels of one example when multi_label is true.
       validation_split: fraction of train_files held out for validation when
         validation_files is empty (seeded by runtime.seed).
+      class_weight: weight of each label in the loss: none, balanced (from the training
+        label counts: n / (labels x count) for single-label, negatives / positives per
+        label for multi-label) or a mapping {label: weight} (unlisted labels weigh 1).
       seq_length: fixed token length; longer texts are truncated, shorter padded.
       batch_size: batch size per replica; the global batch is this times the replica count.
       shuffle_buffer: shuffle buffer size in examples (0 disables shuffling).
@@ -163,6 +166,7 @@ class DataConfig:
     multi_label: bool = False
     label_separator: str = "|"
     validation_split: float = bounded(0.2, min=0.0, max=0.9)
+    class_weight: Any = "none"  # "none" | "balanced" | {label: weight}; see _check_class_weight
     seq_length: int = bounded(128, min=4, max=8192)
     batch_size: int = bounded(32, min=1)
     shuffle_buffer: int = bounded(10000, min=0)
@@ -196,6 +200,8 @@ class ModelConfig:
       trainable: fine-tune the encoder weights (false trains the head only).
       pooling: pooled (BERT pooled_output) or mean_max (mean and max of sequence_output).
       dropout: dropout rate before the output layer.
+      label_smoothing: classifier loss: move this much of each target's probability
+        mass evenly onto all labels (0 = off; 0.1 is common).
       embedding_dim: embedding width for cnn/rnn/seq2seq models.
       units: hidden width of cnn filters / rnn or LSTM units.
       bidirectional: bidirectional recurrent encoder (rnn, seq2seq).
@@ -208,6 +214,7 @@ class ModelConfig:
     trainable: bool = True
     pooling: str = choices("pooled", "mean_max", default="pooled")
     dropout: float = bounded(0.1, min=0.0, max=0.95)
+    label_smoothing: float = bounded(0.0, min=0.0, max=0.5)
     embedding_dim: int = bounded(64, min=1)
     units: int = bounded(64, min=1)
     bidirectional: bool = False
@@ -682,6 +689,25 @@ def _check_fields(node: Any, prefix: str) -> None:
                 raise ConfigError(f"{key}: {value} must be > {gt}")
 
 
+def _check_class_weight(d: DataConfig) -> None:
+    """data.class_weight: "none"/"balanced" (any case), or {label: weight > 0}."""
+    value = d.class_weight
+    if isinstance(value, str) and value.strip().lower() in ("none", "balanced", ""):
+        d.class_weight = value.strip().lower() or "none"
+        return
+    if isinstance(value, dict) and value:
+        weights = {}
+        for label, weight in value.items():
+            if isinstance(weight, bool) or not isinstance(weight, int | float) or weight <= 0:
+                raise ConfigError(f"data.class_weight: the weight of '{label}' must be a "
+                                  f"number > 0, not {weight!r}")
+            weights[str(label)] = float(weight)
+        d.class_weight = weights
+        return
+    raise ConfigError(f"data.class_weight: {value!r} is not allowed; give none, balanced or "
+                      "a mapping {label: weight}, e.g. data.class_weight={spam: 5}")
+
+
 def _normalize_learning_rate(o: OptimizerConfig) -> None:
     """optimizer.learning_rate: numbers and numeric strings -> float; "auto" stays."""
     value = o.learning_rate
@@ -704,6 +730,7 @@ _PROFILE_STEPS = re.compile(r"^\s*(\d+)\s*(,\s*(\d+)\s*)?$")
 def validate(cfg: ExperimentConfig) -> None:
     """Value checks beyond types; raises ConfigError naming the first bad key."""
     _normalize_learning_rate(cfg.optimizer)
+    _check_class_weight(cfg.data)
     _check_fields(cfg, "")
     # The run directory is output_dir/name: a name is one plain folder name, never a path
     # (".." would put the run, or tune --overwrite's deletion, outside output_dir).

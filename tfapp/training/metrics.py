@@ -93,10 +93,88 @@ def build_metrics(num_classes: int, multi_label: bool) -> list:
     return [accuracy, auc, MacroF1(num_classes, mode)]
 
 
-def build_loss(num_classes: int, multi_label: bool) -> tf.keras.losses.Loss:
-    if label_mode(num_classes, multi_label) == MULTICLASS:
+def build_loss(num_classes: int, multi_label: bool, *, label_smoothing: float = 0.0,
+               class_weights: np.ndarray | None = None) -> tf.keras.losses.Loss:
+    """Cross-entropy for the label layout; ``label_smoothing`` and per-label
+    ``class_weights`` [num_classes] (see ``WeightedCrossEntropy``) when asked for."""
+    mode = label_mode(num_classes, multi_label)
+    if label_smoothing or class_weights is not None:
+        return WeightedCrossEntropy(mode, num_classes, label_smoothing=label_smoothing,
+                                    class_weights=class_weights)
+    if mode == MULTICLASS:
         return tf.keras.losses.SparseCategoricalCrossentropy()
     return tf.keras.losses.BinaryCrossentropy()
+
+
+@tf.keras.utils.register_keras_serializable(package="tfapp")
+class WeightedCrossEntropy(tf.keras.losses.Loss):
+    """Cross-entropy with label smoothing and per-label weights, per example.
+
+    Single-label (binary or multiclass): each example's loss is scaled by the weight of its
+    label -- what ``fit(class_weight=...)`` does, which tf-keras cannot apply to the
+    distributed datasets tfapp feeds (it maps the dataset). Multi-label: each label's
+    positive term is scaled by its weight (``pos_weight``), negatives weigh 1. Keras divides
+    the sum by the global batch size under every strategy, as for the plain losses.
+    ``SparseCategoricalCrossentropy`` has no ``label_smoothing``, hence the one-hot here.
+    """
+
+    def __init__(self, mode: str, num_classes: int, label_smoothing: float = 0.0,
+                 class_weights=None, name: str = "weighted_cross_entropy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.mode, self.num_classes, self.label_smoothing = mode, num_classes, label_smoothing
+        self.class_weights = (None if class_weights is None
+                              else [float(w) for w in np.asarray(class_weights).reshape(-1)])
+
+    def call(self, y_true, y_pred):
+        y_pred = tf.cast(y_pred, tf.float32)
+        weights = (None if self.class_weights is None
+                   else tf.constant(self.class_weights, tf.float32))
+        if self.mode == MULTILABEL:
+            truth = tf.cast(y_true, tf.float32)
+            smoothed = truth * (1.0 - self.label_smoothing) + 0.5 * self.label_smoothing
+            terms = tf.keras.backend.binary_crossentropy(smoothed, y_pred)
+            if weights is not None:
+                terms *= 1.0 + (weights - 1.0) * truth
+            return tf.reduce_mean(terms, axis=-1)
+        labels = tf.cast(tf.reshape(y_true, [-1]), tf.int32)
+        if self.mode == BINARY:
+            loss = tf.keras.losses.binary_crossentropy(
+                tf.cast(tf.reshape(labels, [-1, 1]), tf.float32), y_pred,
+                label_smoothing=self.label_smoothing)
+        else:
+            loss = tf.keras.losses.categorical_crossentropy(
+                tf.one_hot(labels, self.num_classes), y_pred,
+                label_smoothing=self.label_smoothing)
+        return loss if weights is None else loss * tf.gather(weights, labels)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "mode": self.mode, "num_classes": self.num_classes,
+                "label_smoothing": self.label_smoothing, "class_weights": self.class_weights}
+
+
+def class_weights_for(setting, labels: np.ndarray, label_names: list[str],
+                      multi_label: bool) -> np.ndarray | None:
+    """``data.class_weight`` as one weight per label: None for "none"; "balanced" from the
+    training labels (sklearn's ``compute_class_weight`` for single-label; negatives /
+    positives per label for multi-label); a {label: weight} mapping (others weigh 1)."""
+    if setting == "none":
+        return None
+    if isinstance(setting, dict):
+        unknown = sorted(set(setting) - set(label_names))
+        if unknown:
+            from tfapp.config import ConfigError
+
+            raise ConfigError(f"data.class_weight names label(s) {', '.join(unknown)} that the "
+                              f"training data does not have (labels: {', '.join(label_names)})")
+        return np.array([setting.get(name, 1.0) for name in label_names], np.float64)
+    labels = np.asarray(labels)
+    if multi_label:
+        positives = labels.sum(axis=0).astype(np.float64)
+        return (len(labels) - positives) / np.maximum(positives, 1.0)
+    from sklearn.utils.class_weight import compute_class_weight
+
+    classes = np.arange(len(label_names))
+    return compute_class_weight("balanced", classes=classes, y=labels.reshape(-1))
 
 
 def class_probabilities(y_pred: np.ndarray, mode: str) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -24,12 +25,14 @@ from tfapp.tasks.classifier.export import ClassifierServing, export_classifier
 from tfapp.training.metrics import (
     build_loss,
     build_metrics,
+    class_weights_for,
     classification_report,
     format_report,
     label_mode,
 )
 from tfapp.training.tb_logging import log_scalars
 
+log = logging.getLogger("tfapp")
 
 def _vocab_tokens(module) -> list[str]:
     """The word pieces of a preprocessor (tfapp's or an official one) from its vocab asset;
@@ -120,7 +123,15 @@ class ClassifierTask(Task):
             vocab_size=_vocab_size(inputs.preprocess.module), hub_handle=inputs.encoder_handle)
 
     def build_losses(self, inputs: ClassifierInputs):
-        return build_loss(inputs.num_classes, inputs.splits.multi_label)
+        s = inputs.splits
+        weights = class_weights_for(self.cfg.data.class_weight, s.train.labels,
+                                    s.label_names, s.multi_label)
+        if weights is not None:
+            log.info("class weights: %s", ", ".join(
+                f"{name} {w:.3g}" for name, w in zip(s.label_names, weights, strict=True)))
+        return build_loss(inputs.num_classes, s.multi_label,
+                          label_smoothing=self.cfg.model.label_smoothing,
+                          class_weights=weights)
 
     def build_metrics(self, inputs: ClassifierInputs) -> list:
         return build_metrics(inputs.num_classes, inputs.splits.multi_label)

@@ -6,5 +6,6 @@ MODEL_KINDS = ("seq2seq",)
 UNUSED = (
     "data.text_pair_column", "data.label_column", "data.multi_label", "data.label_separator",
     "data.seq_length", "model.hub_handle", "model.hub_preprocessor", "model.trainable",
-    "model.pooling", "mlm", "data.test_files", "data.test_split",
+    "model.pooling", "mlm", "data.test_files", "data.test_split", "data.class_weight",
+    "model.label_smoothing",
 )

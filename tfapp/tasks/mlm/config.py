@@ -13,6 +13,7 @@ MODEL_KINDS = ("bert",)
 #: every step (so no snapshot or cache of the masked batches), one text column
 UNUSED = (
     "data.validation_files", "data.test_files", "data.test_split", "data.validation_split",
+    "data.class_weight", "model.label_smoothing",
     "data.text_pair_column", "data.label_column", "data.multi_label", "data.label_separator",
     "data.cache", "data.snapshot", "data.service", "data.drop_regex",
     "data.strip_punctuation", "data.vocab_size", "data.example_shape", "data.context_words",
