@@ -123,3 +123,13 @@ def test_two_replicas_make_the_same_update_as_one():
     (two, one) = result["after"]
     for a, b in zip(two, one, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_a_class_weight_mapping_is_one_hparams_string():
+    from tfapp.training.tb_logging import hparams
+
+    cfg = load_config(REPO / "configs/classifier_local.yaml",
+                      ["data.class_weight={positive: 3, negative: 0.5}"])
+    assert hparams(cfg)["data.class_weight"] == "positive:3,negative:0.5"
+    assert hparams(load_config(REPO / "configs/classifier_local.yaml",
+                               []))["data.class_weight"] == "none"

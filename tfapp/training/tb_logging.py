@@ -89,6 +89,8 @@ def hparams(cfg: ExperimentConfig) -> dict[str, bool | int | float | str]:
         for key, value in _flatten(getattr(cfg, group), group):
             if value is None:  # "auto" fields; HParams has no null and types must not mix
                 continue
+            if isinstance(value, dict):  # data.class_weight's {label: weight}
+                value = ",".join(f"{k}:{v:g}" for k, v in value.items())
             out[key] = ",".join(map(str, value)) if isinstance(value, list | tuple) else value
     return out
 
