@@ -344,3 +344,18 @@ def test_requeue_both_ways(tmp_path, forced, retries, next_is_same):
     assert (nxt.trial_id == first.trial_id) is next_is_same
     if not next_is_same:
         assert oracle.trials[first.trial_id].status == "FAILED"
+
+
+def test_ema_averages_both_ways():
+    var = tf.Variable([1.0, 2.0])
+    opt = tf.keras.optimizers.SGD(0.5, use_ema=True, ema_momentum=0.5)
+    for _ in range(2):
+        opt.apply_gradients([(tf.constant([1.0, 1.0]), var)])
+    (average,) = compat.ema_averages(opt, [var])
+    # var: 1 -> 0.5 -> 0; the average starts at var and takes half of it each step:
+    # 0.5 * 1 + 0.5 * 0.5 = 0.75, then 0.5 * 0.75 + 0.5 * 0 = 0.375.
+    np.testing.assert_allclose(var.numpy(), [0.0, 1.0])
+    np.testing.assert_allclose(average.numpy(), [0.375, 1.375])
+    assert compat.ema_averages(tf.keras.optimizers.SGD(0.5), [var]) is None  # no EMA
+    with compat.public_path("ema_averages"):
+        assert compat.ema_averages(opt, [var]) is None

@@ -159,3 +159,41 @@ def test_best_checkpoint_is_recorded_after_it_is_complete_and_only_improves(tmp_
     _tiny_fit([BestCheckpoint(layout, "loss", "min")], epochs=5, initial_epoch=4, lr=5.0)
     assert json.loads(layout.best_record.read_text()) == record
     assert not (layout.checkpoints / "best-009-dead00.index").exists()
+
+
+def test_ema_validation_and_best_checkpoint_use_the_averaged_weights(tmp_path):
+    from tfapp.run_layout import RunLayout
+    from tfapp.training.callbacks import AveragedWeightsForValidation, BestCheckpoint
+
+    tf.keras.utils.set_random_seed(3)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 2)).astype("float32")
+    y = x.sum(axis=1)
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.05, use_ema=True, ema_momentum=0.9),
+                  loss="mse")
+    layout = RunLayout(tmp_path)
+    history = model.fit(x, y, batch_size=8, epochs=3, verbose=0, validation_data=(x, y),
+                        callbacks=[BestCheckpoint(layout, "val_loss", "min"),
+                                   AveragedWeightsForValidation()])
+    # fit ends by copying the averages into the model (tf-keras's finalize_variable_values):
+    # the last validation loss is the averaged model's, not the raw weights' (which differ).
+    averaged_loss = model.evaluate(x, y, verbose=0)
+    assert history.history["val_loss"][-1] == pytest.approx(averaged_loss, rel=1e-5)
+    assert history.history["val_loss"][-1] != pytest.approx(history.history["loss"][-1],
+                                                             rel=1e-2)
+    record = json.loads(layout.best_record.read_text())
+    assert record["epoch"] == 3  # the averaged loss still falls each epoch here
+    saved = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
+    saved.load_weights(str(layout.best_checkpoint)).expect_partial()
+    np.testing.assert_allclose(saved.get_weights()[0], model.get_weights()[0], rtol=1e-6)
+    # The averages travel with the checkpoint (as with the backup): a model restored from it
+    # goes on averaging from them, not from its restored weights.
+    from tfapp import compat
+
+    saved.compile(optimizer=tf.keras.optimizers.SGD(0.05, use_ema=True, ema_momentum=0.9),
+                  loss="mse")
+    saved.optimizer.build(saved.trainable_variables)
+    saved.load_weights(str(layout.best_checkpoint)).expect_partial()
+    averages = compat.ema_averages(saved.optimizer, saved.trainable_variables)
+    np.testing.assert_allclose(averages[0].numpy(), model.get_weights()[0], rtol=1e-6)

@@ -52,6 +52,8 @@ TOUCHES: dict[str, tuple[str, str, str]] = {
                          "a model with inputs and Keras's own train_step"),
     "step_backups": ("tf_keras", "BackupAndRestore saves and resumes at a step, on SIGTERM",
                      "BackupAndRestore at epoch ends (SIGTERM stops without a new backup)"),
+    "ema_averages": ("tf_keras", "validation scores the averaged weights (optimizer.ema_decay)",
+                     "validation scores the raw weights; the export still uses the average"),
     "tuner_debug": ("keras_tuner", "one line per failed trial instead of its traceback",
                     "KerasTuner prints the traceback"),
     "oracle_server": ("keras_tuner", "a chief that polls twice a second and hands a silent "
@@ -258,6 +260,20 @@ def adam_slots(optimizer: Any, variable: Any) -> tuple[Any, Any] | None:
         return optimizer._momentums[index], optimizer._velocities[index]
     except (AttributeError, KeyError, IndexError) as err:
         _missing("adam_slots", err)
+        return None
+
+
+def ema_averages(optimizer: Any, var_list: list) -> list | None:
+    """The moving averages a tf-keras optimizer built with ``use_ema=True`` keeps of
+    ``var_list`` (in that order), or None (no EMA, or the public path: tf-keras only
+    offers ``finalize_variable_values``, a one-way copy of the averages into the model)."""
+    if not getattr(optimizer, "use_ema", False) or not use_private("ema_averages"):
+        return None
+    try:
+        averages = optimizer._model_variables_moving_average
+        return [averages[optimizer._index_dict[optimizer._var_key(v)]] for v in var_list]
+    except (AttributeError, KeyError, IndexError, TypeError) as err:
+        _missing("ema_averages", err)
         return None
 
 

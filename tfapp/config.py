@@ -235,6 +235,9 @@ class OptimizerConfig:
       schedule: linear (warmup then linear decay to 0), one_cycle, or constant.
       warmup_ratio: fraction of the optimizer steps spent warming up.
       clipnorm: clip gradients to this global norm (0 = off).
+      ema_decay: keep an exponential moving average of the weights with this decay per
+        optimizer step (0 = off; 0.999 is common): validation, the best checkpoint and
+        the export use the averaged weights.
       lr_find_steps: LR range finder: most optimizer steps of the exponential sweep (it stops
         earlier once the loss diverges).
       lr_find_min: LR range finder: learning rate the sweep starts at.
@@ -251,6 +254,7 @@ class OptimizerConfig:
     schedule: str = choices("linear", "one_cycle", "constant", default="linear")
     warmup_ratio: float = bounded(0.1, min=0.0, max=1.0)
     clipnorm: float = bounded(1.0, min=0.0)
+    ema_decay: float = bounded(0.0, min=0.0, max=0.99999)
     lr_find_steps: int = bounded(100, min=5)
     lr_find_min: float = bounded(1e-7, gt=0.0)
     lr_find_max: float = bounded(1.0, gt=0.0)

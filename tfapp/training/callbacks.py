@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import logging
 import shutil
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
-from tfapp import killpoints
+from tfapp import compat, killpoints
 from tfapp.atomic import read_state, write_text
 from tfapp.config import ExperimentConfig
 from tfapp.run_layout import RunLayout
@@ -81,7 +83,8 @@ class BestCheckpoint(tf.keras.callbacks.Callback):
         if value is None or not self._better(float(value)):
             return
         name = f"best-{epoch + 1:03d}-{uuid.uuid4().hex[:6]}"
-        self.model.save_weights(str(self.directory / name))
+        with averaged_weights(self.model):  # what validation scored (optimizer.ema_decay)
+            self.model.save_weights(str(self.directory / name))
         record = {"checkpoint": name, "epoch": epoch + 1, "monitor": self.monitor,
                   "value": float(value)}
         write_text(self.record_path, json.dumps(record, indent=1))
@@ -149,6 +152,43 @@ def history_row(history_csv: Path, epoch: int) -> dict[str, float]:
     return {}
 
 
+@contextlib.contextmanager
+def averaged_weights(model) -> Iterator[None]:
+    """With ``optimizer.ema_decay``: the model holds its weights' moving average inside the
+    block, its raw weights again after it (without: nothing changes). The averages are
+    optimizer variables, so backups keep them and a resumed run goes on averaging."""
+    variables = model.trainable_variables
+    averages = compat.ema_averages(model.optimizer, variables)
+    if averages is None:
+        yield
+        return
+    raw = [tf.identity(v) for v in variables]
+    for var, average in zip(variables, averages, strict=True):
+        var.assign(average)
+    try:
+        yield
+    finally:
+        for var, value in zip(variables, raw, strict=True):
+            var.assign(value)
+
+
+class AveragedWeightsForValidation(tf.keras.callbacks.Callback):
+    """Validation scores the weights' moving average (``optimizer.ema_decay``)."""
+
+    def __init__(self):
+        super().__init__()
+        self._block: contextlib.AbstractContextManager | None = None
+
+    def on_test_begin(self, logs=None):
+        self._block = averaged_weights(self.model)
+        self._block.__enter__()
+
+    def on_test_end(self, logs=None):
+        if self._block is not None:
+            self._block.__exit__(None, None, None)
+            self._block = None
+
+
 class KillPoints(tf.keras.callbacks.Callback):
     """The crash test's points inside ``fit`` (``tfapp.killpoints``); added only when armed."""
 
@@ -189,6 +229,8 @@ def standard_callbacks(cfg: ExperimentConfig, layout: RunLayout, *, backup: Path
     # Throughput, HParams and the on-demand profiler server (trainer.profiler_port).
     cbs += run_callbacks(cfg, layout.logs)
     cbs.append(BestCheckpoint(layout, monitor, mode))
+    if cfg.optimizer.ema_decay > 0:
+        cbs.append(AveragedWeightsForValidation())
     if t.early_stopping_patience > 0:
         cbs.append(tf.keras.callbacks.EarlyStopping(
             # The loop restores the best weights from BestCheckpoint, stopped early or not.

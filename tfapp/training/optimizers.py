@@ -148,6 +148,8 @@ def build_optimizer(cfg: OptimizerConfig, *, peak: float = 0.0, total_steps: int
     if schedule is None:
         schedule = build_schedule(cfg, peak=peak, total_steps=total_steps)
     clip = {"global_clipnorm": cfg.clipnorm} if cfg.clipnorm > 0 else {}
+    if cfg.ema_decay > 0:  # tf-keras keeps the average as optimizer variables (checkpointed)
+        clip.update(use_ema=True, ema_momentum=cfg.ema_decay)
     if cfg.name == "adamw":
         opt = FusedAdamW(learning_rate=schedule, weight_decay=cfg.weight_decay, epsilon=1e-6,
                          **clip)
