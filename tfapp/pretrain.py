@@ -88,7 +88,8 @@ def _module_seq_length(hub: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    # Flags may come between the overrides (`--out DIR key=value --steps 10 key=value`).
+    args = _parser().parse_intermixed_args(argv)
     # `--corpus a.txt runtime.strategy=mirrored`: nargs="+" swallows the trailing overrides;
     # hand back those that look like key=value and are not files.
     for item in list(args.corpus):
