@@ -152,3 +152,16 @@ def test_a_folder_of_other_files_is_never_taken_as_a_run_directory(tmp_path):
     ctx = RunContext.create(_cfg(tmp_path, "name=empty"))  # an empty folder is a new run
     ctx.begin()
     ctx.release()
+
+
+def test_a_moved_run_directory_still_resumes(tmp_path):
+    ctx = RunContext.create(_cfg(tmp_path / "a"))
+    ctx.begin()
+    ctx.release()
+    (tmp_path / "a" / "run" / "backup").mkdir()
+    (tmp_path / "a" / "run" / "backup" / "checkpoint").write_text("x")
+    (tmp_path / "a" / "run").rename(tmp_path / "moved")  # output_dir and name both change
+    moved = RunContext.create(load_config(None, [f"output_dir={tmp_path}", "name=moved"]))
+    moved.begin()  # where a run lives is not part of its training
+    moved.release()
+    assert (tmp_path / "moved" / "backup" / "checkpoint").is_file()

@@ -183,9 +183,10 @@ def _hold(lock_path: Path) -> IO[str]:
 
 
 #: what may change between a run and the rerun that resumes it: how long it trains, and
-#: what does not touch the trained state (where data is cached or served from, logging,
-#: tracking, the TPU's address)
-_RESUMABLE_CHANGES = ("trainer.epochs", "trainer.max_steps", "trainer.log_every_steps",
+#: what does not touch the trained state (where the run directory was moved, where data is
+#: cached or served from, logging, tracking, the TPU's address)
+_RESUMABLE_CHANGES = ("output_dir", "name",
+                      "trainer.epochs", "trainer.max_steps", "trainer.log_every_steps",
                       "trainer.profile_steps", "trainer.profiler_port", "data.service",
                       "data.cache", "data.snapshot", "data.prefetch", "tracking", "runtime.tpu",
                       "mlm.overwrite")
