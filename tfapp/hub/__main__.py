@@ -95,6 +95,9 @@ def _build(args: argparse.Namespace) -> int:
                  "seq_length"):
         if getattr(args, flag) < 1:
             raise ConfigError(f"--{flag.replace('_', '-')} {getattr(args, flag)} must be >= 1")
+    if args.hidden % args.heads:
+        raise ConfigError(f"--hidden {args.hidden} is not divisible by --heads {args.heads}; "
+                          "pick a multiple")
     if not 0.0 <= args.dropout < 1.0:
         raise ConfigError(f"--dropout {args.dropout} must be in [0, 1)")
 
