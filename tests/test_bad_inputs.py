@@ -67,8 +67,8 @@ def _snapshot(*roots: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    """One tiny finished classifier run (output_dir/classifier_local, export included), made
-    once for the module; rows get a copy of its output_dir as {runs}."""
+    """One tiny finished classifier run (runs/classifier_local, export included) trained on
+    good.csv, made once for the module; rows get a copy of runs/ as {runs}."""
     from tfapp.config import load_config
     from tfapp.training.driver import train
 
@@ -79,15 +79,16 @@ def trained(tmp_path_factory) -> Path:
         "trainer.epochs=1", "trainer.steps_per_epoch=1", "tracking.tensorboard=false"])
     train(cfg)
     assert (cfg.run_dir / "export" / "saved_model.pb").is_file()
-    return tmp / "runs"
+    return tmp
 
 
 # (id, module, argv, text the error line must contain). {out} is an empty output directory,
 # {in} the folder of input files, {runs} a copy of the trained fixture's output_dir ({run} its
-# run), {port} a free port; braces meant literally are doubled ({{ }}: str.format).
+# run, {trained_csv} its data), {port} a free port; literal braces are doubled (str.format).
 TRAIN = ["--config", "configs/classifier_local.yaml", "output_dir={out}"]
+# The trained run's own command (its data: {trained_csv}), but for what a row changes.
 RERUN = ["--config", "configs/classifier_local.yaml", "output_dir={runs}",
-         "data.train_files={good}", "trainer.epochs=1", "trainer.steps_per_epoch=1"]
+         "data.train_files={trained_csv}", "trainer.epochs=1", "trainer.steps_per_epoch=1"]
 TUNE = ["--config", "configs/classifier_tune.yaml", "output_dir={out}"]
 BUILD = ["build-bert", "--corpus", "{corpus}"]
 PRETRAIN = ["--corpus", "{corpus}", "--hub", "builtin:tiny", "output_dir={out}", "--steps", "1",
@@ -107,6 +108,8 @@ ROWS = [
     ("override-bad-choice", "tfapp.train", [*TRAIN, "runtime.strategy=gpu9"], "gpu9"),
     ("multi-worker-without-tf-config", "tfapp.train",
      [*TRAIN, "runtime.strategy=multi_worker"], "TF_CONFIG"),
+    ("override-after-a-flag", "tfapp.train", [*TRAIN, "--overwrite", "trainer.epochz=3"],
+     "epochz"),
     ("override-interpolation", "tfapp.train", [*TRAIN, "data.train_files=${{oc.env:HOME}}/x.csv"],
      "interpolation"),
     # output directory and run names
@@ -122,7 +125,7 @@ ROWS = [
      ["--config", "configs/classifier_local.yaml", "output_dir={in}", "name=photos",
       "--overwrite"], "not a tfapp run directory"),
     ("rerun-finished-other-config", "tfapp.train", [*RERUN, "optimizer.learning_rate=0.01"],
-     "finished run with another config"),
+     "finished run with another config (optimizer.learning_rate differs)"),
     ("run-dir-locked", "tfapp.train", RERUN, "is in use by pid"),
     # data files and labels
     ("data-missing", "tfapp.train", [*TRAIN, "data.train_files=/no/such/file.csv"],
@@ -212,7 +215,8 @@ ROWS = [
     ("hub-build-vocab-size-too-small", "tfapp.hub.__main__",
      [*BUILD, "--out", "{out}/hub", "--vocab-size", "3"], "reserved tokens"),
     ("hub-build-heads-not-dividing", "tfapp.hub.__main__",
-     [*BUILD, "--out", "{out}/hub", "--hidden", "100", "--heads", "3"], "not divisible"),
+     [*BUILD, "--out", "{out}/hub", "--hidden", "100", "--heads", "3"],
+     "--hidden 100 is not divisible by --heads 3"),
     ("hub-convert-missing-dir", "tfapp.hub.__main__",
      ["convert", "--from", "/no/hf", "--out", "{out}/hub"], "/no/hf"),
     ("hub-convert-not-a-checkpoint", "tfapp.hub.__main__",
@@ -227,8 +231,8 @@ ROWS = [
      ["--corpus", "{corpus}", "--hub", "/no/hub", "--out", "{out}/adapted"], "/no/hub"),
     ("pretrain-bad-mask-rate", "tfapp.pretrain",
      [*PRETRAIN, "--out", "{out}/adapted", "--mask-rate", "1.5"], "--mask-rate 1.5"),
-    ("pretrain-bad-mlm-override", "tfapp.pretrain",
-     [*PRETRAIN, "--out", "{out}/adapted", "mlm.mask_rate=2"], "mlm.mask_rate"),
+    ("pretrain-bad-mlm-override", "tfapp.pretrain",  # (after flags: read all the same)
+     [*PRETRAIN, "--out", "{out}/adapted", "mlm.mask_rate=2"], "mlm.mask_rate: 2.0"),
     ("pretrain-batch-size-zero", "tfapp.pretrain",
      [*PRETRAIN, "--out", "{out}/adapted", "--batch-size", "0"], "--batch-size must be >= 1"),
     ("pretrain-out-exists", "tfapp.pretrain", [*PRETRAIN, "--out", "{photos}"],
@@ -317,10 +321,14 @@ def test_bad_input_is_one_line_and_leaves_nothing(row_id, module, argv, fragment
     out = tmp_path / "out"
     out.mkdir()
     runs = tmp_path / "runs"
+    trained_csv = ""
     if any("{run" in a for a in argv):  # a copy of the trained run (the row may not change it)
-        shutil.copytree(request.getfixturevalue("trained"), runs)
+        trained = request.getfixturevalue("trained")
+        shutil.copytree(trained / "runs", runs)
+        trained_csv = str(trained / "good.csv")
     names.update({"in": str(tmp_path / "in")}, out=str(out), runs=str(runs),
-                 run=str(runs / "classifier_local"), port=str(free_ports(1)[0]))
+                 run=str(runs / "classifier_local"), trained_csv=trained_csv,
+                 port=str(free_ports(1)[0]))
     with SETUP.get(row_id, lambda _: contextlib.nullcontext({}))(names) as extra:
         argv = [a.format(**names, **extra) for a in argv]
         # The run's lock file is tfapp's, rewritten by whoever takes it; the rest is kept.
