@@ -194,7 +194,7 @@ ROWS = [
      ["--model", "{fake_generator}", "--data", "{good}"], "not a tfapp classifier export"),
     ("predict-no-texts", "tfapp.predict", ["--model", "{run}"], "no texts given"),
     ("predict-input-not-utf8", "tfapp.predict", ["--model", "{run}", "--input", "{binary}"],
-     "not UTF-8"),
+     "UTF-8"),
     ("predict-pair-count", "tfapp.predict", ["--model", "{run}", "--pair", "x", "a", "b"],
      "--pair given 1 times for 2 texts"),
     ("evaluate-unseen-label", "tfapp.evaluate", ["--model", "{run}", "--data", "{unseen_label}"],
@@ -309,6 +309,17 @@ def _port_in_use(names: dict[str, str]) -> Iterator[dict[str, str]]:  # noqa: AR
 SETUP = {"run-dir-locked": _run_dir_locked, "data-service-port-in-use": _port_in_use}
 
 
+def _listen_all() -> list[str]:
+    """data_service's acknowledgement that its servers listen on every interface, where it
+    asks for one (--listen-all): the rows test what comes after it."""
+    import inspect
+
+    from tfapp.data_service import LocalDataService
+
+    return (["--listen-all"]
+            if "listen_all" in inspect.signature(LocalDataService).parameters else [])
+
+
 @pytest.mark.parametrize("row_id,module,argv,fragment", ROWS, ids=[r[0] for r in ROWS])
 def test_bad_input_is_one_line_and_leaves_nothing(row_id, module, argv, fragment, tmp_path,
                                                   capsys, monkeypatch, request):
@@ -331,6 +342,8 @@ def test_bad_input_is_one_line_and_leaves_nothing(row_id, module, argv, fragment
                  port=str(free_ports(1)[0]))
     with SETUP.get(row_id, lambda _: contextlib.nullcontext({}))(names) as extra:
         argv = [a.format(**names, **extra) for a in argv]
+        if module == "tfapp.data_service":
+            argv += _listen_all()
         # The run's lock file is tfapp's, rewritten by whoever takes it; the rest is kept.
         before = {f: h for f, h in _snapshot(tmp_path / "in", runs).items()
                   if not f.endswith("/.lock")}
