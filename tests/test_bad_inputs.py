@@ -4,17 +4,29 @@ Each row runs a real entry point's ``main(argv)`` in this process (TensorFlow lo
 the whole table) and checks what a user relies on: a non-zero exit (2 for a user mistake),
 the last stderr line ``<prog>: error: ...`` naming the offending value, no traceback, and
 nothing half-written: no export, checkpoint or backup, and a run directory, if one was
-started, that says ``failed``. docs/errors.md lists these messages.
+started, that says ``failed``. Nothing of the user's is lost either: the input folder
+(``{in}``, with a folder of someone's ``{photos}``) and the trained run rows point at
+(``{runs}``) hold the same files with the same bytes afterwards. docs/errors.md lists these
+messages.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import importlib
 import json
+import os
+import shutil
+import signal
+import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, free_ports
 
 GOOD_CSV = "text,label\n" + "".join(
     f"review number {i} was {'great' if i % 2 else 'awful'},{'pos' if i % 2 else 'neg'}\n"
@@ -37,11 +49,51 @@ def _files(tmp: Path) -> dict[str, str]:
     (tmp / "not_a_model").mkdir()
     (tmp / "not_a_model" / "saved_model.pb").write_bytes(b"not a protobuf")
     (tmp / "a_file").write_text("x")
+    (tmp / "corpus.txt").write_text("".join(f"review number {i}\n" for i in range(40)))
+    (tmp / "fake_generator").mkdir()  # a generator export, as far as the finder looks
+    (tmp / "fake_generator" / "saved_model.pb").write_bytes(b"not a protobuf")
+    (tmp / "fake_generator" / "generator.json").write_text("{}")
+    (tmp / "photos").mkdir()  # someone's folder: no command may write to or delete it
+    (tmp / "photos" / "beach.jpg").write_bytes(b"\xff\xd8 holiday")
+    (tmp / "photos" / "notes.txt").write_text("keep me")
     return {p.name.split(".")[0]: str(p) for p in tmp.iterdir()}
 
 
-# (id, module, argv, text the error line must contain). {out} is the output directory.
+def _snapshot(*roots: Path) -> dict[str, str]:
+    """Every file under ``roots`` (dot files too) -> sha256 of its bytes."""
+    return {str(f): hashlib.sha256(f.read_bytes()).hexdigest()
+            for root in roots if root.exists() for f in sorted(root.rglob("*")) if f.is_file()}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """One tiny finished classifier run (runs/classifier_local, export included) trained on
+    good.csv, made once for the module; rows get a copy of runs/ as {runs}."""
+    from tfapp.config import load_config
+    from tfapp.training.driver import train
+
+    tmp = tmp_path_factory.mktemp("trained")
+    (tmp / "good.csv").write_text(GOOD_CSV)
+    cfg = load_config(str(REPO / "configs" / "classifier_local.yaml"), [
+        f"output_dir={tmp / 'runs'}", f"data.train_files={tmp / 'good.csv'}",
+        "trainer.epochs=1", "trainer.steps_per_epoch=1", "tracking.tensorboard=false"])
+    train(cfg)
+    assert (cfg.run_dir / "export" / "saved_model.pb").is_file()
+    return tmp
+
+
+# (id, module, argv, text the error line must contain). {out} is an empty output directory,
+# {in} the folder of input files, {runs} a copy of the trained fixture's output_dir ({run} its
+# run, {trained_csv} its data), {port} a free port; literal braces are doubled (str.format).
 TRAIN = ["--config", "configs/classifier_local.yaml", "output_dir={out}"]
+# The trained run's own command (its data: {trained_csv}), but for what a row changes.
+RERUN = ["--config", "configs/classifier_local.yaml", "output_dir={runs}",
+         "data.train_files={trained_csv}", "trainer.epochs=1", "trainer.steps_per_epoch=1"]
+TUNE = ["--config", "configs/classifier_tune.yaml", "output_dir={out}"]
+BUILD = ["build-bert", "--corpus", "{corpus}"]
+PRETRAIN = ["--corpus", "{corpus}", "--hub", "builtin:tiny", "output_dir={out}", "--steps", "1",
+            "--batch-size", "4", "--seq-length", "16"]
+LR_FIND = ["--config", "configs/classifier_local.yaml"]
 ROWS = [
     # config files
     ("config-missing", "tfapp.train", ["--config", "/no/such.yaml"], "/no/such.yaml"),
@@ -56,9 +108,25 @@ ROWS = [
     ("override-bad-choice", "tfapp.train", [*TRAIN, "runtime.strategy=gpu9"], "gpu9"),
     ("multi-worker-without-tf-config", "tfapp.train",
      [*TRAIN, "runtime.strategy=multi_worker"], "TF_CONFIG"),
-    # output directory
+    ("override-after-a-flag", "tfapp.train", [*TRAIN, "--overwrite", "trainer.epochz=3"],
+     "epochz"),
+    ("override-interpolation", "tfapp.train", [*TRAIN, "data.train_files=${{oc.env:HOME}}/x.csv"],
+     "interpolation"),
+    # output directory and run names
     ("output-dir-unwritable", "tfapp.train",
      ["--config", "configs/classifier_local.yaml", "output_dir={a_file}/runs"], "a_file"),
+    ("run-name-dotdot", "tfapp.train", [*TRAIN, "name=.."], "name: '..'"),
+    ("run-name-dot", "tfapp.train", [*TRAIN, "name=."], "name: '.'"),
+    ("run-name-path", "tfapp.train", [*TRAIN, "name=a/b"], "name: 'a/b'"),
+    ("run-dir-of-other-files", "tfapp.train",
+     ["--config", "configs/classifier_local.yaml", "output_dir={in}", "name=photos"],
+     "not a tfapp run directory"),
+    ("run-dir-of-other-files-overwrite", "tfapp.train",
+     ["--config", "configs/classifier_local.yaml", "output_dir={in}", "name=photos",
+      "--overwrite"], "not a tfapp run directory"),
+    ("rerun-finished-other-config", "tfapp.train", [*RERUN, "optimizer.learning_rate=0.01"],
+     "finished run with another config (optimizer.learning_rate differs)"),
+    ("run-dir-locked", "tfapp.train", RERUN, "is in use by pid"),
     # data files and labels
     ("data-missing", "tfapp.train", [*TRAIN, "data.train_files=/no/such/file.csv"],
      "/no/such/file.csv"),
@@ -81,6 +149,36 @@ ROWS = [
      [*TRAIN, "model.hub_handle={not_a_model}"], "model.hub_preprocessor"),
     ("hub-unknown-builtin", "tfapp.train", [*TRAIN, "model.hub_handle=builtin:huge"],
      "builtin:huge"),
+    ("hub-plain-http", "tfapp.train", [*TRAIN, "model.hub_handle=http://example.com/bert"],
+     "https://"),
+    # tune: the search space and the distributed roles
+    ("tune-empty-space", "tfapp.tune", ["--config", "configs/classifier_local.yaml",
+                                        "output_dir={out}"], "tune.space is empty"),
+    ("tune-space-unknown-key", "tfapp.tune",
+     [*TUNE, "tune.space={{optimizer.learning_rat: {{type: float, min: 0.001, max: 0.01}}}}"],
+     "learning_rat"),
+    ("tune-space-runtime-key", "tfapp.tune",
+     [*TUNE, "tune.space={{runtime.precision: {{type: choice, values: [float32]}}}}"],
+     "runtime.precision"),
+    ("tune-space-bad-range", "tfapp.tune",
+     [*TUNE, "tune.space={{optimizer.learning_rate: {{type: float, min: 0.1, max: 0.01}}}}"],
+     "min 0.1 > max 0.01"),
+    ("tune-oracle-malformed", "tfapp.tune", [*TUNE, "--worker", "w0", "--oracle", "nonsense"],
+     "--oracle 'nonsense'"),
+    ("tune-chief-and-worker", "tfapp.tune",
+     [*TUNE, "--chief", "--worker", "w0", "--oracle", "127.0.0.1:{port}"], "--chief and --worker"),
+    ("tune-chief-without-oracle", "tfapp.tune", [*TUNE, "--chief"], "--oracle HOST:PORT"),
+    ("tune-worker-id-chief", "tfapp.tune",
+     [*TUNE, "--worker", "chief2", "--oracle", "127.0.0.1:{port}"], "'chief2'"),
+    ("tune-worker-without-chief", "tfapp.tune",
+     [*TUNE, "--worker", "w0", "--oracle", "127.0.0.1:{port}", "tune.worker_timeout_s=2"],
+     "no tuning chief answers"),
+    ("tune-overwrite-trained-run", "tfapp.tune",
+     ["--config", "configs/classifier_tune.yaml", "output_dir={runs}", "name=classifier_local",
+      "--overwrite"], "not a tfapp search"),
+    ("tune-overwrite-other-files", "tfapp.tune",
+     ["--config", "configs/classifier_tune.yaml", "output_dir={in}", "name=photos",
+      "--overwrite"], "not a tfapp search"),
     # model directories
     ("predict-no-export", "tfapp.predict", ["--model", "{out}", "hello"], "no exported classifier"),
     ("predict-missing-input", "tfapp.predict", ["--model", "{out}", "--input", "/no/in.txt"],
@@ -88,12 +186,95 @@ ROWS = [
     ("evaluate-missing-model", "tfapp.evaluate", ["--model", "/no/run", "--data", "{good}"],
      "/no/run"),
     ("generate-missing-model", "tfapp.generate", ["--model", "/no/run", "hello"], "/no/run"),
+    ("generate-given-classifier", "tfapp.generate", ["--model", "{run}", "hello"],
+     "not a tfapp generator export"),
+    ("predict-given-generator", "tfapp.predict", ["--model", "{fake_generator}", "hello"],
+     "not a tfapp classifier export"),
+    ("evaluate-given-generator", "tfapp.evaluate",
+     ["--model", "{fake_generator}", "--data", "{good}"], "not a tfapp classifier export"),
+    ("predict-no-texts", "tfapp.predict", ["--model", "{run}"], "no texts given"),
+    ("predict-input-not-utf8", "tfapp.predict", ["--model", "{run}", "--input", "{binary}"],
+     "UTF-8"),
+    ("predict-pair-count", "tfapp.predict", ["--model", "{run}", "--pair", "x", "a", "b"],
+     "--pair given 1 times for 2 texts"),
+    ("evaluate-unseen-label", "tfapp.evaluate", ["--model", "{run}", "--data", "{unseen_label}"],
+     "sideways"),
+    ("evaluate-no-label-column", "tfapp.evaluate", ["--model", "{run}", "--data", "{no_label}"],
+     "no column 'label'"),
+    ("evaluate-missing-data", "tfapp.evaluate", ["--model", "{run}", "--data", "/no/test.csv"],
+     "/no/test.csv"),
+    # hub modules
+    ("hub-build-out-exists", "tfapp.hub.__main__", [*BUILD, "--out", "{photos}"],
+     "already exists"),
+    ("hub-build-overwrite-other-files", "tfapp.hub.__main__",
+     [*BUILD, "--out", "{photos}", "--overwrite"], "not a tfapp module directory"),
+    ("hub-build-missing-corpus", "tfapp.hub.__main__",
+     ["build-bert", "--corpus", "/no/corpus.txt", "--out", "{out}/hub"], "/no/corpus.txt"),
+    ("hub-build-vocab-size-zero", "tfapp.hub.__main__",
+     [*BUILD, "--out", "{out}/hub", "--vocab-size", "0"], "--vocab-size 0"),
+    ("hub-build-vocab-size-too-small", "tfapp.hub.__main__",
+     [*BUILD, "--out", "{out}/hub", "--vocab-size", "3"], "reserved tokens"),
+    ("hub-build-heads-not-dividing", "tfapp.hub.__main__",
+     [*BUILD, "--out", "{out}/hub", "--hidden", "100", "--heads", "3"],
+     "--hidden 100 is not divisible by --heads 3"),
+    ("hub-convert-missing-dir", "tfapp.hub.__main__",
+     ["convert", "--from", "/no/hf", "--out", "{out}/hub"], "/no/hf"),
+    ("hub-convert-not-a-checkpoint", "tfapp.hub.__main__",
+     ["convert", "--from", "{photos}", "--out", "{out}/hub"], "no config.json"),
+    ("hub-resolve-missing", "tfapp.hub.__main__", ["resolve", "/no/encoder"], "/no/encoder"),
+    ("hub-no-command", "tfapp.hub.__main__", [], "COMMAND"),
+    # pretrain
+    ("pretrain-missing-corpus", "tfapp.pretrain",
+     ["--corpus", "/no/corpus.txt", "--hub", "builtin:tiny", "--out", "{out}/adapted",
+      "output_dir={out}"], "/no/corpus.txt"),
+    ("pretrain-missing-hub", "tfapp.pretrain",
+     ["--corpus", "{corpus}", "--hub", "/no/hub", "--out", "{out}/adapted"], "/no/hub"),
+    ("pretrain-bad-mask-rate", "tfapp.pretrain",
+     [*PRETRAIN, "--out", "{out}/adapted", "--mask-rate", "1.5"], "--mask-rate 1.5"),
+    ("pretrain-bad-mlm-override", "tfapp.pretrain",  # (after flags: read all the same)
+     [*PRETRAIN, "--out", "{out}/adapted", "mlm.mask_rate=2"], "mlm.mask_rate: 2.0"),
+    ("pretrain-batch-size-zero", "tfapp.pretrain",
+     [*PRETRAIN, "--out", "{out}/adapted", "--batch-size", "0"], "--batch-size must be >= 1"),
+    ("pretrain-out-exists", "tfapp.pretrain", [*PRETRAIN, "--out", "{photos}"],
+     "already exists"),
+    ("pretrain-overwrite-other-files", "tfapp.pretrain",
+     [*PRETRAIN, "--out", "{photos}", "--overwrite"], "not a tfapp module directory"),
+    # lr_find
+    ("lr-find-output-not-png", "tfapp.lr_find", [*LR_FIND, "--output", "{out}/lr.txt"],
+     "give a .png path"),
+    ("lr-find-output-folder-missing", "tfapp.lr_find", [*LR_FIND, "--output", "/no/dir/lr.png"],
+     "/no/dir"),
+    ("lr-find-missing-data", "tfapp.lr_find",
+     [*LR_FIND, "--output", "{out}/lr.png", "data.train_files=/no/such/file.csv"],
+     "/no/such/file.csv"),
+    # share, profile, data_service, doctor
+    ("share-missing-dir", "tfapp.share", ["/no/run"], "/no/run"),
+    ("share-no-runs", "tfapp.share", ["{photos}"], "holds no tfapp run"),
+    ("profile-summary-no-capture", "tfapp.profile", ["summary", "{run}"],
+     "no profiler capture"),
+    ("profile-summary-missing-dir", "tfapp.profile", ["summary", "/no/run"], "/no/run"),
+    ("profile-capture-no-server", "tfapp.profile",
+     ["capture", "--address", "127.0.0.1:{port}", "--duration-ms", "200", "--logdir",
+      "{out}/logs"], "nothing listens there"),
+    ("profile-capture-bad-address", "tfapp.profile",
+     ["capture", "--address", "nonsense", "--logdir", "{out}/logs"], "--address nonsense"),
+    ("profile-capture-zero-duration", "tfapp.profile",
+     ["capture", "--address", "127.0.0.1:{port}", "--duration-ms", "0", "--logdir",
+      "{out}/logs"], "--duration-ms"),
+    ("data-service-no-workers", "tfapp.data_service", ["--workers", "0", "--port", "0"],
+     "--workers 0"),
+    ("data-service-port-in-use", "tfapp.data_service", ["--workers", "1", "--port", "{busy}"],
+     "choose another --port"),
+    ("doctor-unknown-flag", "tfapp.doctor", ["--fix"], "--fix"),
     # prompts
     ("generate-no-prompt", "tfapp.generate", ["--model", "{out}"], "prompt"),
     ("generate-missing-prompts-file", "tfapp.generate",
      ["--model", "{out}", "--prompts-file", "/no/prompts.txt"], "/no/prompts.txt"),
     # command-line arguments
+    ("cli-no-command", "tfapp.cli", [], "no command given"),
     ("cli-unknown-command", "tfapp.cli", ["trian"], "trian"),
+    ("cli-unknown-flag-predict", "tfapp.cli", ["predict", "--model", "{out}", "--batch-size",
+                                               "0", "hi"], "--batch-size"),
     ("cli-unknown-flag", "tfapp.train", ["--epochs", "3"], "--epochs"),
     ("cli-missing-required", "tfapp.predict", ["hello"], "--model"),
     ("cli-bad-number", "tfapp.generate", ["--model", "{out}", "--top-k", "many", "hi"],
@@ -101,28 +282,105 @@ ROWS = [
 ]
 
 
-@pytest.mark.parametrize("module,argv,fragment", [r[1:] for r in ROWS],
-                         ids=[r[0] for r in ROWS])
-def test_bad_input_is_one_line_and_leaves_nothing(module, argv, fragment, tmp_path, capsys,
-                                                  monkeypatch):
+@contextlib.contextmanager
+def _run_dir_locked(names: dict[str, str]) -> Iterator[dict[str, str]]:
+    """Another process trains into {run}: its flock held, as tfapp's own lock holds it."""
+    with open(Path(names["run"]) / ".lock", "a+", encoding="utf-8") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield {}
+
+
+@contextlib.contextmanager
+def _port_in_use(names: dict[str, str]) -> Iterator[dict[str, str]]:  # noqa: ARG001
+    """{busy}: a port some other server listens on. Were the dispatcher to start anyway, it
+    would serve until a signal: a SIGINT after 60 s ends it (exit 0, so the row fails)
+    instead of hanging the suite."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        watchdog = threading.Timer(60, os.kill, (os.getpid(), signal.SIGINT))
+        watchdog.start()
+        try:
+            yield {"busy": str(sock.getsockname()[1])}
+        finally:
+            watchdog.cancel()
+
+
+SETUP = {"run-dir-locked": _run_dir_locked, "data-service-port-in-use": _port_in_use}
+
+
+def _listen_all() -> list[str]:
+    """data_service's acknowledgement that its servers listen on every interface, where it
+    asks for one (--listen-all): the rows test what comes after it."""
+    import inspect
+
+    from tfapp.data_service import LocalDataService
+
+    return (["--listen-all"]
+            if "listen_all" in inspect.signature(LocalDataService).parameters else [])
+
+
+@pytest.mark.parametrize("row_id,module,argv,fragment", ROWS, ids=[r[0] for r in ROWS])
+def test_bad_input_is_one_line_and_leaves_nothing(row_id, module, argv, fragment, tmp_path,
+                                                  capsys, monkeypatch, request):
     monkeypatch.chdir(REPO)
     monkeypatch.delenv("TF_CONFIG", raising=False)
+    for var in ("KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT", "KERASTUNER_TUNER_ID"):
+        monkeypatch.setenv(var, "")  # recorded, so what tune's flags set is undone after
+        monkeypatch.delenv(var)
     names = _files(tmp_path / "in")
     out = tmp_path / "out"
     out.mkdir()
-    argv = [a.format(out=out, **names) for a in argv]
-    try:
-        code = importlib.import_module(module).main(argv)
-    except SystemExit as stop:  # argparse reports its own errors this way
-        code = stop.code
+    runs = tmp_path / "runs"
+    trained_csv = ""
+    if any("{run" in a for a in argv):  # a copy of the trained run (the row may not change it)
+        trained = request.getfixturevalue("trained")
+        shutil.copytree(trained / "runs", runs)
+        trained_csv = str(trained / "good.csv")
+    names.update({"in": str(tmp_path / "in")}, out=str(out), runs=str(runs),
+                 run=str(runs / "classifier_local"), trained_csv=trained_csv,
+                 port=str(free_ports(1)[0]))
+    with SETUP.get(row_id, lambda _: contextlib.nullcontext({}))(names) as extra:
+        argv = [a.format(**names, **extra) for a in argv]
+        if module == "tfapp.data_service":
+            argv += _listen_all()
+        # The run's lock file is tfapp's, rewritten by whoever takes it; the rest is kept.
+        before = {f: h for f, h in _snapshot(tmp_path / "in", runs).items()
+                  if not f.endswith("/.lock")}
+        try:
+            code = importlib.import_module(module).main(argv)
+        except SystemExit as stop:  # argparse reports its own errors this way
+            code = stop.code
     err = capsys.readouterr().err
     assert code == 2, err[-2000:]
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
     assert ": error: " in last and fragment in last, last
     assert last.startswith("tfapp: error:") or "usage:" in err  # argparse: usage + error
+    # Nothing of the user's lost or changed: the same files with the same bytes.
+    after = {f: h for f, h in _snapshot(tmp_path / "in", runs).items()
+             if not f.endswith("/.lock")}
+    assert after == before
     # Nothing half-written: no model, checkpoint or backup; a started run says "failed".
     for bad in ("export", "checkpoints", "backup", ".export.tmp"):
         assert not list(out.rglob(bad)), bad
     for status in out.rglob("status.json"):
         assert json.loads(status.read_text())["state"] == "failed"
+
+
+def test_a_run_that_starts_over_takes_its_data_labels_not_an_old_labels_json(tmp_path):
+    """labels.json keeps a resumed run's label ids; a run that starts over (no backup, or
+    --overwrite) must not refuse its data's labels because an earlier run left that file."""
+    from tfapp.config import DataConfig
+    from tfapp.data.classification import load_classification_splits
+    from tfapp.data.errors import DataError
+
+    (tmp_path / "labels.json").write_text('{"labels": ["neg", "pos"], "multi_label": false}')
+    (tmp_path / "train.csv").write_text("text,label\n" + "".join(
+        f"text {i},{('meh', 'neg', 'pos')[i % 3]}\n" for i in range(30)))
+    data = DataConfig(train_files=str(tmp_path / "train.csv"))
+    with pytest.raises(DataError, match="unknown label 'meh'"):  # resuming: ids must not move
+        load_classification_splits(data, 0, tmp_path / "labels.json", keep_vocab=True)
+    splits = load_classification_splits(data, 0, tmp_path / "labels.json", keep_vocab=False)
+    assert splits.label_names == ["meh", "neg", "pos"]
+    assert json.loads((tmp_path / "labels.json").read_text())["labels"] == ["meh", "neg", "pos"]

@@ -87,7 +87,7 @@ def test_cli_user_errors_exit_2_with_one_line(tmp_path):
         (["--corpus", str(tmp_path / "c.csv")],
          "no column 'text' in the header row (has: review, label) -- pass --text-column"),
         (["--corpus", str(tmp_path / "c.csv"), "--text-column", "review", "--hidden", "30",
-          "--heads", "4"], "not divisible by num_heads"),
+          "--heads", "4"], "--hidden 30 is not divisible by --heads 4"),
     ]
     for args, expected in cases:
         proc = run_python(["-m", "tfapp.hub", "build-bert", "--out", str(tmp_path / "o"),

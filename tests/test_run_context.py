@@ -116,3 +116,55 @@ def test_a_resume_may_change_where_data_is_served_from_and_what_is_logged(tmp_pa
     # a new dispatcher port, no TensorBoard, longer, a profiler server: the same training
     again.begin()
     again.release()
+
+
+def test_a_finished_run_is_trained_again_only_under_its_own_config(tmp_path):
+    ctx = RunContext.create(_cfg(tmp_path, "trainer.epochs=2"))
+    ctx.begin()
+    ctx.status("finished")
+    ctx.release()
+
+    same = RunContext.create(_cfg(tmp_path, "trainer.epochs=2", "tracking.tensorboard=false"))
+    same.begin()  # the same training (other logging): trained again, as before
+    same.status("finished")
+    same.release()
+    params = (tmp_path / "run" / "params.yaml").read_text()
+    for changed in ("optimizer.learning_rate=0.1", "trainer.epochs=5"):
+        other = RunContext.create(_cfg(tmp_path, "trainer.epochs=2", changed))
+        with pytest.raises(ConfigError, match=r"holds a finished run with another config \("
+                                              rf"{changed.split('=')[0]} differs\); nothing "
+                                              "was changed; pass --overwrite"):
+            other.begin()
+        assert (tmp_path / "run" / "params.yaml").read_text() == params
+    other.begin(restart=True)  # --overwrite: train it again under the new config
+    assert "epochs: 5" in (tmp_path / "run" / "params.yaml").read_text()
+    other.release()
+
+
+def test_a_folder_of_other_files_is_never_taken_as_a_run_directory(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "backup").mkdir()  # someone's own "backup" folder
+    (tmp_path / "run" / "backup" / "thesis.tex").write_text("keep")
+    for restart in (False, True):
+        with pytest.raises(ConfigError, match=rf"{tmp_path / 'run'} is not a tfapp run "
+                                              r"directory \(no params.yaml\) and holds other "
+                                              r"files \(backup\); nothing was changed"):
+            RunContext.create(_cfg(tmp_path)).begin(restart=restart)
+    assert sorted(p.name for p in (tmp_path / "run").rglob("*")) == ["backup", "thesis.tex"]
+    (tmp_path / "empty").mkdir()
+    ctx = RunContext.create(_cfg(tmp_path, "name=empty"))  # an empty folder is a new run
+    ctx.begin()
+    ctx.release()
+
+
+def test_a_moved_run_directory_still_resumes(tmp_path):
+    ctx = RunContext.create(_cfg(tmp_path / "a"))
+    ctx.begin()
+    ctx.release()
+    (tmp_path / "a" / "run" / "backup").mkdir()
+    (tmp_path / "a" / "run" / "backup" / "checkpoint").write_text("x")
+    (tmp_path / "a" / "run").rename(tmp_path / "moved")  # output_dir and name both change
+    moved = RunContext.create(load_config(None, [f"output_dir={tmp_path}", "name=moved"]))
+    moved.begin()  # where a run lives is not part of its training
+    moved.release()
+    assert (tmp_path / "moved" / "backup" / "checkpoint").is_file()

@@ -121,12 +121,17 @@ def run_main(body: Callable[[], int | None]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """``tfapp <command> [args]``: the console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print("usage: tfapp <command> [args...]\n\ncommands:\n  "
-              + "\n  ".join(COMMANDS)
-              + "\n\n`tfapp <command> --help` describes each; "
-                "`python -m tfapp.<command>` is the same.")
-        return 0 if argv else EXIT_USER_ERROR
+    usage = ("usage: tfapp <command> [args...]\n\ncommands:\n  " + "\n  ".join(COMMANDS)
+             + "\n\n`tfapp <command> --help` describes each; "
+               "`python -m tfapp.<command>` is the same.")
+    if argv and argv[0] in ("-h", "--help"):
+        print(usage)
+        return 0
+    if not argv:  # a mistake: the usage, then the one error line, both on stderr
+        print(usage, file=sys.stderr)
+        print(f"tfapp: error: no command given; choose one of: {', '.join(COMMANDS)}",
+              file=sys.stderr)
+        return EXIT_USER_ERROR
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
         print(f"tfapp: error: unknown command '{command}'; choose one of: "

@@ -28,7 +28,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", metavar="PNG",
                         help="where to write the plot (default: lr_find_<name>.png in the "
                              "current directory); the numbers go next to it as .json")
-    args = parser.parse_args(argv)
+    # Flags may come between the overrides (`... --overwrite key=value`), as in tune.
+    args = parser.parse_intermixed_args(argv)
     cli.setup_logging(args.verbose)
 
     def body() -> int:

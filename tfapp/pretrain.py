@@ -46,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="module to adapt: a directory from build-bert/convert/pretrain, or "
                         "builtin:tiny")
     p.add_argument("--out", required=True, metavar="NEW_HUB_DIR", help="output directory (new)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --out, and train a finished run of it again")
     p.add_argument("--steps", type=int, default=_STEPS,
                    help=f"optimizer steps, rounded up to whole --log-every (trainer.max_steps; "
                         f"default {_STEPS})")
@@ -87,7 +88,8 @@ def _module_seq_length(hub: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    # Flags may come between the overrides (`--out DIR key=value --steps 10 key=value`).
+    args = _parser().parse_intermixed_args(argv)
     # `--corpus a.txt runtime.strategy=mirrored`: nargs="+" swallows the trailing overrides;
     # hand back those that look like key=value and are not files.
     for item in list(args.corpus):
@@ -119,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"mlm.overwrite={args.overwrite}", *args.overrides])
         from tfapp.training.driver import train
 
-        result = train(cfg)
+        result = train(cfg, restart=args.overwrite)  # a finished run: train it again
         print("\n".join(result.lines))
         print(f"run directory: {result.run_dir}; TensorBoard: tensorboard --logdir "
               f"{result.run_dir}")

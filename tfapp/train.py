@@ -25,7 +25,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--overwrite", action="store_true",
                         help="start the run over: delete its backup instead of resuming it "
                              "(a rerun whose config changed is refused without this)")
-    args = parser.parse_args(argv)
+    # Flags may come between the overrides (`... --overwrite key=value`), as in tune.
+    args = parser.parse_intermixed_args(argv)
     cli.setup_logging(args.verbose)
 
     def body() -> int:

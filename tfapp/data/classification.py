@@ -93,12 +93,14 @@ def resolve_demo(data_cfg: DataConfig) -> tuple[str, str, str]:
 
 
 def load_classification_splits(data_cfg: DataConfig, seed: int,
-                               label_vocab_path: Path | str | None = None
-                               ) -> ClassificationSplits:
+                               label_vocab_path: Path | str | None = None, *,
+                               keep_vocab: bool = True) -> ClassificationSplits:
     """Read, check and label-encode the train/validation/test splits.
 
-    The label vocabulary comes from ``label_vocab_path`` when that file exists (a resumed
-    run keeps its label ids), else it is built from the training labels and written there.
+    The label vocabulary comes from ``label_vocab_path`` when that file exists and
+    ``keep_vocab`` (a resumed run keeps its label ids), else it is built from the training
+    labels and written there (a run that starts over takes its data's labels, not those an
+    earlier run left).
     Without validation files, a seeded ``validation_split`` fraction of train is held out.
     Bad rows fail or are skipped per ``data.on_bad_rows``; the skip report is logged here,
     at the end of the data pass, and returned in ``.report``.
@@ -115,7 +117,7 @@ def load_classification_splits(data_cfg: DataConfig, seed: int,
 
     raw_train = read_examples(train_spec, data_cfg, split="train", mode=mode, report=report)
     path = Path(label_vocab_path) if label_vocab_path else None
-    if path is not None and path.exists():
+    if path is not None and keep_vocab and path.exists():
         vocab = read_label_vocab(path)
         if vocab.multi_label != data_cfg.multi_label:
             raise DataError(f"{path}: multi_label={vocab.multi_label} but data.multi_label="

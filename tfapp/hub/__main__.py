@@ -87,7 +87,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _build(args: argparse.Namespace) -> int:
+    from tfapp.config import ConfigError
     from tfapp.hub.builder import BuildParams, build_bert_hub, read_corpus
+
+    # Named by their flags here (the model's own checks name BertConfig fields).
+    for flag in ("layers", "hidden", "heads", "intermediate", "max_positions", "vocab_size",
+                 "seq_length"):
+        if getattr(args, flag) < 1:
+            raise ConfigError(f"--{flag.replace('_', '-')} {getattr(args, flag)} must be >= 1")
+    if args.hidden % args.heads:
+        raise ConfigError(f"--hidden {args.hidden} is not divisible by --heads {args.heads}; "
+                          "pick a multiple")
+    if not 0.0 <= args.dropout < 1.0:
+        raise ConfigError(f"--dropout {args.dropout} must be in [0, 1)")
 
     params = BuildParams(layers=args.layers, hidden=args.hidden, heads=args.heads,
                          intermediate=args.intermediate, max_positions=args.max_positions,

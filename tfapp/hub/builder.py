@@ -88,14 +88,13 @@ def build_bert_hub(corpus: Iterable[str], out_dir: str | os.PathLike,
     ``resolve_hub_handle`` builds the builtin module in a subprocess for that reason.
     """
     from tfapp.data.vocab import build_wordpiece_vocab, write_vocab
-    from tfapp.hub.export import export_bert_modules, float32_policy
+    from tfapp.hub.export import check_out_dir, export_bert_modules, float32_policy
     from tfapp.models.bert import BertConfig, BertEncoder
 
     import tensorflow as tf
 
     out_dir = Path(out_dir)
-    if out_dir.exists() and not overwrite:
-        raise ConfigError(f"{out_dir} already exists; choose another --out or pass --overwrite")
+    check_out_dir(out_dir, overwrite)
     if tf.distribute.has_strategy():
         raise ConfigError("build_bert_hub must run outside a distribution strategy scope")
     try:

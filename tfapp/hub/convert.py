@@ -249,14 +249,13 @@ def convert_hf_bert(src: str | os.PathLike, out_dir: str | os.PathLike, *,
     ``lower_case`` None reads the casing from the tokenizer config; ``seq_length`` (the
     preprocessor's default length) None is 128 or the model's maximum if shorter.
     """
-    from tfapp.hub.export import export_bert_modules, float32_policy
+    from tfapp.hub.export import check_out_dir, export_bert_modules, float32_policy
     from tfapp.models.bert import BertEncoder
 
     import tensorflow as tf
 
     out_dir = Path(out_dir)
-    if out_dir.exists() and not overwrite:
-        raise ConfigError(f"{out_dir} already exists; choose another --out or pass --overwrite")
+    check_out_dir(out_dir, overwrite)
     if tf.distribute.has_strategy():
         raise ConfigError("convert_hf_bert must run outside a distribution strategy scope")
     cfg, weights, vocab_file, lower_case, initialised = read_hf_bert(src, lower_case=lower_case)

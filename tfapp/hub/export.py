@@ -45,6 +45,7 @@ import tensorflow as tf
 __all__ = [
     "HUB_METADATA_FILE",
     "ReusableBertEncoder",
+    "check_out_dir",
     "export_bert_modules",
     "export_encoder",
     "export_preprocessor",
@@ -147,6 +148,20 @@ def export_preprocessor(vocab_file: str | os.PathLike, export_dir: str | os.Path
     return export_dir
 
 
+def check_out_dir(out_dir: str | os.PathLike, overwrite: bool) -> None:
+    """Whether a module pair may be written to ``out_dir``: a new folder, or with
+    ``overwrite`` a module pair tfapp wrote (its tfapp_hub.json) or an empty folder, never a
+    folder of other files. Commands call it before their slow work, and the export again."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not overwrite:
+        raise ConfigError(f"{out_dir} already exists; choose another --out or pass --overwrite")
+    if out_dir.exists() and not (out_dir / HUB_METADATA_FILE).is_file() \
+            and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise ConfigError(f"--overwrite: {out_dir} is not a tfapp module directory (no "
+                          f"{HUB_METADATA_FILE}) and is not empty; nothing was replaced; "
+                          "choose another --out")
+
+
 def export_bert_modules(encoder: BertEncoder, vocab_file: str | os.PathLike,
                         out_dir: str | os.PathLike, *, lower_case: bool,
                         default_seq_length: int = 128, overwrite: bool = False,
@@ -157,15 +172,7 @@ def export_bert_modules(encoder: BertEncoder, vocab_file: str | os.PathLike,
     sees either nothing or the complete pair of modules.
     """
     out_dir = Path(out_dir)
-    if out_dir.exists() and not overwrite:
-        raise ConfigError(f"{out_dir} already exists; choose another --out or pass --overwrite")
-    if out_dir.exists() and not (out_dir / HUB_METADATA_FILE).is_file() \
-            and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        # --overwrite replaces a module pair tfapp wrote (its tfapp_hub.json) or an empty
-        # folder, never a folder of other files.
-        raise ConfigError(f"--overwrite: {out_dir} is not a tfapp module directory (no "
-                          f"{HUB_METADATA_FILE}) and is not empty; nothing was replaced; "
-                          "choose another --out")
+    check_out_dir(out_dir, overwrite)
     with atomic_directory(out_dir, overwrite=overwrite) as tmp:
         shutil.copyfile(vocab_file, tmp / "vocab.txt")
         export_encoder(encoder, tmp / "encoder", vocab_file=str(tmp / "vocab.txt"),

@@ -26,7 +26,7 @@ from typing import IO, Any
 
 from tfapp import killpoints
 from tfapp import runtime as runtime_lib
-from tfapp.atomic import remove_leftovers
+from tfapp.atomic import read_state, remove_leftovers
 from tfapp.config import (
     ConfigError,
     ExperimentConfig,
@@ -95,10 +95,14 @@ class RunContext:
                 f"xla={'on' if self.jit_compile else 'off'}")
 
     def begin(self, *, restart: bool = False) -> Path:
-        """Check the run directory is writable and take it (one process at a time); refuse
-        to resume a backup made under another config (``restart`` deletes the backup
-        instead); write params.yaml and status ``running``. Returns params.yaml's path."""
+        """Check the run directory is a run's (or new) and writable and take it (one
+        process at a time); refuse to resume a backup made under another config, or to
+        train a finished run again under another config (``restart`` deletes the backup
+        and allows both); write params.yaml and status ``running``. Returns params.yaml's
+        path."""
         root = self.layout.root
+        if self.is_chief:
+            _check_is_a_run(root)  # before anything is written into it
         try:
             root.mkdir(parents=True, exist_ok=True)
             probe = root / f".write_probe_{os.getpid()}"
@@ -118,6 +122,8 @@ class RunContext:
                     shutil.rmtree(self.run.backup, ignore_errors=True)
                 elif self.resuming:
                     _check_resumable(self.run.params, self.cfg)
+                else:
+                    _check_finished_same(self.run, self.cfg)
             params = save_params(self.cfg, root)
             self.status("running")
         except BaseException:
@@ -183,12 +189,50 @@ def _hold(lock_path: Path) -> IO[str]:
 
 
 #: what may change between a run and the rerun that resumes it: how long it trains, and
-#: what does not touch the trained state (where data is cached or served from, logging,
-#: tracking, the TPU's address)
-_RESUMABLE_CHANGES = ("trainer.epochs", "trainer.max_steps", "trainer.log_every_steps",
+#: what does not touch the trained state (where the run directory was moved, where data is
+#: cached or served from, logging, tracking, the TPU's address)
+_RESUMABLE_CHANGES = ("output_dir", "name",
+                      "trainer.epochs", "trainer.max_steps", "trainer.log_every_steps",
                       "trainer.profile_steps", "trainer.profiler_port",
                       "trainer.profiler_listen_all", "data.service",
-                      "data.cache", "data.snapshot", "data.prefetch", "tracking", "runtime.tpu")
+                      "data.cache", "data.snapshot", "data.prefetch", "tracking", "runtime.tpu",
+                      "mlm.overwrite")
+#: what may change before a finished run is trained again without --overwrite: as for a
+#: resume, but not how long it trains (a finished run has no backup: it starts over)
+_FINISHED_CHANGES = tuple(k for k in _RESUMABLE_CHANGES
+                          if k not in ("trainer.epochs", "trainer.max_steps"))
+
+
+def _check_is_a_run(root: Path) -> None:
+    """A run directory is new, empty, or one tfapp made (params.yaml or status.json in it);
+    a folder of other files is refused, --overwrite or not: training would write over or
+    (restart) delete what is in it."""
+    if not root.is_dir() or RunLayout(root).params.exists() or RunLayout(root).status.exists():
+        return
+    theirs = sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
+    if theirs:
+        shown = ", ".join(theirs[:3]) + (", ..." if len(theirs) > 3 else "")
+        raise ConfigError(f"{root} is not a tfapp run directory (no params.yaml) and holds "
+                          f"other files ({shown}); nothing was changed; set name= or "
+                          "output_dir= to a new or empty folder")
+
+
+def _check_finished_same(run: RunLayout, cfg: ExperimentConfig) -> None:
+    """Training a finished run again starts from scratch and replaces its export and
+    checkpoints: done silently only under the same config (but for logging, caching or
+    serving); under another one it is refused unless --overwrite."""
+    status = read_state(run.status, "run status") or {}
+    if status.get("state") != "finished" or not run.params.is_file():
+        return
+    try:
+        changed = _first_difference(load_config(run.params), cfg, _FINISHED_CHANGES)
+    except ConfigError:
+        changed = "its params.yaml (unreadable)"
+    if changed:
+        raise ConfigError(f"{run.root} holds a finished run with another config ({changed} "
+                          "differs); nothing was changed; pass --overwrite to train it again "
+                          "(its export and checkpoints are replaced), or set name= for a new "
+                          "run")
 
 
 def _check_resumable(params: Path, cfg: ExperimentConfig) -> None:
@@ -207,15 +251,16 @@ def _check_resumable(params: Path, cfg: ExperimentConfig) -> None:
                           "name= for a new run")
 
 
-def _first_difference(a: Any, b: Any, prefix: str = "") -> str:
-    """The first dotted key whose value differs (resumable changes aside), or ""."""
+def _first_difference(a: Any, b: Any, allowed: tuple[str, ...] = _RESUMABLE_CHANGES,
+                      prefix: str = "") -> str:
+    """The first dotted key whose value differs (``allowed`` changes aside), or ""."""
     for f in dataclasses.fields(a):
         key = f"{prefix}{f.name}"
         x, y = getattr(a, f.name), getattr(b, f.name)
-        if x == y or key in _RESUMABLE_CHANGES:
+        if x == y or key in allowed:
             continue
         if dataclasses.is_dataclass(x):
-            found = _first_difference(x, y, key + ".")
+            found = _first_difference(x, y, allowed, key + ".")
             if found:
                 return found
             continue

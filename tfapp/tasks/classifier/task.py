@@ -91,7 +91,8 @@ class ClassifierTask(Task):
         preprocess = make_bert_preprocess_fn(hub_preprocessor=preprocessor,
                                              seq_length=d.seq_length)
         s = load_classification_splits(d, self.cfg.runtime.seed,
-                                       label_vocab_path=self.layout.labels)
+                                       label_vocab_path=self.layout.labels,
+                                       keep_vocab=self.ctx.resuming)
         global_batch = self.runtime.global_batch_size(d.batch_size)
 
         def dataset(examples, training):

@@ -82,6 +82,7 @@ class MaskedLMTask(Task):
         from tfapp.data.pipeline import distribute
         from tfapp.data.sources import read_texts
         from tfapp.demo import DEMO_DIR
+        from tfapp.hub.export import check_out_dir
         from tfapp.models.bert import BertConfig
 
         import tensorflow as tf
@@ -90,6 +91,8 @@ class MaskedLMTask(Task):
         if self.cfg.mlm.output and self.output.exists() and not m.overwrite:
             raise ConfigError(f"mlm.output: {self.output} already exists; choose another "
                               "(--out) or set mlm.overwrite=true (--overwrite)")
+        if self.cfg.mlm.output:  # a folder of other files: refused now, not after training
+            check_out_dir(self.output, m.overwrite)
         root, preprocessor, meta = hub_module_dir(cfg.model.hub_handle)
         bert_cfg = BertConfig.from_dict(meta["bert_config"])
         seq_length = d.seq_length
