@@ -70,6 +70,15 @@ def test_the_export_and_final_metrics_are_the_best_epochs(tmp_path):
     assert namespace["out"]["label"].numpy()[0].decode() in ("negative", "positive")
 
 
+    # Training the finished run again (same config: allowed) starts over, and an earlier
+    # attempt's best is not its best: here an unbeatable record would otherwise win.
+    record["value"] = 1e9
+    (run / "checkpoints" / "best.json").write_text(json.dumps(record))
+    again = train(cfg)
+    assert json.loads((run / "checkpoints" / "best.json").read_text())["value"] < 1e9
+    assert again.metrics["val_loss"] == pytest.approx(result.metrics["val_loss"], abs=1e-5)
+
+
 def test_vocabulary_scripts_counts_writing_systems():
     from tfapp.model_card import vocabulary_scripts
 

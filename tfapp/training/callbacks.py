@@ -70,7 +70,7 @@ class BestCheckpoint(tf.keras.callbacks.Callback):
         super().__init__()
         self.directory, self.record_path = layout.checkpoints, layout.best_record
         self.monitor, self.mode = monitor, mode
-        self.record = read_state(self.record_path, "best-checkpoint record")
+        self.record: dict | None = None
 
     def _better(self, value: float) -> bool:
         if self.record is None:
@@ -92,6 +92,7 @@ class BestCheckpoint(tf.keras.callbacks.Callback):
         self._prune()
 
     def on_train_begin(self, logs=None):
+        self.record = read_state(self.record_path, "best-checkpoint record")
         self._prune()  # a checkpoint a kill left unrecorded
 
     def _prune(self) -> None:

@@ -16,6 +16,7 @@ worker must take part in collective saves.
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -139,8 +140,9 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, restart: bool,
             cfg, run, backup=ctx.run.backup, monitor=cfg.trainer.monitor or task.default_monitor,
             has_validation=inputs.validation is not None)
         resuming = ctx.resuming
-        if not resuming:
+        if not resuming:  # starting over: an earlier attempt's history and best are not ours
             run.history.unlink(missing_ok=True)
+            shutil.rmtree(run.checkpoints, ignore_errors=True)
         model = fit_lib.build_model(ctx, task, inputs)
         lr, lr_source = _peak_learning_rate(ctx, task, model, inputs, resuming=resuming)
         schedule = build_schedule(cfg.optimizer, peak=lr, total_steps=plan.total_steps)
