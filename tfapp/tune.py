@@ -59,9 +59,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--chief", action="store_true",
                         help="distributed: serve the oracle (run no trials) at --oracle")
     parser.add_argument("--worker", metavar="ID",
-                        help="distributed: run trials for the chief at --oracle as worker ID")
+                        help="distributed: run trials for the chief at --oracle as worker ID "
+                             "(one process per ID)")
     parser.add_argument("--oracle", metavar="HOST:PORT",
-                        help="distributed: the chief's address (sets KERASTUNER_ORACLE_IP/PORT)")
+                        help="distributed: the chief's address, HOST:PORT or PORT (default "
+                             "127.0.0.1:8000, this machine only; the chief refuses any other "
+                             "address unless TFAPP_ORACLE_TOKEN holds a secret, which every "
+                             "worker then sends)")
     parser.add_argument("--top", type=int, default=10, metavar="N",
                         help="trials shown in the results table (default 10)")
     # Flags may come between the overrides (`... --overwrite key=value`).
@@ -91,22 +95,30 @@ CHIEF_WAIT_S = 60.0
 
 
 def _search(cfg: ExperimentConfig, role: str, top: int) -> int:
-    # TensorFlow and KerasTuner load only past the config checks.
-    from tfapp.tasks import get_task
-    from tfapp.tuning import distributed, results
-    from tfapp.tuning.space import objective
-    from tfapp.tuning.tuner import ConfigTuner, build_oracle, failure
-
-    from keras_tuner import errors as kt_errors
+    from tfapp.tuning import distributed
 
     if role == "worker":  # KerasTuner's client would wait up to an hour for a chief
         distributed.wait_for_chief(min(CHIEF_WAIT_S, cfg.tune.worker_timeout_s))
+    # TensorFlow and KerasTuner load only past the config checks (and a worker's chief).
+    from tfapp.tasks import get_task
+    from tfapp.tuning import results
+    from tfapp.tuning.space import objective
+    from tfapp.tuning.tuner import ConfigTuner, build_oracle, failure
+
+    import grpc
+    from keras_tuner import errors as kt_errors
+
     obj = objective(cfg, get_task(cfg.task).default_monitor)
     tuner = ConfigTuner(cfg, build_oracle(cfg, obj))
     try:
         tuner.search()
     except kt_errors.FatalError as err:
         raise ConfigError(str(err).strip().splitlines()[-1]) from None
+    except grpc.RpcError as err:  # a worker the chief refused (token, id) midway
+        refused = distributed.refusal(err)
+        if refused is None:
+            raise
+        raise refused from None
     except RuntimeError as err:
         if "consecutive failures" not in str(err):
             raise

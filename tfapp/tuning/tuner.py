@@ -96,6 +96,8 @@ class ConfigTuner(base_tuner.BaseTuner):
         # the expected failures (FailedTrialError) and the traceback only for the others.
         compat.quiet_tuner_tracebacks()
         super().__init__(oracle=oracle, directory=cfg.output_dir, project_name=cfg.name)
+        if distributed.role() == "worker":  # self.oracle is KerasTuner's client for the chief
+            distributed.route_client(self.oracle)
 
     def search(self, *args, **kwargs) -> None:
         if distributed.is_chief():
