@@ -288,7 +288,7 @@ def test_chief_and_two_workers_run_every_trial_once(tmp_path):
     assert yaml.safe_load((search / "best_params.yaml").read_text())["name"] == "dist_best"
 
 
-# -- distributed: where the chief listens, its token, worker ids -----------------------------
+# -- distributed: where the chief listens, its token, worker ids, failures in a row ---------
 
 @pytest.fixture
 def kt_env(monkeypatch):
@@ -409,6 +409,50 @@ def test_the_chief_checks_the_token_and_the_worker_id_of_every_call(kt_env, monk
         server.stop(grace=0)
 
 
+@pytest.mark.parametrize("tuner", ["random", "grid"])
+def test_the_oracle_stops_after_three_failed_trials_in_a_row(tmp_path, tuner):
+    """It hands out no new trial (KerasTuner's own check raised inside end_trial, before the
+    trial was saved: on a chief, inside an RPC); a search re-run later tries again."""
+    from tfapp.tuning.space import objective
+    from tfapp.tuning.tuner import build_oracle, failed_in_a_row
+
+    cfg = load_config(None, [f"output_dir={tmp_path}", "name=f", f"tune.tuner={tuner}",
+                             "tune.max_trials=20", SPACE])
+
+    def new_oracle():
+        oracle = build_oracle(cfg, objective(cfg, "val_loss"))
+        oracle._set_project_dir(str(tmp_path), "f")
+        return oracle
+
+    def run(oracle, statuses):
+        for status in statuses:
+            trial = oracle.create_trial("t0")
+            assert trial.status == "RUNNING"
+            if status == "COMPLETED":
+                oracle.update_trial(trial.trial_id, {"val_loss": 0.5})
+            trial.status, trial.message = status, f"why {trial.trial_id}"
+            oracle.end_trial(trial)
+        return trial
+
+    oracle = new_oracle()
+    run(oracle, ["FAILED", "FAILED", "COMPLETED", "FAILED", "FAILED"])  # reset by success
+    assert failed_in_a_row(oracle)[0] == 2 and oracle.stopped_after is None
+    last = run(oracle, ["FAILED"])
+    assert oracle.create_trial("t0").status == "STOPPED"
+    assert oracle.stopped_after == (3, oracle.trials[last.trial_id])
+    assert oracle.trials[last.trial_id].message == f"why {last.trial_id}"
+    assert oracle.create_trial("t1").status == "STOPPED"     # every worker is told
+
+    again = new_oracle()
+    again.reload()                      # the saved state holds the three failures ...
+    assert [again.trials[t].status for t in again.end_order][-3:] == ["FAILED"] * 3
+    assert again.create_trial("t0").status == "RUNNING"   # ... and a re-run tries again
+
+
+# Every trial fails at once: the demo data has fewer examples than one batch.
+FAILING = "tune.space={data.batch_size: {type: int, min: 100000, max: 100100}}"
+
+
 def _errors(log: Path) -> list[str]:
     """The one-line errors and the start of any traceback in a process's output."""
     return [line for line in log.read_text().splitlines()
@@ -466,3 +510,46 @@ def test_the_chief_takes_only_workers_with_its_token_and_one_process_per_id(tmp_
         "tfapp: error: --worker 0: another worker process with this id is alive"), again
     assert _errors(logs["chief"]) == [] and _errors(logs["w0"]) == []
     assert not (tmp_path / "dist" / "trial_1").exists()  # neither was handed a trial
+
+
+@pytest.mark.slow
+def test_failed_trials_in_a_row_end_the_search_alike_with_and_without_a_chief(tmp_path):
+    """Results written, one line naming the last failure, exit 2, in one process and on a
+    chief (listening on 127.0.0.1 with no --oracle); the worker is told to stop."""
+    port = free_ports(1)[0]
+    args = [*TINY, f"output_dir={tmp_path}", FAILING]
+    logs = {name: tmp_path / f"{name}.log" for name in ("chief", "w0", "local")}
+    procs = {"chief": _tune([*args, "name=dist", "--chief"], logs["chief"],
+                            KERASTUNER_ORACLE_PORT=str(port)),
+             "local": _tune([*args, "name=local"], logs["local"])}
+    try:
+        _wait_for_line(logs["chief"], "chief: serving", procs["chief"], 300)
+        procs["w0"] = _tune([*args, "name=dist", "--worker", "0", "--oracle", str(port)],
+                            logs["w0"])
+        codes = {name: proc.wait(timeout=300) for name, proc in procs.items()}
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    assert codes == {"chief": 2, "w0": 0, "local": 2}, {
+        name: log.read_text()[-2000:] for name, log in logs.items()}
+    assert f"chief: serving the oracle on 127.0.0.1:{port}\n" in logs["chief"].read_text()
+    assert "worker tuner-0: no trials left" in logs["w0"].read_text()
+    assert _errors(logs["w0"]) == []
+    lines = {}
+    for name, search in (("chief", "dist"), ("local", "local")):
+        trials = json.loads((tmp_path / search / "results.json").read_text())["trials"]
+        assert [(t["trial"], t["status"]) for t in trials] == [
+            ("00", "FAILED"), ("01", "FAILED"), ("02", "FAILED")]
+        batch = trials[2]["values"]["data.batch_size"]
+        why = (f"the train split has 1500 example(s), fewer than one batch of {batch}; "
+               "training drops incomplete batches, so lower data.batch_size or add data")
+        assert trials[2]["error"] == why
+        csv = tmp_path / search / "results.csv"
+        assert csv.read_text().count("FAILED") == 3
+        assert _errors(logs[name]) == [
+            f"tfapp: error: random search stopped after 3 failed trials in a row; the last, "
+            f"trial 02, failed with: {why} (the table of all trials is in {csv}; fix the "
+            "cause and re-run the same command to go on)"]
+        lines[name] = _errors(logs[name])[0].replace(str(tmp_path / search), "SEARCH")
+    assert lines["chief"] == lines["local"]

@@ -103,7 +103,7 @@ def _search(cfg: ExperimentConfig, role: str, top: int) -> int:
     from tfapp.tasks import get_task
     from tfapp.tuning import results
     from tfapp.tuning.space import objective
-    from tfapp.tuning.tuner import ConfigTuner, build_oracle, failure
+    from tfapp.tuning.tuner import ConfigTuner, build_oracle, failure, last_line, read_record
 
     import grpc
     from keras_tuner import errors as kt_errors
@@ -119,12 +119,6 @@ def _search(cfg: ExperimentConfig, role: str, top: int) -> int:
         if refused is None:
             raise
         raise refused from None
-    except RuntimeError as err:
-        if "consecutive failures" not in str(err):
-            raise
-        last = failure(str(err).split("\n", 1)[-1]).strip().splitlines()
-        raise ConfigError(f"{cfg.tune.tuner} search stopped: {str(err).splitlines()[0]} "
-                          f"The last trial failed with: {last[-1] if last else '?'}") from None
     if role == "worker":
         print(f"worker {tuner.tuner_id}: no trials left; the chief writes the results")
         return 0
@@ -141,6 +135,18 @@ def _search(cfg: ExperimentConfig, role: str, top: int) -> int:
         if exported:
             print(f"best model:      {exported}")
     print(f"TensorBoard:     tensorboard --logdir {search_dir}  (HParams tab)")
+    # Set by the oracle (tuner._StopsAfterFailures), the single process's or the chief's.
+    stopped = tuner.oracle.stopped_after
+    if stopped:
+        failed, last = stopped
+        # A chief's oracle has no message (KerasTuner's Trial proto has none): the record
+        # the worker wrote says why.
+        reason = (read_record(search_dir, last.trial_id).get("error")
+                  or last_line(failure(last.message)))
+        raise ConfigError(f"{cfg.tune.tuner} search stopped after {failed} failed trials in a "
+                          f"row; the last, trial {last.trial_id}, failed with: {reason} (the "
+                          f"table of all trials is in {paths['csv']}; fix the cause and re-run "
+                          "the same command to go on)")
     return 0
 
 
