@@ -302,17 +302,24 @@ def test_chief_and_two_workers_run_every_trial_once(tmp_path):
 # -- distributed: where the chief listens, its token, worker ids, failures in a row ---------
 
 @pytest.fixture
-def kt_env(monkeypatch):
-    """No KerasTuner role, address or token from the outside; configure() writes them."""
-    from tfapp.tuning import distributed
+def kt_env():
+    """No KerasTuner role, address or token from the outside; configure() writes them into
+    os.environ, so they are removed again afterwards (monkeypatch.delenv of an unset name
+    would not undo that, and later tests' subprocesses would inherit a role)."""
+    import os
+
+    from tfapp.tuning import distributed as d
+
+    names = (d.ENV_ID, d.ENV_IP, d.ENV_PORT, d.ENV_TOKEN)
+    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
 
     def clear():
-        for name in (distributed.ENV_ID, distributed.ENV_IP, distributed.ENV_PORT,
-                     distributed.ENV_TOKEN):
-            monkeypatch.delenv(name, raising=False)
+        for name in names:
+            os.environ.pop(name, None)
 
+    yield clear
     clear()
-    return clear
+    os.environ.update(saved)
 
 
 def test_the_oracle_address_is_loopback_unless_told_and_needs_a_token_elsewhere(kt_env,
