@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 from tfapp import compat
+from tfapp.config import ConfigError
 from tfapp.training.optimizers import FusedAdamW
 from tfapp.training.preemption import ResumableBackup
 
@@ -326,6 +327,52 @@ def test_serve_oracle_steps_aside_on_the_public_path(monkeypatch, tmp_path):
     monkeypatch.setenv(distributed.ENV_PORT, "1")   # never bound: nothing is served
     with compat.public_path("oracle_server"):
         assert distributed.serve_oracle(_oracle(tmp_path)) is False
+        # KerasTuner's own chief checks no token: it is refused, not ignored.
+        monkeypatch.setenv(distributed.ENV_TOKEN, "s3cret")
+        with pytest.raises(ConfigError, match="TFAPP_ORACLE_TOKEN is set but this "
+                                              "KerasTuner's chief cannot check it"):
+            distributed.serve_oracle(_oracle(tmp_path))
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_oracle_client_routing_both_ways(monkeypatch, tmp_path, forced):
+    """A worker's KerasTuner client sends tfapp's token (internal path); on the public path
+    its calls carry none, so a chief with a token refuses them, and a worker with a token
+    refuses to start."""
+    from tfapp.tuning import distributed
+
+    import grpc
+    from keras_tuner.src.distribute import oracle_client
+
+    monkeypatch.setenv(distributed.ENV_TOKEN, "s3cret")
+    oracle = _oracle(tmp_path)
+    servicer_class, add, _ = compat.oracle_server_parts(lambda request, context: None)
+    server = distributed.build_server(distributed._Workers(60.0),
+                                      lambda server: add(servicer_class(oracle), server))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    monkeypatch.setenv(distributed.ENV_IP, "127.0.0.1")
+    monkeypatch.setenv(distributed.ENV_PORT, str(port))
+    monkeypatch.setenv(distributed.ENV_ID, "tuner-1")
+    try:
+        client = oracle_client.OracleClient(oracle)
+        stub = client.stub
+        with compat.public_path("oracle_client") if forced else _nothing():
+            assert compat.route_oracle_client(
+                client, distributed.worker_channel()) is not forced
+            if forced:
+                with pytest.raises(ConfigError, match="cannot send it"):
+                    distributed.route_client(client)
+        assert (client.stub is stub) is forced
+        if forced:
+            with pytest.raises(grpc.RpcError) as err:
+                client.get_space()
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        else:
+            assert [h.name for h in client.get_space().space] == ["lr"]
+            assert client.create_trial("tuner-1").trial_id in oracle.trials
+    finally:
+        server.stop(grace=0)
 
 
 @pytest.mark.parametrize("forced, retries, next_is_same", [

@@ -159,9 +159,9 @@ def _trial_status(search: Path, trial_id: str) -> str | None:
         return None
 
 
-def _tune(args: list[str], log: Path) -> subprocess.Popen:
+def _tune(args: list[str], log: Path, **env: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "tfapp.tune", *args], cwd=REPO,
-                            env=subprocess_env(PYTHONUNBUFFERED="1"),
+                            env=subprocess_env(PYTHONUNBUFFERED="1", **env),
                             stdout=log.open("w"), stderr=subprocess.STDOUT)
 
 
@@ -229,18 +229,27 @@ def _wait_for_line(log: Path, pattern: str, proc: subprocess.Popen, seconds: flo
 
 @pytest.mark.slow
 def test_a_killed_workers_trial_goes_to_the_next_worker_and_the_search_ends(tmp_path):
-    """KerasTuner alone would wait forever for a worker killed mid-trial."""
+    """KerasTuner alone would wait forever for a worker killed mid-trial.
+
+    No verdict rests on how fast this machine is: w1 starts only once the chief has given
+    up on w0 (so w1 is handed trial 0 first, then trial 1), and the 15 s timeout is far
+    beyond any pause of w1's heartbeats under load. The timeout logic itself is checked
+    against explicit timestamps: test_worker_ids_and_silence_follow_the_clock."""
     search = tmp_path / "dist"
     oracle = f"127.0.0.1:{free_ports(1)[0]}"
     args = [*TINY, f"output_dir={tmp_path}", "name=dist", "trainer.epochs=1",
-            "tune.max_trials=2", "tune.worker_timeout_s=3"]
+            "tune.max_trials=2", "tune.worker_timeout_s=15"]
     logs = {name: tmp_path / f"{name}.log" for name in ("chief", "w0", "w1")}
     procs = {"chief": _tune([*args, "--chief", "--oracle", oracle], logs["chief"])}
     try:
+        # (A worker waits at most 60 s for its chief, which a loaded machine may exceed.)
+        _wait_for_line(logs["chief"], "chief: serving", procs["chief"], 300)
         procs["w0"] = _tune([*args, "--worker", "0", "--oracle", oracle], logs["w0"])
         _wait_for_line(logs["w0"], r"trial 0 \[tuner-0\]", procs["w0"], 300)
         procs["w0"].kill()  # mid-trial: no end_trial, no goodbye
         procs["w0"].wait(30)
+        _wait_for_line(logs["chief"], r"chief: worker tuner-0 sent no heartbeat",
+                       procs["chief"], 120)
         procs["w1"] = _tune([*args, "--worker", "1", "--oracle", oracle], logs["w1"])
         for name in ("w1", "chief"):
             assert procs[name].wait(timeout=300) == 0, logs[name].read_text()[-3000:]
@@ -253,6 +262,8 @@ def test_a_killed_workers_trial_goes_to_the_next_worker_and_the_search_ends(tmp_
                      r"trial 0 goes to the next worker", chief), chief[-3000:]
     worker = logs["w1"].read_text()
     assert worker.count("trial 0 [tuner-1]") == 1 and worker.count("trial 1 [tuner-1]") == 1
+    assert worker.index("trial 0 [tuner-1]") < worker.index("trial 1 [tuner-1]")
+    assert "tuner-1 sent no heartbeat" not in chief
     results = json.loads((search / "results.json").read_text())
     assert sorted((t["trial"], t["status"]) for t in results["trials"]) == [
         ("0", "COMPLETED"), ("1", "COMPLETED")]
@@ -286,3 +297,277 @@ def test_chief_and_two_workers_run_every_trial_once(tmp_path):
     assert [t["status"] for t in results["trials"]] == ["COMPLETED"] * 4
     assert "val_loss (min)" in (tmp_path / "chief.log").read_text()
     assert yaml.safe_load((search / "best_params.yaml").read_text())["name"] == "dist_best"
+
+
+# -- distributed: where the chief listens, its token, worker ids, failures in a row ---------
+
+@pytest.fixture
+def kt_env():
+    """No KerasTuner role, address or token from the outside; configure() writes them into
+    os.environ, so they are removed again afterwards (monkeypatch.delenv of an unset name
+    would not undo that, and later tests' subprocesses would inherit a role)."""
+    import os
+
+    from tfapp.tuning import distributed as d
+
+    names = (d.ENV_ID, d.ENV_IP, d.ENV_PORT, d.ENV_TOKEN)
+    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
+
+    def clear():
+        for name in names:
+            os.environ.pop(name, None)
+
+    yield clear
+    clear()
+    os.environ.update(saved)
+
+
+def test_the_oracle_address_is_loopback_unless_told_and_needs_a_token_elsewhere(kt_env,
+                                                                                  monkeypatch):
+    from tfapp.tuning import distributed as d
+
+    assert d.configure(True, None, None) == "chief"
+    assert (d.address(), d.token()) == ("127.0.0.1:8000", None)
+    kt_env()
+    assert d.configure(False, "3", "9001") == "worker"  # a bare PORT is on 127.0.0.1
+    assert (d.address(), d.os.environ[d.ENV_ID]) == ("127.0.0.1:9001", "tuner-3")
+    kt_env()
+    assert d.configure(False, None, None) == "local"  # no distribution, no address
+    assert d.ENV_IP not in d.os.environ
+    kt_env()
+    with pytest.raises(ConfigError) as err:
+        d.configure(True, None, "0.0.0.0:9001")
+    assert str(err.value).startswith("the chief would serve the oracle on 0.0.0.0:9001, "
+                                     "which other machines can reach, with no token; set "
+                                     "TFAPP_ORACLE_TOKEN")
+    monkeypatch.setenv(d.ENV_TOKEN, "s3cret")
+    assert d.configure(True, None, "0.0.0.0:9001") == "chief"
+    monkeypatch.setenv(d.ENV_TOKEN, "tab\tinside")
+    with pytest.raises(ConfigError, match="only printable ASCII"):
+        d.configure(True, None, "9001")
+    kt_env()
+    assert d.configure(False, "1", "10.0.0.1:9001") == "worker"  # its chief decides
+    for bad in ("host:", ":80", "99999", "a:b"):
+        kt_env()
+        with pytest.raises(ConfigError, match=f"--oracle '{re.escape(bad)}' is not HOST:PORT"):
+            d.configure(True, None, bad)
+    assert [d.is_loopback(h) for h in ("127.0.0.2", "::1", "[::1]", "LocalHost", "0.0.0.0",
+                                       "10.0.0.1", "::", "tuner-host")] == [
+        True, True, True, True, False, False, False, False]
+
+
+def test_worker_ids_and_silence_follow_the_clock():
+    """The chief's bookkeeping of worker ids against explicit timestamps (timeout 10 s)."""
+    from tfapp.tuning.distributed import _Workers
+
+    now = [0.0]
+    workers = _Workers(10.0, clock=lambda: now[0])
+    assert workers.heard("tuner-0", "first") is None
+    now[0] = 4.0
+    assert workers.heard("tuner-0", "second") == 4.0  # another live process: refused
+    assert workers.heard("tuner-0") is None           # no nonce (KerasTuner's own call)
+    now[0] = 9.0
+    assert workers.heard("tuner-0", "first") is None
+    now[0] = 19.0
+    assert workers.silent() == []                     # 10 s since 9.0: not yet over
+    now[0] = 19.5
+    assert workers.silent() == [("tuner-0", 10.5)]    # over: reported once
+    assert workers.silent() == []
+    now[0] = 20.0
+    assert workers.heard("tuner-0", "second") is None  # a restarted worker takes the id
+    now[0] = 21.0
+    assert workers.heard("tuner-0", "first") == 1.0   # ... and the old one is refused
+    assert workers.heard("tuner-1", "x") is None
+    now[0] = 31.5
+    # Silent past the timeout but not yet swept by the serve loop: still free to take.
+    assert workers.heard("tuner-1", "y") is None
+    assert workers.silent() == [("tuner-0", 11.5)]   # since 20.0: refused calls do not count
+
+
+def test_the_chief_checks_the_token_and_the_worker_id_of_every_call(kt_env, monkeypatch):
+    """Over real gRPC, through the worker's first call (wait_for_chief): a wrong or missing
+    token is refused as UNAUTHENTICATED, a second process with a live worker's id as
+    ALREADY_EXISTS, each as one line naming the fix."""
+    from tfapp.tuning import distributed as d
+
+    import grpc
+
+    monkeypatch.setenv(d.ENV_TOKEN, "s3cret")
+    workers = d._Workers(60.0)
+    server = d.build_server(workers, lambda server: None)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        d.configure(False, "7", str(port))
+        d.wait_for_chief(10)                              # the right token: taken
+        assert list(workers._last) == ["tuner-7"]
+        monkeypatch.setenv(d.ENV_TOKEN, "s3creT")
+        with pytest.raises(ConfigError) as err:
+            d.wait_for_chief(10)
+        assert str(err.value) == (f"the tuning chief at 127.0.0.1:{port} refused this worker: "
+                                  "TFAPP_ORACLE_TOKEN is not the chief's; set it to the token "
+                                  "the chief was started with")
+        monkeypatch.delenv(d.ENV_TOKEN)
+        with pytest.raises(ConfigError, match="TFAPP_ORACLE_TOKEN is not set"):
+            d.wait_for_chief(10)
+        raw = grpc.insecure_channel(f"127.0.0.1:{port}")  # no metadata at all
+        with pytest.raises(grpc.RpcError) as rpc:
+            d._heartbeat_call(raw)(b"tuner-7", timeout=10)
+        assert rpc.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        raw.close()
+
+        monkeypatch.setenv(d.ENV_TOKEN, "s3cret")
+        monkeypatch.setattr(d, "_NONCE", "another-process")
+        with pytest.raises(ConfigError) as err:
+            d.wait_for_chief(10)
+        assert re.fullmatch(r"--worker 7: another worker process with this id is alive \(the "
+                            r"chief heard from another process as tuner-7 \d+ s ago\); give "
+                            r"each worker its own --worker ID .*", str(err.value)), err.value
+    finally:
+        server.stop(grace=0)
+
+
+@pytest.mark.parametrize("tuner", ["random", "grid"])
+def test_the_oracle_stops_after_three_failed_trials_in_a_row(tmp_path, tuner):
+    """It hands out no new trial (KerasTuner's own check raised inside end_trial, before the
+    trial was saved: on a chief, inside an RPC); a search re-run later tries again."""
+    from tfapp.tuning.space import objective
+    from tfapp.tuning.tuner import build_oracle, failed_in_a_row
+
+    cfg = load_config(None, [f"output_dir={tmp_path}", "name=f", f"tune.tuner={tuner}",
+                             "tune.max_trials=20", SPACE])
+
+    def new_oracle():
+        oracle = build_oracle(cfg, objective(cfg, "val_loss"))
+        oracle._set_project_dir(str(tmp_path), "f")
+        return oracle
+
+    def run(oracle, statuses):
+        for status in statuses:
+            trial = oracle.create_trial("t0")
+            assert trial.status == "RUNNING"
+            if status == "COMPLETED":
+                oracle.update_trial(trial.trial_id, {"val_loss": 0.5})
+            trial.status, trial.message = status, f"why {trial.trial_id}"
+            oracle.end_trial(trial)
+        return trial
+
+    oracle = new_oracle()
+    run(oracle, ["FAILED", "FAILED", "COMPLETED", "FAILED", "FAILED"])  # reset by success
+    assert failed_in_a_row(oracle)[0] == 2 and oracle.stopped_after is None
+    last = run(oracle, ["FAILED"])
+    assert oracle.create_trial("t0").status == "STOPPED"
+    assert oracle.stopped_after == (3, oracle.trials[last.trial_id])
+    assert oracle.trials[last.trial_id].message == f"why {last.trial_id}"
+    assert oracle.create_trial("t1").status == "STOPPED"     # every worker is told
+
+    again = new_oracle()
+    again.reload()                      # the saved state holds the three failures ...
+    assert [again.trials[t].status for t in again.end_order][-3:] == ["FAILED"] * 3
+    assert again.create_trial("t0").status == "RUNNING"   # ... and a re-run tries again
+
+
+# Every trial fails at once: the demo data has fewer examples than one batch.
+FAILING = "tune.space={data.batch_size: {type: int, min: 100000, max: 100100}}"
+
+
+def _errors(log: Path) -> list[str]:
+    """The one-line errors and the start of any traceback in a process's output."""
+    return [line for line in log.read_text().splitlines()
+            if line.startswith(("tfapp: error: ", "Traceback"))]
+
+
+def test_a_chief_refuses_to_serve_beyond_loopback_without_a_token(tmp_path):
+    port = free_ports(1)[0]
+    proc = run_python(["-m", "tfapp.tune", *TINY, f"output_dir={tmp_path}", "--chief",
+                       "--oracle", f"0.0.0.0:{port}"], timeout=60,
+                      env=subprocess_env(TFAPP_ORACLE_TOKEN=""))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"tfapp: error: the chief would serve the oracle on 0.0.0.0:{port}, which other "
+        "machines can reach, with no token; set TFAPP_ORACLE_TOKEN to the same secret for "
+        "the chief and every worker (e.g. export TFAPP_ORACLE_TOKEN=$(openssl rand -hex 16)), "
+        "or leave --oracle out to serve on 127.0.0.1 only"]
+    assert not any(tmp_path.iterdir())  # refused before the search directory was made
+
+
+@pytest.mark.slow
+def test_the_chief_takes_only_workers_with_its_token_and_one_process_per_id(tmp_path):
+    """On 0.0.0.0 with a token: a worker with another token, and a second process started
+    as a live worker's id, each get one line and exit 2; the search goes on undisturbed."""
+    port = free_ports(1)[0]
+    args = [*TINY, f"output_dir={tmp_path}", "name=dist", "tune.max_trials=2",
+            "trainer.epochs=1000"]  # w0 is busy with trial 0 for minutes
+    secret = {"TFAPP_ORACLE_TOKEN": "s3cret"}
+    logs = {name: tmp_path / f"{name}.log" for name in ("chief", "w0", "guess", "again")}
+    procs = {"chief": _tune([*args, "--chief", "--oracle", f"0.0.0.0:{port}"], logs["chief"],
+                            **secret)}
+    try:
+        _wait_for_line(logs["chief"], "chief: serving", procs["chief"], 300)
+        procs["w0"] = _tune([*args, "--worker", "0", "--oracle", str(port)], logs["w0"],
+                            **secret)
+        _wait_for_line(logs["w0"], r"trial 0 \[tuner-0\]", procs["w0"], 300)
+        procs["guess"] = _tune([*args, "--worker", "1", "--oracle", str(port)],
+                               logs["guess"], TFAPP_ORACLE_TOKEN="guess")
+        procs["again"] = _tune([*args, "--worker", "0", "--oracle", str(port)],
+                               logs["again"], **secret)
+        for name in ("guess", "again"):
+            assert procs[name].wait(timeout=120) == 2, logs[name].read_text()[-3000:]
+        assert procs["w0"].poll() is None and procs["chief"].poll() is None
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    assert f"chief: serving the oracle on 0.0.0.0:{port} (workers must send " \
+           "TFAPP_ORACLE_TOKEN)" in logs["chief"].read_text()
+    assert _errors(logs["guess"]) == [
+        f"tfapp: error: the tuning chief at 127.0.0.1:{port} refused this worker: "
+        "TFAPP_ORACLE_TOKEN is not the chief's; set it to the token the chief was started with"]
+    again = _errors(logs["again"])
+    assert len(again) == 1 and again[0].startswith(
+        "tfapp: error: --worker 0: another worker process with this id is alive"), again
+    assert _errors(logs["chief"]) == [] and _errors(logs["w0"]) == []
+    assert not (tmp_path / "dist" / "trial_1").exists()  # neither was handed a trial
+
+
+@pytest.mark.slow
+def test_failed_trials_in_a_row_end_the_search_alike_with_and_without_a_chief(tmp_path):
+    """Results written, one line naming the last failure, exit 2, in one process and on a
+    chief (listening on 127.0.0.1 with no --oracle); the worker is told to stop."""
+    port = free_ports(1)[0]
+    args = [*TINY, f"output_dir={tmp_path}", FAILING]
+    logs = {name: tmp_path / f"{name}.log" for name in ("chief", "w0", "local")}
+    procs = {"chief": _tune([*args, "name=dist", "--chief"], logs["chief"],
+                            KERASTUNER_ORACLE_PORT=str(port)),
+             "local": _tune([*args, "name=local"], logs["local"])}
+    try:
+        _wait_for_line(logs["chief"], "chief: serving", procs["chief"], 300)
+        procs["w0"] = _tune([*args, "name=dist", "--worker", "0", "--oracle", str(port)],
+                            logs["w0"])
+        codes = {name: proc.wait(timeout=300) for name, proc in procs.items()}
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    assert codes == {"chief": 2, "w0": 0, "local": 2}, {
+        name: log.read_text()[-2000:] for name, log in logs.items()}
+    assert f"chief: serving the oracle on 127.0.0.1:{port}\n" in logs["chief"].read_text()
+    assert "worker tuner-0: no trials left" in logs["w0"].read_text()
+    assert _errors(logs["w0"]) == []
+    lines = {}
+    for name, search in (("chief", "dist"), ("local", "local")):
+        trials = json.loads((tmp_path / search / "results.json").read_text())["trials"]
+        assert [(t["trial"], t["status"]) for t in trials] == [
+            ("00", "FAILED"), ("01", "FAILED"), ("02", "FAILED")]
+        batch = trials[2]["values"]["data.batch_size"]
+        why = (f"the train split has 1500 example(s), fewer than one batch of {batch}; "
+               "training drops incomplete batches, so lower data.batch_size or add data")
+        assert trials[2]["error"] == why
+        csv = tmp_path / search / "results.csv"
+        assert csv.read_text().count("FAILED") == 3
+        assert _errors(logs[name]) == [
+            f"tfapp: error: random search stopped after 3 failed trials in a row; the last, "
+            f"trial 02, failed with: {why} (the table of all trials is in {csv}; fix the "
+            "cause and re-run the same command to go on)"]
+        lines[name] = _errors(logs[name])[0].replace(str(tmp_path / search), "SEARCH")
+    assert lines["chief"] == lines["local"]

@@ -61,6 +61,9 @@ TOUCHES: dict[str, tuple[str, str, str]] = {
                       "KerasTuner's own chief (polls every 20 s, no heartbeats)"),
     "oracle_requeue": ("keras_tuner", "a dead worker's trial is retried, not counted failed",
                        "the trial is ended as failed"),
+    "oracle_client": ("keras_tuner", "a worker's oracle calls carry its token, id and nonce",
+                      "they carry none: a chief with a token refuses them, and a duplicate "
+                      "worker id is caught only when the worker starts"),
 }
 
 _forced_public: set[str] = set()
@@ -463,3 +466,22 @@ def requeue_trial(oracle: Any, tuner_id: str) -> str | None:
     trial.message = f"worker {tuner_id} stopped sending heartbeats"
     oracle.end_trial(trial)
     return trial.trial_id
+
+
+def route_oracle_client(client: Any, channel: Any) -> bool:
+    """Send the calls of KerasTuner's worker-side ``OracleClient`` over ``channel`` (tfapp's,
+    which adds call metadata; KerasTuner builds its own channel inside ``__init__`` with no
+    way to pass one in). False where that cannot be done here: the client keeps its own
+    channel."""
+    if not use_private("oracle_client"):
+        return False
+    try:
+        from keras_tuner.src import protos
+        stub_class = protos.get_service_grpc().OracleStub
+        if "stub" not in vars(client):
+            raise AttributeError(f"{type(client).__name__} has no stub")
+    except (ImportError, AttributeError, TypeError) as err:
+        _missing("oracle_client", err)
+        return False
+    client.stub = stub_class(channel)
+    return True

@@ -59,9 +59,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--chief", action="store_true",
                         help="distributed: serve the oracle (run no trials) at --oracle")
     parser.add_argument("--worker", metavar="ID",
-                        help="distributed: run trials for the chief at --oracle as worker ID")
+                        help="distributed: run trials for the chief at --oracle as worker ID "
+                             "(one process per ID)")
     parser.add_argument("--oracle", metavar="HOST:PORT",
-                        help="distributed: the chief's address (sets KERASTUNER_ORACLE_IP/PORT)")
+                        help="distributed: the chief's address, HOST:PORT or PORT (default "
+                             "127.0.0.1:8000, this machine only; the chief refuses any other "
+                             "address unless TFAPP_ORACLE_TOKEN holds a secret, which every "
+                             "worker then sends)")
     parser.add_argument("--top", type=int, default=10, metavar="N",
                         help="trials shown in the results table (default 10)")
     # Flags may come between the overrides (`... --overwrite key=value`).
@@ -91,28 +95,30 @@ CHIEF_WAIT_S = 60.0
 
 
 def _search(cfg: ExperimentConfig, role: str, top: int) -> int:
-    # TensorFlow and KerasTuner load only past the config checks.
-    from tfapp.tasks import get_task
-    from tfapp.tuning import distributed, results
-    from tfapp.tuning.space import objective
-    from tfapp.tuning.tuner import ConfigTuner, build_oracle, failure
-
-    from keras_tuner import errors as kt_errors
+    from tfapp.tuning import distributed
 
     if role == "worker":  # KerasTuner's client would wait up to an hour for a chief
         distributed.wait_for_chief(min(CHIEF_WAIT_S, cfg.tune.worker_timeout_s))
+    # TensorFlow and KerasTuner load only past the config checks (and a worker's chief).
+    from tfapp.tasks import get_task
+    from tfapp.tuning import results
+    from tfapp.tuning.space import objective
+    from tfapp.tuning.tuner import ConfigTuner, build_oracle, failure, last_line, read_record
+
+    import grpc
+    from keras_tuner import errors as kt_errors
+
     obj = objective(cfg, get_task(cfg.task).default_monitor)
     tuner = ConfigTuner(cfg, build_oracle(cfg, obj))
     try:
         tuner.search()
     except kt_errors.FatalError as err:
         raise ConfigError(str(err).strip().splitlines()[-1]) from None
-    except RuntimeError as err:
-        if "consecutive failures" not in str(err):
+    except grpc.RpcError as err:  # a worker the chief refused (token, id) midway
+        refused = distributed.refusal(err)
+        if refused is None:
             raise
-        last = failure(str(err).split("\n", 1)[-1]).strip().splitlines()
-        raise ConfigError(f"{cfg.tune.tuner} search stopped: {str(err).splitlines()[0]} "
-                          f"The last trial failed with: {last[-1] if last else '?'}") from None
+        raise refused from None
     if role == "worker":
         print(f"worker {tuner.tuner_id}: no trials left; the chief writes the results")
         return 0
@@ -129,6 +135,18 @@ def _search(cfg: ExperimentConfig, role: str, top: int) -> int:
         if exported:
             print(f"best model:      {exported}")
     print(f"TensorBoard:     tensorboard --logdir {search_dir}  (HParams tab)")
+    # Set by the oracle (tuner._StopsAfterFailures), the single process's or the chief's.
+    stopped = tuner.oracle.stopped_after
+    if stopped:
+        failed, last = stopped
+        # A chief's oracle has no message (KerasTuner's Trial proto has none): the record
+        # the worker wrote says why.
+        reason = (read_record(search_dir, last.trial_id).get("error")
+                  or last_line(failure(last.message)))
+        raise ConfigError(f"{cfg.tune.tuner} search stopped after {failed} failed trials in a "
+                          f"row; the last, trial {last.trial_id}, failed with: {reason} (the "
+                          f"table of all trials is in {paths['csv']}; fix the cause and re-run "
+                          "the same command to go on)")
     return 0
 
 

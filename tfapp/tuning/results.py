@@ -29,6 +29,7 @@ def collect(oracle: kt.Oracle, search_dir: Path) -> list[dict[str, Any]]:
             "epochs": trial.hyperparameters.values.get("tuner/epochs"),
             "seconds": record.get("seconds"),
             "runs": record.get("runs", []),
+            "error": record.get("error"),  # why a trial failed
         })
     return rows
 

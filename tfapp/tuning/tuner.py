@@ -10,6 +10,7 @@ oracle state after every trial. So every search algorithm, resume and distribute
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -38,6 +39,8 @@ from keras_tuner import errors as kt_errors
 from keras_tuner.engine import base_tuner
 
 RECORD = "tfapp_trial.json"
+# Trials failing in a row that end a search (one bad setting fails every trial alike).
+MAX_FAILED_IN_A_ROW = 3
 
 
 class SearchError(kt_errors.FatalError):
@@ -50,14 +53,57 @@ def build_oracle(cfg: ExperimentConfig, objective: kt.Objective) -> kt.Oracle:
     common = dict(objective=objective, hyperparameters=build_hyperparameters(t.space),
                   seed=t.seed or cfg.runtime.seed,
                   # The space is the config's, complete up front.
-                  allow_new_entries=False, tune_new_entries=False)
+                  allow_new_entries=False, tune_new_entries=False,
+                  # tfapp stops the search itself (_StopsAfterFailures): KerasTuner's check
+                  # raises inside end_trial, before the trial is saved or let go.
+                  max_consecutive_failed_trials=None)
     if t.tuner == "hyperband":
-        return kt.oracles.HyperbandOracle(max_epochs=t.epochs or cfg.trainer.epochs,
-                                          factor=t.hyperband_factor, **common)
+        return _stops_after_failures(kt.oracles.HyperbandOracle)(
+            max_epochs=t.epochs or cfg.trainer.epochs, factor=t.hyperband_factor, **common)
     oracle_cls = {"random": kt.oracles.RandomSearchOracle,
                   "bayesian": kt.oracles.BayesianOptimizationOracle,
                   "grid": kt.oracles.GridSearchOracle}[t.tuner]
-    return oracle_cls(max_trials=t.max_trials, **common)
+    return _stops_after_failures(oracle_cls)(max_trials=t.max_trials, **common)
+
+
+class _StopsAfterFailures:
+    """Mixed into an oracle class: once ``MAX_FAILED_IN_A_ROW`` trials in a row have
+    failed, it hands out no new trial, so the search ends as at ``max_trials`` (a chief
+    tells every worker, the results are written) and ``stopped_after`` says why.
+
+    KerasTuner's own check raises RuntimeError inside ``end_trial`` before the trial is
+    saved; on a chief that is inside an RPC, leaving the trial running for good."""
+
+    counted_from = 0  # end_order entries of earlier runs: re-running the search tries again
+    stopped_after: tuple[int, Any] | None = None  # (failed in a row, the last of them)
+
+    def reload(self) -> None:
+        super().reload()
+        self.counted_from = len(self.end_order)
+
+    def populate_space(self, trial_id: str) -> dict[str, Any]:
+        failed, last = failed_in_a_row(self)
+        if failed >= MAX_FAILED_IN_A_ROW:
+            self.stopped_after = self.stopped_after or (failed, last)
+            return {"status": "STOPPED", "values": None}
+        return super().populate_space(trial_id)
+
+
+@functools.cache
+def _stops_after_failures(oracle_cls: type) -> type:
+    return type(oracle_cls.__name__, (_StopsAfterFailures, oracle_cls), {})
+
+
+def failed_in_a_row(oracle: kt.Oracle) -> tuple[int, Any]:
+    """How many of the trials this process saw end, counting back from the last one,
+    failed; and the last trial that did (or None)."""
+    failed, last = 0, None
+    for trial_id in reversed(oracle.end_order[getattr(oracle, "counted_from", 0):]):
+        trial = oracle.trials[trial_id]
+        if trial.status != "FAILED":
+            break
+        failed, last = failed + 1, last or trial
+    return failed, last
 
 
 def best_epoch_metrics(history: dict[str, list], final: dict[str, Any],
@@ -96,6 +142,8 @@ class ConfigTuner(base_tuner.BaseTuner):
         # the expected failures (FailedTrialError) and the traceback only for the others.
         compat.quiet_tuner_tracebacks()
         super().__init__(oracle=oracle, directory=cfg.output_dir, project_name=cfg.name)
+        if distributed.role() == "worker":  # self.oracle is KerasTuner's client for the chief
+            distributed.route_client(self.oracle)
 
     def search(self, *args, **kwargs) -> None:
         if distributed.is_chief():
@@ -126,6 +174,13 @@ class ConfigTuner(base_tuner.BaseTuner):
               + (" -- resuming from its checkpoint" if resumed else ""), flush=True)
 
     def on_trial_end(self, trial) -> None:
+        if trial.status != "COMPLETED":
+            # A chief learns a trial's status but not its message (KerasTuner's Trial
+            # proto has no message field): the trial's record tells it why.
+            write_text(Path(self.get_trial_dir(trial.trial_id)) / RECORD, json.dumps(
+                {"trial_id": trial.trial_id, "tuner_id": self.tuner_id,
+                 "values": config_values(trial.hyperparameters.values),
+                 "error": last_line(failure(trial.message))}, indent=1, default=str))
         super().on_trial_end(trial)
         if trial.status == "COMPLETED":
             print(f"trial {trial.trial_id} done: {self.oracle.objective.name}="
@@ -172,6 +227,11 @@ def failure(message: str | None) -> str:
     if lines and lines[-1].startswith(prefix):
         return lines[-1][len(prefix):]
     return "\n".join(lines)
+
+
+def last_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[-1] if lines else "?"
 
 
 def read_record(search_dir: Path, trial_id: str) -> dict:
