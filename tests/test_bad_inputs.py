@@ -53,6 +53,12 @@ def _files(tmp: Path) -> dict[str, str]:
     (tmp / "fake_generator").mkdir()  # a generator export, as far as the finder looks
     (tmp / "fake_generator" / "saved_model.pb").write_bytes(b"not a protobuf")
     (tmp / "fake_generator" / "generator.json").write_text("{}")
+    (tmp / "bad_prompts.txt").write_bytes(b"ok\n\xff\n")
+    (tmp / "latin1.yaml").write_bytes(b"trainer:\n  epochs: 3  # caf\xe9\n")
+    (tmp / "bad_lines.txt").write_bytes(b"__label__pos ok\n__label__neg \xff\n")
+    (tmp / "quoted.tsv").write_text('text\tlabel\n"a\tb"\tpos\n')
+    (tmp / "hf_latin1").mkdir()  # a Hugging Face checkpoint folder with a Latin-1 config
+    (tmp / "hf_latin1" / "config.json").write_bytes(b'{"model_type": "b\xe9rt"}')
     (tmp / "photos").mkdir()  # someone's folder: no command may write to or delete it
     (tmp / "photos" / "beach.jpg").write_bytes(b"\xff\xd8 holiday")
     (tmp / "photos" / "notes.txt").write_text("keep me")
@@ -167,7 +173,12 @@ ROWS = [
      "--oracle 'nonsense'"),
     ("tune-chief-and-worker", "tfapp.tune",
      [*TUNE, "--chief", "--worker", "w0", "--oracle", "127.0.0.1:{port}"], "--chief and --worker"),
-    ("tune-chief-without-oracle", "tfapp.tune", [*TUNE, "--chief"], "--oracle HOST:PORT"),
+    ("tune-chief-beyond-loopback-without-token", "tfapp.tune",
+     [*TUNE, "--chief", "--oracle", "0.0.0.0:{port}"], "set TFAPP_ORACLE_TOKEN"),
+    ("tune-oracle-not-host-port", "tfapp.tune", [*TUNE, "--chief", "--oracle", "host:"],
+     "--oracle 'host:' is not HOST:PORT or PORT"),
+    ("tune-token-not-printable", "tfapp.tune", [*TUNE, "--chief", "--oracle", "{port}"],
+     "TFAPP_ORACLE_TOKEN may hold only printable ASCII"),
     ("tune-worker-id-chief", "tfapp.tune",
      [*TUNE, "--worker", "chief2", "--oracle", "127.0.0.1:{port}"], "'chief2'"),
     ("tune-worker-without-chief", "tfapp.tune",
@@ -268,6 +279,26 @@ ROWS = [
     ("doctor-unknown-flag", "tfapp.doctor", ["--fix"], "--fix"),
     # prompts
     ("generate-no-prompt", "tfapp.generate", ["--model", "{out}"], "prompt"),
+    ("generate-prompts-file-not-utf8", "tfapp.generate",
+     ["--model", "{out}", "--prompts-file", "{bad_prompts}"],
+     "bad_prompts.txt:2: not valid UTF-8 text"),
+    ("config-not-utf8", "tfapp.train", ["--config", "{latin1}"],
+     "latin1.yaml:2: not valid UTF-8 text"),
+    ("data-text-not-utf8", "tfapp.train", [*TRAIN, "data.train_files={bad_lines}"],
+     "bad_lines.txt:2: not valid UTF-8 text"),
+    ("data-tsv-tab-in-field", "tfapp.train", [*TRAIN, "data.train_files={quoted}"],
+     "a TSV field cannot hold a tab"),
+    ("hub-convert-config-not-utf8", "tfapp.hub.__main__",
+     ["convert", "--from", "{hf_latin1}", "--out", "{out}/hub"],
+     "config.json:1: not valid UTF-8 text"),
+    ("profiler-port-without-listen-all", "tfapp.train", [*TRAIN, "trainer.profiler_port=6009"],
+     "trainer.profiler_listen_all=true"),
+    ("data-service-without-listen-all", "tfapp.data_service", ["--workers", "1", "--port", "0"],
+     "pass --listen-all"),
+    ("class-weight-unknown-label", "tfapp.train",
+     [*TRAIN, "data.train_files={good}", "data.class_weight={{spam: 2}}"], "spam"),
+    ("test-split-too-small", "tfapp.train",
+     [*TRAIN, "data.train_files={good}", "data.test_split=0.001"], "data.test_split=0.001"),
     ("generate-missing-prompts-file", "tfapp.generate",
      ["--model", "{out}", "--prompts-file", "/no/prompts.txt"], "/no/prompts.txt"),
     # command-line arguments
@@ -306,7 +337,17 @@ def _port_in_use(names: dict[str, str]) -> Iterator[dict[str, str]]:  # noqa: AR
             watchdog.cancel()
 
 
-SETUP = {"run-dir-locked": _run_dir_locked, "data-service-port-in-use": _port_in_use}
+@contextlib.contextmanager
+def _unprintable_token(names: dict) -> Iterator[dict]:  # noqa: ARG001
+    os.environ["TFAPP_ORACLE_TOKEN"] = "a\tb"
+    try:
+        yield {}
+    finally:
+        del os.environ["TFAPP_ORACLE_TOKEN"]
+
+
+SETUP = {"run-dir-locked": _run_dir_locked, "data-service-port-in-use": _port_in_use,
+         "tune-token-not-printable": _unprintable_token}
 
 
 def _listen_all() -> list[str]:
@@ -325,7 +366,8 @@ def test_bad_input_is_one_line_and_leaves_nothing(row_id, module, argv, fragment
                                                   capsys, monkeypatch, request):
     monkeypatch.chdir(REPO)
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    for var in ("KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT", "KERASTUNER_TUNER_ID"):
+    for var in ("KERASTUNER_ORACLE_IP", "KERASTUNER_ORACLE_PORT", "KERASTUNER_TUNER_ID",
+                "TFAPP_ORACLE_TOKEN"):
         monkeypatch.setenv(var, "")  # recorded, so what tune's flags set is undone after
         monkeypatch.delenv(var)
     names = _files(tmp_path / "in")
@@ -342,7 +384,7 @@ def test_bad_input_is_one_line_and_leaves_nothing(row_id, module, argv, fragment
                  port=str(free_ports(1)[0]))
     with SETUP.get(row_id, lambda _: contextlib.nullcontext({}))(names) as extra:
         argv = [a.format(**names, **extra) for a in argv]
-        if module == "tfapp.data_service":
+        if module == "tfapp.data_service" and row_id != "data-service-without-listen-all":
             argv += _listen_all()
         # The run's lock file is tfapp's, rewritten by whoever takes it; the rest is kept.
         before = {f: h for f, h in _snapshot(tmp_path / "in", runs).items()
