@@ -174,8 +174,10 @@ def test_killed_search_resumes_and_best_config_trains(tmp_path):
     history = search / "trial_1" / "run_0" / "history.csv"
     deadline = time.time() + 300
     # SIGKILL once trial 0 is done and trial 1 has finished (and checkpointed) one epoch.
+    backup = history.parent / "backup"  # its state file is written last
     while not (_trial_status(search, "0") == "COMPLETED" and history.is_file()
-               and len(history.read_text().splitlines()) >= 2):
+               and len(history.read_text().splitlines()) >= 2
+               and any(backup.rglob("checkpoint"))):
         assert proc.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
         assert time.time() < deadline, "trial 1 never finished an epoch"
         time.sleep(0.05)
