@@ -181,7 +181,12 @@ def test_wandb_offline_run_holds_config_metrics_summary_and_model(classifier_run
     for r in by_kind["summary"]:
         summary.update({i.key or "/".join(i.nested_key): i.value_json
                         for i in r.summary.update})
-    assert float(summary["val_accuracy"]) == pytest.approx(epochs[-1]["epoch/val_accuracy"])
+    # The summary describes the exported model: the best epoch's numbers and its test report.
+    best = json.loads((classifier_run / "checkpoints" / "best.json").read_text())
+    assert float(summary["val_accuracy"]) == pytest.approx(
+        epochs[best["epoch"] - 1]["epoch/val_accuracy"])
+    test = json.loads((classifier_run / "test_report.json").read_text())
+    assert float(summary["test_accuracy"]) == pytest.approx(test["accuracy"])
 
     (artifact,) = by_kind["artifact"]
     assert artifact.artifact.type == "model"

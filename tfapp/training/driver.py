@@ -171,7 +171,7 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, restart: bool,
         if nan_stop.bad_batch is not None:
             raise ConfigError(
                 f"training stopped: the loss became NaN/inf near optimizer step "
-                f"{int(model.optimizer.iterations)} (epoch "
+                f"{int(model.optimizer.iterations.numpy())} (epoch "
                 f"{len(next(iter(history.values()), []))} batch {nan_stop.bad_batch}); lower "
                 "optimizer.learning_rate (python -m tfapp.lr_find suggests one) or set "
                 "optimizer.clipnorm; checkpoints from earlier evaluations are kept in "

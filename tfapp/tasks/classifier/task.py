@@ -184,7 +184,7 @@ class ClassifierTask(Task):
             scores[split] = {k: report[k] for k in ("accuracy", "macro_f1", "auc")}
             out.metrics.update({f"{prefix}{k}": v for k, v in scores[split].items()})
             if split == "test" and self.cfg.tracking.tensorboard and self.runtime.is_chief:
-                log_scalars(self.layout.task_logs("test"), int(model.optimizer.iterations),
+                log_scalars(self.layout.task_logs("test"), int(model.optimizer.iterations.numpy()),
                             scores[split])
         # Every worker saves (collective reads of synced variables need all of them); a
         # non-chief's layout is its own scratch copy, removed at the end of the run.
