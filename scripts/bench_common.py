@@ -64,7 +64,7 @@ class Row:
 
     name: str
     cmd: list[str]
-    env: dict[str, str] = field(default_factory=dict)  # added to os.environ
+    env: dict[str, str | None] = field(default_factory=dict)  # over os.environ; None unsets
     info: dict = field(default_factory=dict)            # from the worker's ready message
     reps: list[dict] = field(default_factory=list)      # timed repetitions
     warmup: list[dict] = field(default_factory=list)
@@ -75,9 +75,10 @@ class _Worker:
     def __init__(self, row: Row, log: Path):
         self.row, self.log = row, log
         self.err = log.open("w")
+        env = {**os.environ, **row.env}
         self.proc = subprocess.Popen(row.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.err, text=True,
-                                     env={**os.environ, **row.env})
+                                     env={k: v for k, v in env.items() if v is not None})
 
     def read(self) -> dict:
         for line in self.proc.stdout:

@@ -10,11 +10,11 @@ per example, "long": 22-34, IMDB-like) and one WordPiece vocab learned from it, 
 produces int32 ``input_word_ids``, ``input_mask``, ``input_type_ids`` ``[batch,
 seq_length]`` plus labels for one shuffled epoch (drop_last):
 
-* **fast tokenizer + DataLoader** (the peer, in the peers' venv): transformers'
-  ``BertTokenizerFast`` (Rust ``tokenizers``) on the same vocab.txt, called once per batch
-  in the ``collate_fn`` (padding to ``seq_length``, truncation) of a
-  ``torch.utils.data.DataLoader`` with ``num_workers`` = the cores and persistent workers,
-  consumed as torch tensors in Python;
+* **fast tokenizer + DataLoader** (the peer, in the peers' venv): the Rust
+  ``tokenizers.BertWordPieceTokenizer`` (what ``BertTokenizerFast`` wraps) on the same
+  vocab.txt, ``encode_batch`` once per batch in the ``collate_fn`` (padding to
+  ``seq_length``, truncation) of a ``torch.utils.data.DataLoader`` with ``num_workers``
+  = the cores and persistent workers, consumed as torch int32 tensors in Python;
 * **tfapp cold**: tfapp's tf.data pipeline (shuffle, batch, tensorflow-text tokenisation
   in a parallel map, prefetch), no snapshot or cache, a new iterator per epoch pulled by a
   compiled loop (as ``model.fit`` reads a finite dataset);
@@ -211,21 +211,28 @@ def worker_tfapp(a: argparse.Namespace, texts: list[str], labels: np.ndarray, re
 
 
 def worker_fast(a: argparse.Namespace, texts: list[str], labels: np.ndarray):
+    import tokenizers
     import torch
-    import transformers
 
     # The DataLoader's worker processes are the parallelism; tokenizers' own threads would
     # oversubscribe the cores (and it turns them off in forked workers anyway).
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    tok = transformers.BertTokenizerFast(vocab_file=str(Path(a.work_dir) / "vocab.txt"),
-                                         do_lower_case=True)
+    # The Rust WordPiece that transformers' BertTokenizerFast wraps. (transformers 5's
+    # BertTokenizerFast takes vocab=, and silently ignores vocab_file=: 5 tokens, all [UNK].)
+    tok = tokenizers.BertWordPieceTokenizer(str(Path(a.work_dir) / "vocab.txt"),
+                                            lowercase=True)
+    tok.enable_truncation(a.seq_length)
+    tok.enable_padding(length=a.seq_length, pad_id=0, pad_token="[PAD]")
 
     def encode(batch: list[str]) -> dict:
-        enc = tok(batch, padding="max_length", truncation=True, max_length=a.seq_length,
-                  return_tensors="np")
-        return {"input_word_ids": torch.from_numpy(enc["input_ids"].astype(np.int32)),
-                "input_mask": torch.from_numpy(enc["attention_mask"].astype(np.int32)),
-                "input_type_ids": torch.from_numpy(enc["token_type_ids"].astype(np.int32))}
+        encodings = tok.encode_batch(batch)
+
+        def column(field: str) -> torch.Tensor:  # via NumPy: 1.2x torch.tensor(lists)
+            return torch.from_numpy(np.array([getattr(e, field) for e in encodings],
+                                             dtype=np.int32))
+
+        return {"input_word_ids": column("ids"), "input_mask": column("attention_mask"),
+                "input_type_ids": column("type_ids")}
 
     check_features({k: v.numpy() for k, v in encode(texts[:CHECKED]).items()},
                    Path(a.work_dir) / f"sample-{a.corpus}.npz", "fast tokenizer")
@@ -251,8 +258,8 @@ def worker_fast(a: argparse.Namespace, texts: list[str], labels: np.ndarray):
             n += len(y)
         return n
 
-    info = {"versions": f"torch {torch.__version__}, transformers "
-                        f"{transformers.__version__}, workers {a.loader_workers}"}
+    info = {"versions": f"torch {torch.__version__}, tokenizers {tokenizers.__version__}, "
+                        f"workers {a.loader_workers}"}
     return info, lambda: bc.timed(epoch)
 
 
