@@ -82,8 +82,8 @@ def summary(out: Path) -> list[str]:
                              f"{fmt(b['compiled/per-step'], 5.0)}")
             lines.append(f"  decode batch {batch:<3} compiled / PyTorch loop "
                          f"{fmt(b['compiled/torch'], 1.0)}")
-    if data := load("train"):
-        for t in data["tables"]:
+    for path in sorted(out.glob("train*.json")):  # bench_train runs, e.g. one per shape
+        for t in json.loads(path.read_text())["tables"]:
             target = 1.1 if t["precision"] == "float32" else 0.0
             value = t["tfapp/HF"]
             text = fmt(value, target) if target else (f"{value:.2f}x" if value else "n/a")
