@@ -72,8 +72,8 @@ def summary(out: Path) -> list[str]:
 
     if data := load("input"):
         for name, c in data["corpora"].items():
-            lines.append(f"  input {name:5s}  tfapp cold / fast-tokenizer DataLoader "
-                         f"{fmt(c['cold/peer'], 1.0)};  replay / DataLoader "
+            lines.append(f"  input {name:5s}  tfapp cold / faster fast-tokenizer row "
+                         f"{fmt(c['cold/peer'], 1.0)};  replay / it "
                          f"{fmt(c['replay/peer'], 2.0)}")
     if data := load("generate"):
         for batch, b in data["batches"].items():
