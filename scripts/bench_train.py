@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -245,6 +246,35 @@ def worker_hf(a: argparse.Namespace, s: dict):
 
 
 WORKERS = {"tfapp": worker_tfapp, "keras_hub": worker_keras_hub, "hf": worker_hf}
+
+
+def profile_worker(a: argparse.Namespace) -> None:
+    """Set up, one warm repetition, then one repetition under the framework's profiler;
+    the op table (self time) goes to ``--profile-dir``."""
+    _, rep = WORKERS[a.worker](a, shape_from(a))
+    rep()
+    out = Path(a.profile_dir)
+    name = f"{a.worker}-{a.layers}x{a.hidden}-b{a.batch}-{a.precision}"
+    if a.worker == "hf":
+        import torch
+
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            r = rep()
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+    else:
+        import tensorflow as tf
+
+        sys.path.insert(0, str(REPO))
+        from tfapp.tracking.profiler import find_sessions, format_summary, summarize
+
+        logdir = out / name
+        tf.profiler.experimental.start(str(logdir))
+        r = rep()
+        tf.profiler.experimental.stop()
+        table = format_summary(summarize(find_sessions(logdir)[-1], top=25))
+    text = f"{name}: {r['units'] / r['seconds']:.1f} ex/s while profiled\n{table}\n"
+    (out / f"{name}.txt").write_text(text)
+    print(text, flush=True)
 HF = "HF transformers + PyTorch"
 HF_PASSIVE = "HF + PyTorch, OMP_WAIT_POLICY=PASSIVE"
 
@@ -313,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--examples", type=int, default=1024, help="generated examples")
     p.add_argument("--work-dir", default="")
     p.add_argument("--json", default="", help="also write all results to this file")
+    p.add_argument("--profile-dir", default="",
+                   help="instead of timing: profile one repetition of each --rows row "
+                        "(TensorFlow profiler op table / torch.profiler table) into this dir")
     # internal: one row's worker
     p.add_argument("--worker", default="", help=argparse.SUPPRESS)
     p.add_argument("--data", default="", help=argparse.SUPPRESS)
@@ -323,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heads", type=int, default=4, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
 
+    if a.worker and a.profile_dir:
+        profile_worker(a)
+        return 0
     if a.worker:
         bc.serve(lambda: WORKERS[a.worker](a, shape_from(a)))
         return 0
@@ -346,6 +382,13 @@ def main(argv: list[str] | None = None) -> int:
             title = (f"training, {shape_name} ({layers} layers, hidden {hidden}, seq {a.seq}, "
                      f"batch {batch}), {precision}, examples/s")
             print(f"\n[{title}]", flush=True)
+            if a.profile_dir:  # one row after the other, each alone in its process
+                Path(a.profile_dir).mkdir(parents=True, exist_ok=True)
+                for row in rows_for(a, s, precision, base):
+                    env = {**os.environ, **row.env}
+                    subprocess.run([*row.cmd, "--profile-dir", a.profile_dir], check=False,
+                                   env={k: v for k, v in env.items() if v is not None})
+                continue
             rows = bc.alternate(rows_for(a, s, precision, base), rounds=a.rounds,
                                 warmup=a.warmup,
                                 log_dir=work / f"logs-{shape_name}-{precision}")
