@@ -1,32 +1,36 @@
-"""Input-pipeline benchmark: examples/second of full BERT preprocessing, three ways.
+"""Input-pipeline benchmark: examples/s of full BERT preprocessing, tfapp against the
+fast-tokenizer DataLoader a PyTorch user runs.
 
-    python scripts/bench_input.py [--examples 20000] [--seq-length 128] [--batch-size 32]
-                                  [--corpus short|long|both] [--compare-maps]
+    python scripts/bench_input.py --peers-python .venv-peers/bin/python
+        [--examples 8192] [--seq-length 128] [--batch-size 32] [--corpus short|long|both]
+        [--rounds 3] [--warmup 1] [--json input.json]
 
-On one generated review corpus (the demo generator's templates, 2-4 sentences per
-example) and one learned WordPiece vocab, it times one epoch of (features, labels)
-batches of int32 ``[batch, seq_length]``:
+On one generated review corpus (the demo generator's templates; "short": 2-4 sentences
+per example, "long": 22-34, IMDB-like) and one WordPiece vocab learned from it, every row
+produces int32 ``input_word_ids``, ``input_mask``, ``input_type_ids`` ``[batch,
+seq_length]`` plus labels for one shuffled epoch (drop_last):
 
-  (a) a PyTorch-``Dataset``-style loop: ``__getitem__`` tokenises one text with a
-      pure-Python BERT WordPiece tokenizer (basic split + greedy longest match, as the
-      original BERT ``tokenization.py``), packs [CLS] text [SEP] and pads; a collate
-      step stacks batches into NumPy arrays;
-  (b) tfapp's tf.data pipeline cold (shuffle, batch, vectorised tensorflow-text
-      tokenisation in a parallel map, prefetch), no snapshot or cache;
-  (c) tfapp's pipeline replayed from its snapshot (written once beforehand).
+* **fast tokenizer DataLoader** (the peer, in the peers' venv): the Rust
+  ``tokenizers.BertWordPieceTokenizer`` (what ``BertTokenizerFast`` wraps) on the same
+  vocab.txt, ``encode_batch`` once per batch in the ``collate_fn`` (padding to
+  ``seq_length``, truncation) of a ``torch.utils.data.DataLoader`` with ``num_workers``
+  = the cores and persistent workers, NumPy int32 out of the workers, consumed as torch
+  tensors (``torch.from_numpy``) in Python; and the same with ``num_workers=0`` and the
+  tokenizer's own Rust threads (``TOKENIZERS_PARALLELISM=true``). Ratios are against the
+  faster of the two;
+* **tfapp cold**: tfapp's tf.data pipeline (shuffle, batch, tensorflow-text tokenisation
+  in a parallel map, prefetch), no snapshot or cache, a new iterator per epoch pulled by a
+  compiled loop (as ``model.fit`` reads a finite dataset);
+* **tfapp replay**: the same pipeline replayed from its snapshot (written in the row's
+  set-up, the time is reported);
+* **pure-Python loop** (reference): ``Dataset.__getitem__`` tokenising one text with a
+  plain-Python WordPiece (BERT's original ``tokenization.py`` algorithm), default collate,
+  one process.
 
-(a) is consumed as NumPy batches in Python (what a PyTorch model gets); (b) and (c) are
-pulled inside TensorFlow by a compiled loop, as ``model.fit``'s train function pulls
-batches, two ways: one epoch per iterator (a new iterator each epoch, as fit reads a
-finite dataset), and the repeated stream a training run reads (one iterator over
-``dataset.repeat()``, as fit keeps for tfapp's repeating training pipeline).
-``--compare-maps`` also times (b) and (c) built with plain ``Dataset.map`` instead of
-tfapp's ``host_map`` (whose functions start without a Grappler pass per iterator).
-It checks that (a) and (b) produce identical ids, then prints the rates and the ratios
-b/a and c/b (targets: >= 5 each), and the bound on c/b that the consumer's own cost
-sets (batches already in memory, pulled the same way, over (b)). Also reported, for
-reference: tensorflow-text called eagerly on one string at a time (a per-item loop over
-the same TF tokenizer).
+Before timing, every row checks that its ids, mask and type ids equal tfapp's on the
+first 64 texts (assert). Each row runs in its own process with the same warm-up, then
+the rows alternate (``scripts/bench_common.py``). Printed: one table per corpus (median
+examples/s, range, compile/trace time) and the ratios cold/peer and replay/peer.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import os
 import random
 import sys
 import tempfile
@@ -41,26 +46,26 @@ import time
 import unicodedata
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import numpy as np
 
-import tfapp  # noqa: E402,F401  (selects tf-keras before TensorFlow is imported)
-from tfapp.config import DataConfig  # noqa: E402
-from tfapp.data import pipeline as stages  # noqa: E402
-from tfapp.data.bert_preprocess import make_bert_preprocess_fn  # noqa: E402
-from tfapp.data.classification import make_classification_dataset  # noqa: E402
-from tfapp.data.sources import ExampleSet  # noqa: E402
-from tfapp.data.vocab import build_wordpiece_vocab, read_vocab, write_vocab  # noqa: E402
+SCRIPTS = Path(__file__).resolve().parent
+REPO = SCRIPTS.parent
+sys.path.insert(0, str(SCRIPTS))
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import bench_common as bc  # noqa: E402
+
+# Review lengths: SST-2-like sentences and IMDB-like reviews (IMDB's mean is about 230
+# words). Tokenising costs per word of text; a replay costs per stored token.
+CORPORA = {"short": (2, 4), "long": (22, 34)}
+CHECKED = 64  # texts whose features every row compares with tfapp's
+KEYS = ("input_word_ids", "input_mask", "input_type_ids")
 
 
 # --------------------------------------------------------------------------- corpus
 def make_corpus(n: int, seed: int, sentences: tuple[int, int] = (2, 4)
                 ) -> tuple[list[str], np.ndarray]:
     spec = importlib.util.spec_from_file_location("make_demo_data",
-                                                  REPO / "scripts" / "make_demo_data.py")
+                                                  SCRIPTS / "make_demo_data.py")
     demo = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(demo)
     rng = random.Random(seed)
@@ -154,219 +159,223 @@ def python_loader(dataset: ReviewDataset, batch_size: int, seed: int):
                np.array([y for _, y in items], np.int32))
 
 
-# ------------------------------------------------------------------------------ timing
-def rate(batches) -> tuple[float, int]:
-    """Examples/s of a Python iterable of NumPy batches (what a PyTorch model consumes)."""
+# --------------------------------------------------------------------------- rows
+def check_features(features: dict, sample: Path, who: str) -> None:
+    """The row's features on the first CHECKED texts equal tfapp's (saved by tfapp cold)."""
+    want = np.load(sample)
+    for key in KEYS:
+        got = np.asarray(features[key])
+        assert got.dtype == np.int32, f"{who}: {key} is {got.dtype}, not int32"
+        assert (got == want[key]).all(), f"{who}: {key} differs from tfapp's"
+
+
+def worker_tfapp(a: argparse.Namespace, texts: list[str], labels: np.ndarray, replay: bool):
+    sys.path.insert(0, str(REPO))
+    import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
+    from tfapp.config import DataConfig
+    from tfapp.data.bert_preprocess import make_bert_preprocess_fn
+    from tfapp.data.classification import make_classification_dataset
+    from tfapp.data.sources import ExampleSet
+
+    import tensorflow as tf
+
+    work = Path(a.work_dir)
+    preprocess = make_bert_preprocess_fn(vocab_file=str(work / "vocab.txt"),
+                                         seq_length=a.seq_length)
+    sample = work / f"sample-{a.corpus}.npz"
+    features = {k: v.numpy() for k, v in preprocess(tf.constant(texts[:CHECKED])).items()}
+    if not replay:
+        np.savez(sample, **features)
+    check_features(features, sample, "tfapp")
+    cfg = dataclasses.replace(DataConfig(), seq_length=a.seq_length,
+                              batch_size=a.batch_size, shuffle_buffer=10000)
+    if replay:
+        cfg = dataclasses.replace(cfg, snapshot=str(work / f"snapshot-{a.corpus}"))
     start = time.perf_counter()
-    n = 0
-    for x, _ in batches:
-        n += len(x["input_word_ids"])
-    return n / (time.perf_counter() - start), n
+    dataset = make_classification_dataset(ExampleSet(texts, None, labels, "bench"),
+                                          preprocess, cfg, batch_size=a.batch_size,
+                                          training=True, seed=a.seed)
+    build_s = time.perf_counter() - start  # replay: writing the snapshot
+    n_batches = len(texts) // a.batch_size
 
-
-def epoch_rate(dataset: tf.data.Dataset, n_batches: int, epochs: int = 3
-               ) -> tuple[float, float]:
-    """Examples/s of one epoch per iterator, as ``model.fit`` reads a finite dataset.
-
-    Each epoch makes a new iterator (fit does, every epoch, for its training and
-    validation data) and pulls ``n_batches`` batches in a compiled loop traced once (fit's
-    train function). The iterator's start-up (instantiating the pipeline's functions,
-    filling buffers) counts, as it does in fit. Best of ``epochs`` after one untimed
-    epoch (tracing); every epoch redoes all the work (no cache). Also returns the median
-    time ``iter()`` took, in ms.
-    """
     @tf.function
     def pull(iterator: tf.data.Iterator, n: tf.Tensor) -> tf.Tensor:
+        # model.fit's train function pulls batches like this, inside TensorFlow.
         total = tf.constant(0, tf.int64)
         for _ in tf.range(n):
             total += tf.shape(next(iterator)[1], out_type=tf.int64)[0]
         return total
 
-    n = tf.constant(n_batches)
-    warm = iter(dataset)
-    pull(warm, n)  # untimed (tracing); it also checks that the epoch holds exactly n batches
-    assert not warm.get_next_as_optional().has_value(), "more than n_batches in one epoch"
-    best, starts = 0.0, []
-    for _ in range(epochs):
-        start = time.perf_counter()
-        iterator = iter(dataset)
-        starts.append(time.perf_counter() - start)
-        examples = int(pull(iterator, n))
-        best = max(best, examples / (time.perf_counter() - start))
-    return best, sorted(starts)[len(starts) // 2] * 1e3
+    def epoch() -> float:  # a new iterator per epoch, as fit reads a finite dataset
+        return float(pull(iter(dataset), tf.constant(n_batches)))
+
+    info = {"snapshot_write_s": build_s} if replay else {}
+    return info, lambda: bc.timed(epoch)
 
 
-def stream_rate(dataset: tf.data.Dataset, n_batches: int, epochs: int = 3) -> float:
-    """Examples/s of the repeated stream ``model.fit`` reads during training.
+def worker_fast(a: argparse.Namespace, texts: list[str], labels: np.ndarray):
+    import tokenizers
+    import torch
 
-    tfapp's training pipeline repeats (the driver passes ``steps_per_epoch``), so fit keeps
-    one iterator for the whole run and the pipeline runs ahead across epoch boundaries:
-    no per-epoch start-up. A compiled loop pulls ``n_batches`` batches (one epoch) per call
-    from one iterator over ``dataset.repeat()``; the first call (start-up, tracing) is not
-    timed, then the best of ``epochs`` calls.
-    """
-    iterator = iter(dataset.repeat())
+    # With worker processes they are the parallelism: tokenizers' own threads would
+    # oversubscribe the cores (and it turns them off in forked workers anyway). Without,
+    # the Rust threads encode each batch in parallel.
+    os.environ["TOKENIZERS_PARALLELISM"] = "true" if a.loader_workers == 0 else "false"
+    # The Rust WordPiece that transformers' BertTokenizerFast wraps. (transformers 5's
+    # BertTokenizerFast takes vocab=, and silently ignores vocab_file=: 5 tokens, all [UNK].)
+    tok = tokenizers.BertWordPieceTokenizer(str(Path(a.work_dir) / "vocab.txt"),
+                                            lowercase=True)
+    tok.enable_truncation(a.seq_length)
+    tok.enable_padding(length=a.seq_length, pad_id=0, pad_token="[PAD]")
 
-    @tf.function
-    def pull(n: tf.Tensor) -> tf.Tensor:
-        total = tf.constant(0, tf.int64)
-        for _ in tf.range(n):
-            total += tf.shape(next(iterator)[1], out_type=tf.int64)[0]
-        return total
+    def encode(batch: list[str]) -> dict:
+        encodings = tok.encode_batch(batch)
+        return {key: np.array([getattr(e, field) for e in encodings], dtype=np.int32)
+                for key, field in zip(KEYS, ("ids", "attention_mask", "type_ids"),
+                                      strict=True)}
 
-    n = tf.constant(n_batches)
-    pull(n)
-    best = 0.0
-    for _ in range(epochs):
-        start = time.perf_counter()
-        examples = int(pull(n))
-        best = max(best, examples / (time.perf_counter() - start))
-    return best
+    check_features(encode(texts[:CHECKED]), Path(a.work_dir) / f"sample-{a.corpus}.npz",
+                   "fast tokenizer")
 
+    class Reviews(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return len(texts)
 
-# Review lengths measured: SST-2-like sentences and IMDB-like reviews (IMDB's mean is
-# about 230 words). Tokenising costs per word of text; a replay costs per stored token
-# (seq_length), so the speed-up a snapshot buys grows with the text length.
-CORPORA = {"short": (2, 4), "long": (22, 34)}
+        def __getitem__(self, i: int):
+            return texts[i], labels[i]
 
+    def collate(items):
+        # NumPy out of the workers, torch.from_numpy (no copy) in the loop: torch tensors
+        # made in a worker travel through shared-memory files, 3x slower here (2.7-3.2k
+        # against 9.5-9.8k short texts/s, 2 workers).
+        return encode([t for t, _ in items]), np.array([y for _, y in items], np.int32)
 
-def ceiling(n_batches: int, batch_size: int, seq_length: int) -> tuple[float, float]:
-    """Examples/s over batches already in memory, pulled both ways (one epoch per
-    iterator, repeated stream): the consumer's own cost, a bound on any replay (up to noise:
-    slicing these batches copies them, as unbatching a replay's pools does)."""
-    x = {k: tf.zeros([n_batches, batch_size, seq_length], tf.int32)
-         for k in ("input_word_ids", "input_mask", "input_type_ids")}
-    ds = tf.data.Dataset.from_tensor_slices((x, tf.zeros([n_batches, batch_size], tf.int32)))
-    return epoch_rate(ds, n_batches)[0], stream_rate(ds, n_batches)
+    loader = torch.utils.data.DataLoader(
+        Reviews(), batch_size=a.batch_size, shuffle=True, drop_last=True,
+        num_workers=a.loader_workers, persistent_workers=a.loader_workers > 0,
+        collate_fn=collate, generator=torch.Generator().manual_seed(a.seed))
 
+    def epoch() -> float:
+        n = 0
+        for features, _y in loader:
+            batch = {k: torch.from_numpy(v) for k, v in features.items()}
+            n += len(batch["input_word_ids"])
+        return n
 
-def measure(texts: list[str], labels: np.ndarray, vocab_path: Path, snapshot: Path,
-            args: argparse.Namespace) -> dict[str, float]:
-    """The three rates (a), (b), (c) on one corpus, after checking (a) and (b) agree."""
-    vocab = read_vocab(vocab_path)
-    examples = ExampleSet(texts, None, labels, "bench")
-    cfg = dataclasses.replace(DataConfig(), seq_length=args.seq_length,
-                              batch_size=args.batch_size, shuffle_buffer=10000)
-    preprocess = make_bert_preprocess_fn(vocab_file=str(vocab_path),
-                                         seq_length=args.seq_length)
-
-    # Same ids both ways (on a few examples, unshuffled), so the comparison is like for like.
-    check = ReviewDataset(texts[:64], labels[:64], PyWordPiece(vocab), args.seq_length)
-    tf_ids = preprocess(tf.constant(texts[:64]))["input_word_ids"].numpy()
-    py_ids = np.stack([check[i][0]["input_word_ids"] for i in range(64)])
-    assert (tf_ids == py_ids).all(), "the Python and tensorflow-text tokenisations differ"
-
-    py_rate, n_a = rate(python_loader(ReviewDataset(texts, labels, PyWordPiece(vocab),
-                                                    args.seq_length),
-                                      args.batch_size, args.seed))
-    n_batches = n_a // args.batch_size
-    snap_cfg = dataclasses.replace(cfg, snapshot=str(snapshot))
-    start = time.perf_counter()
-    make_classification_dataset(examples, preprocess, snap_cfg, batch_size=args.batch_size,
-                                training=True, seed=args.seed)
-    write_s = time.perf_counter() - start
-
-    result = {"a": py_rate, "write_s": write_s}
-    # host_map (tfapp's maps); with --compare-maps also plain Dataset.map, i.e. a Grappler
-    # pass over each map function whenever an iterator starts. Rounds alternate (host,
-    # plain, host) and each rate keeps its best, so neither pays for going first.
-    rounds = [("", True), ("_plain", False), ("", True)] if args.compare_maps else [("", True)]
-    for suffix, host in rounds:
-        stages.HOST_MAP = host
-        cold = make_classification_dataset(examples, preprocess, cfg,
-                                           batch_size=args.batch_size, training=True,
-                                           seed=args.seed)
-        replay = make_classification_dataset(examples, preprocess, snap_cfg,
-                                             batch_size=args.batch_size, training=True,
-                                             seed=args.seed)
-        for x, dataset in (("b", cold), ("c", replay)):
-            epoch, started = epoch_rate(dataset, n_batches)
-            stream = stream_rate(dataset, n_batches)
-            if epoch > result.get(x + suffix, 0.0):
-                result[x + suffix], result[x + "_start" + suffix] = epoch, started
-            result[x + "_stream" + suffix] = max(stream,
-                                                 result.get(x + "_stream" + suffix, 0.0))
-    stages.HOST_MAP = True
-
-    # Reference only: the TF tokenizer called eagerly per item, on a slice of the corpus.
-    k = min(200, len(texts))
-    start = time.perf_counter()
-    for t in texts[:k]:
-        preprocess(tf.constant([t]))
-    result["eager"] = k / (time.perf_counter() - start)
-    return result
+    info = {"versions": f"torch {torch.__version__}, tokenizers {tokenizers.__version__}, "
+                        f"workers {a.loader_workers}"}
+    return info, lambda: bc.timed(epoch)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="tfapp input pipeline benchmark")
-    parser.add_argument("--examples", type=int, default=20000)
-    parser.add_argument("--seq-length", type=int, default=128)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--vocab-size", type=int, default=4000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--corpus", choices=[*CORPORA, "both"], default="both",
-                        help="review length: short (2-4 sentences), long (IMDB-like), both")
-    parser.add_argument("--work-dir", default="", help="where the vocab and snapshot go")
-    parser.add_argument("--compare-maps", action="store_true",
-                        help="also time (b) and (c) with plain Dataset.map instead of "
-                             "tfapp's host_map (functions started through Grappler)")
-    args = parser.parse_args(argv)
+def worker_python(a: argparse.Namespace, texts: list[str], labels: np.ndarray):
+    vocab = (Path(a.work_dir) / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    dataset = ReviewDataset(texts, labels, PyWordPiece(vocab), a.seq_length)
+    sample = [dataset[i][0] for i in range(CHECKED)]
+    check_features({k: np.stack([x[k] for x in sample]) for k in KEYS},
+                   Path(a.work_dir) / f"sample-{a.corpus}.npz", "pure Python")
+    epochs = iter(range(1_000_000))
 
-    work = Path(args.work_dir or tempfile.mkdtemp(prefix="tfapp-bench-"))
-    names = list(CORPORA) if args.corpus == "both" else [args.corpus]
-    corpora = {name: make_corpus(args.examples, args.seed, CORPORA[name]) for name in names}
-    vocab_path = work / "vocab.txt"
-    if not vocab_path.exists():
-        first = next(iter(corpora.values()))[0]
-        write_vocab(build_wordpiece_vocab(first[:5000], args.vocab_size), vocab_path)
-    print(f"{args.examples} examples per corpus; vocab {len(read_vocab(vocab_path))} "
-          f"wordpieces; seq_length {args.seq_length}, batch {args.batch_size}; "
-          f"TensorFlow {tf.__version__}, "
-          f"{tf.config.threading.get_inter_op_parallelism_threads()} inter-op threads "
-          "(0 = all cores)")
-    results = {}
-    for name, (texts, labels) in corpora.items():
+    def epoch() -> float:
+        return sum(len(y) for _, y in python_loader(dataset, a.batch_size,
+                                                    a.seed + next(epochs)))
+
+    return {}, lambda: bc.timed(epoch)
+
+
+PEER = "fast tokenizer DataLoader"
+PEER_THREADS = "fast tokenizer, 0 workers, Rust threads"
+ROWS = {  # row name -> (worker, which interpreter, DataLoader workers: None = --loader-workers)
+    "tfapp cold": ("cold", "tfapp", None),
+    "tfapp replay": ("replay", "tfapp", None),
+    PEER: ("fast", "peers", None),
+    PEER_THREADS: ("fast", "peers", 0),
+    "pure-Python loop (ref.)": ("python", "tfapp", None),
+}
+
+
+def run_worker(a: argparse.Namespace) -> None:
+    texts, labels = make_corpus(a.examples, a.seed, CORPORA[a.corpus])
+    if a.worker == "fast":
+        bc.serve(lambda: worker_fast(a, texts, labels))
+    elif a.worker == "python":
+        bc.serve(lambda: worker_python(a, texts, labels))
+    else:
+        bc.serve(lambda: worker_tfapp(a, texts, labels, replay=a.worker == "replay"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--examples", type=int, default=8192)
+    p.add_argument("--seq-length", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--vocab-size", type=int, default=4000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--corpus", choices=[*CORPORA, "both"], default="both")
+    p.add_argument("--rounds", type=int, default=3, help="timed repetitions per row")
+    p.add_argument("--warmup", type=int, default=1, help="untimed repetitions per row")
+    p.add_argument("--loader-workers", type=int, default=os.cpu_count() or 1,
+                   help="the peer DataLoader's num_workers (default: the cores)")
+    p.add_argument("--peers-python", default=os.environ.get("BENCH_PEERS_PYTHON", ""),
+                   help="interpreter of the peers' venv (scripts/bench_all.py builds it); "
+                        "empty: the tfapp rows only")
+    p.add_argument("--work-dir", default="", help="vocab, snapshots and logs (default: a "
+                                                 "new temporary folder)")
+    p.add_argument("--json", default="")
+    p.add_argument("--worker", default="", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.worker:
+        run_worker(a)
+        return 0
+
+    sys.path.insert(0, str(REPO))
+    from tfapp.atomic import write_text
+    from tfapp.data.vocab import build_wordpiece_vocab
+
+    work = Path(a.work_dir or tempfile.mkdtemp(prefix="tfapp-bench-input-"))
+    work.mkdir(parents=True, exist_ok=True)
+    names = list(CORPORA) if a.corpus == "both" else [a.corpus]
+    first = make_corpus(min(a.examples, 5000), a.seed, CORPORA[names[0]])[0]
+    write_text(work / "vocab.txt", "\n".join(build_wordpiece_vocab(first, a.vocab_size)) + "\n")
+    print(f"{a.examples} examples per corpus, seq_length {a.seq_length}, batch {a.batch_size}, "
+          f"{os.cpu_count()} cores; {a.warmup} warm-up + {a.rounds} timed epochs per row, "
+          "rows alternating", flush=True)
+    out, summaries = [], {}
+    for name in names:
+        common = ["--examples", str(a.examples), "--seq-length", str(a.seq_length),
+                  "--batch-size", str(a.batch_size), "--seed", str(a.seed), "--corpus", name,
+                  "--work-dir", str(work), "--loader-workers", str(a.loader_workers)]
+        rows = []
+        for row, (worker, where, loader_workers) in ROWS.items():
+            if where == "peers" and not a.peers_python:
+                continue
+            python = a.peers_python if where == "peers" else sys.executable
+            env = {} if where == "peers" else {"TF_CPP_MIN_LOG_LEVEL": "2"}
+            own = [] if loader_workers is None else ["--loader-workers", str(loader_workers)]
+            rows.append(bc.Row(row, [python, __file__, "--worker", worker, *common, *own],
+                               env))
+        texts = make_corpus(a.examples, a.seed, CORPORA[name])[0]
         words = sum(len(t.split()) for t in texts) / len(texts)
-        print(f"\n[{name}] {words:.0f} words per example on average")
-        r = results[name] = measure(texts, labels, vocab_path, work / f"snapshot-{name}", args)
-        print(f"  (a) per-item Python loop (Dataset.__getitem__ style): {r['a']:10.0f} ex/s")
-        print(f"  (b) tfapp tf.data pipeline, cold:                    {r['b']:10.0f} ex/s"
-              f"   repeated stream: {r['b_stream']:8.0f} ex/s"
-              f"   iterator start: {r['b_start']:5.1f} ms")
-        print(f"  (c) tfapp pipeline replayed from its snapshot:       {r['c']:10.0f} ex/s"
-              f"   repeated stream: {r['c_stream']:8.0f} ex/s"
-              f"   iterator start: {r['c_start']:5.1f} ms"
-              f"  (writing it took {r['write_s']:.1f} s)")
-        if args.compare_maps:
-            for x in "bc":
-                print(f"      ({x}) with plain Dataset.map:                 "
-                      f"{r[x + '_plain']:10.0f} ex/s   repeated stream: "
-                      f"{r[x + '_stream_plain']:8.0f} ex/s"
-                      f"   iterator start: {r[x + '_start_plain']:5.1f} ms")
-        print(f"      reference: tensorflow-text eagerly, one string per call: "
-              f"{r['eager']:.0f} ex/s")
-    top, top_stream = ceiling(args.examples // args.batch_size, args.batch_size,
-                              args.seq_length)
-    print(f"\nconsumer ceiling (batches already in memory, pulled the same way): "
-          f"{top:.0f} ex/s, repeated stream {top_stream:.0f} ex/s")
-    print("\n(b) and (c) each way: one epoch per iterator (a new iterator each epoch, as fit")
-    print("reads a finite dataset), and the repeated stream a training run reads (one")
-    print("iterator, epochs after the first)")
-    # A replay that cost nothing would still run at the consumer's ceiling: ceiling/b bounds
-    # what any replay can reach against this (b), each way.
-    print(f"\n{'corpus':8s} {'b/a':>6s} {'c/b':>6s} {'c/b stream':>11s}   (targets: >= 5 each)"
-          f"   {'bound: ceiling/b':>16s} {'stream':>6s}")
-    for name, r in results.items():
-        print(f"{name:8s} {r['b'] / r['a']:6.1f} {r['c'] / r['b']:6.1f} "
-              f"{r['c_stream'] / r['b_stream']:11.1f}   {top / r['b']:16.1f} "
-              f"{top_stream / r['b_stream']:6.1f}")
-    if args.compare_maps:
-        print("\nhost_map / plain Dataset.map, one epoch per iterator:")
-        for name, r in results.items():
-            print(f"{name:8s} (b) {r['b'] / r['b_plain']:5.2f}x  (c) {r['c'] / r['c_plain']:5.2f}x"
-                  f"   repeated stream: (b) {r['b_stream'] / r['b_stream_plain']:5.2f}x"
-                  f"  (c) {r['c_stream'] / r['c_stream_plain']:5.2f}x")
+        print(f"\n[{name}] {words:.0f} words per example on average", flush=True)
+        bc.alternate(rows, rounds=a.rounds, warmup=a.warmup, log_dir=work / f"logs-{name}")
+        # Ratios against the faster fast-tokenizer row: the peer at its best here.
+        peers = [x for x in map(bc.summary, rows) if x["name"] in (PEER, PEER_THREADS)]
+        peer = max((x for x in peers if "median" in x), key=lambda x: x["median"],
+                   default={"name": None})["name"]
+        lines, sums = bc.table(f"input pipeline, {name} texts ({words:.0f} words), ex/s",
+                               rows, "ex/s", peer)
+        out += ["", *lines]
+        summaries[name] = {"words": words, "rows": sums, "peer": peer,
+                           "cold/peer": bc.ratio(sums, "tfapp cold", peer or ""),
+                           "replay/peer": bc.ratio(sums, "tfapp replay", peer or "")}
+    print("\n".join(out))
+    print("\nratios of medians against the faster fast-tokenizer row (targets: cold >= 1.0x, "
+          "replay >= 2x)")
+    for name, s in summaries.items():
+        print(f"  {name:6s} cold/peer {s['cold/peer'] or float('nan'):5.2f}x   "
+              f"replay/peer {s['replay/peer'] or float('nan'):5.2f}x")
+    bc.write_json(a.json, {"benchmark": "input", "args": vars(a), "corpora": summaries})
+    return 0 if all("median" in r for s in summaries.values() for r in s["rows"]) else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

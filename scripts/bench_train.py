@@ -1,54 +1,44 @@
-"""Fine-tuning throughput, compile time and MFU: tfapp against its peers, side by side.
+"""Fine-tuning examples/s: tfapp against Hugging Face + PyTorch and keras-hub, at real shapes.
 
-Setup (once). The peers live ONLY in a separate benchmark venv, never in tfapp's deps::
+    python scripts/bench_train.py --peers-python .venv-peers/bin/python
+        [--shapes toy,minilm,bert-base] [--precisions float32,bfloat16] [--steps 10]
+        [--rounds 3] [--warmup 1] [--threads 2] [--json train.json]
 
-    python3 -m venv /work/benchenv
-    /work/benchenv/bin/pip install torch==2.13.0        # the CPU wheel on this disk
-    /work/benchenv/bin/pip install transformers keras-hub "keras>=3" tensorflow==2.21.0
+Shapes (``name`` or ``name:batch`` to change the batch of that shape; default batch 32,
+seq 128, vocab 30522, FFN 4 x hidden, dropout 0.1, AdamW, 2 labels):
 
-Run (from the repo root, with tfapp's own venv)::
+* ``toy``: 4 layers, hidden 256, 4 heads (the shape of the earlier notes);
+* ``minilm``: MiniLM-L6 (6 layers, hidden 384, 12 heads);
+* ``bert-base``: 12 layers, hidden 768, 12 heads.
 
-    .venv/bin/python scripts/bench_train.py [--bench-python /work/benchenv/bin/python]
-        [--steps 32] [--warmup-steps 2] [--threads 2] [--only tfapp,hf,keras_hub]
-        [--precisions float32,bfloat16] [--json results.json]
+Rows of one table (one shape, one precision), each in its own process with the same
+generated data (random ids, random lengths from seq/2 to seq, random labels), the same
+thread count, the same warm-up (``--warmup`` repetitions) and ``--rounds`` timed
+repetitions of ``--steps`` steps, alternating (``scripts/bench_common.py``):
 
-The bench interpreter comes from ``--bench-python``, else ``$BENCH_PYTHON``, else
-``/work/benchenv/bin/python``. Every system runs in its own subprocess: tfapp's with this
-interpreter (tf-keras, ``TF_USE_LEGACY_KERAS=1``), the peers with the bench one (Keras
-3 on its TensorFlow backend for keras-hub). Same shape for all (default: BERT with 4
-layers, hidden 256, 4 heads, FFN 1024, vocab 30522, seq 128, batch 32, dropout 0.1,
-AdamW), same generated data (random ids, random lengths from seq/2 to seq, random
-binary labels), same thread count.
+* **tfapp**: ``build_classifier`` on a TF-Hub module tfapp exported (``tfapp.hub.export``),
+  compiled as the driver compiles it (tfapp's AdamW with warm-up, loss, metrics),
+  ``model.fit``. float32 runs the Hub layer; ``mixed_bfloat16`` reads the module into the
+  native encoder (what ``build_classifier`` picks). tfapp turns oneDNN on by default.
+* **HF + PyTorch** (peers' venv): transformers ``BertForSequenceClassification`` (SDPA
+  attention), a plain PyTorch loop; bfloat16 = ``torch.autocast("cpu", torch.bfloat16)``.
+  Once as installed, once with ``OMP_WAIT_POLICY=PASSIVE`` (on a shared machine PyTorch's
+  spinning OpenMP threads lose their partner's core; ratios use the faster HF row).
+* **keras-hub** (peers' venv, Keras 3 on TensorFlow): ``BertTextClassifier``, ``fit``,
+  TensorFlow's own oneDNN default (on only on CPUs with AVX512-VNNI/BF16 or AMX), and
+  **keras-hub oneDNN on** (``TF_ENABLE_ONEDNN_OPTS=1``, as tfapp runs).
 
-Measured per system and precision (float32; bfloat16 = tfapp/keras-hub
-``mixed_bfloat16``, PyTorch ``torch.autocast("cpu", dtype=torch.bfloat16)``):
-
-* tfapp: ``tfapp.models.classifier.build_classifier`` on a TF-Hub module tfapp exports
-  (``tfapp.hub.export``), compiled as the driver compiles it (tfapp's AdamW + warm-up
-  schedule, loss and metrics), ``jit_compile`` off/on x ``steps_per_execution`` 1/32.
-  Under float32 the encoder is the Hub layer; under mixed_bfloat16 the classifier
-  reads the module into the native encoder (a restored Hub graph stays float32).
-  With jit_compile on in float32, the Hub layer recompiles the XLA step at every step
-  (docs/hub.md), so that row runs one step only, and "tfapp native" rows show the same
-  model through the native encoder (``build_classifier(..., encoder=...)``).
-* hf: transformers ``BertForSequenceClassification``, a plain PyTorch loop.
-* keras_hub: ``keras_hub.models.BertTextClassifier`` (no preprocessor), ``fit`` with
-  ``jit_compile`` from ``--peer-jit`` (default off).
-
-Throughput is examples/s over ``--steps`` steps (rounded up to a multiple of
-steps_per_execution) after warm-up; "compile" is the first
-execution's time less what the same steps take when warm (tracing, XLA compilation,
-allocator warm-up). MFU = model FLOP/s over this machine's float32 matmul peak (a
-large TensorFlow GEMM, measured before and after the runs, best taken), counting 6 x
-non-embedding parameters x tokens plus 12 x layers x hidden x seq_length per token.
-The machine may be shared: read the ratios (same run, same load) rather than the
-absolute figures.
+fit rows are timed to the end of their last step (a callback), not to fit's return:
+deleting fit's tf.data iterator sometimes blocks until tf.data's autotune thread wakes
+(docs/performance.md). The table gives median examples/s and range over the rounds,
+compile time (first repetition less the median), GFLOP/s (6 x non-embedding parameters
+x tokens + 12 x layers x hidden x seq per token, per example) and the ratio to the faster
+HF row. ``--rows`` picks rows (tfapp, hf, hf-passive, keras_hub, keras_hub-onednn).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -56,9 +46,13 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_BENCH_PYTHON = "/work/benchenv/bin/python"
-RESULT_PREFIX = "BENCH_RESULT "
+SCRIPTS = Path(__file__).resolve().parent
+REPO = SCRIPTS.parent
+sys.path.insert(0, str(SCRIPTS))
+
+import bench_common as bc  # noqa: E402
+
+SHAPES = {"toy": (4, 256, 4), "minilm": (6, 384, 12), "bert-base": (12, 768, 12)}
 
 
 # --------------------------------------------------------------------------- shape, FLOPs
@@ -97,39 +91,7 @@ def make_data(path: Path, s: dict, n: int, seed: int = 0) -> None:
     np.savez(path, ids=ids, mask=mask, types=types, labels=labels)
 
 
-def emit(result: dict) -> None:
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
-
-
-def rounded_steps(steps: int, spe: int) -> int:
-    return max(spe, -(-steps // spe) * spe)
-
-
 # --------------------------------------------------------------------------- workers
-def worker_peak(a: argparse.Namespace) -> None:
-    """float32 (and bfloat16) GEMM peak in TensorFlow, GFLOP/s, with ``threads`` threads."""
-    import tensorflow as tf
-
-    tf.config.threading.set_intra_op_parallelism_threads(a.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(a.threads)
-    n = a.gemm_size
-    out = {"system": "peak", "threads": a.threads, "n": n}
-    for dtype in ("float32", "bfloat16"):
-        x = tf.random.normal((n, n), dtype=tf.float32)
-        x = tf.cast(x, dtype)
-        y = tf.cast(tf.random.normal((n, n)), dtype)
-        matmul = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y)[:1, :1],
-                                                                tf.float32)))
-        matmul(x, y).numpy()
-        best = float("inf")
-        for _ in range(a.gemm_repeats):
-            t = time.perf_counter()
-            matmul(x, y).numpy()
-            best = min(best, time.perf_counter() - t)
-        out[f"{dtype}_gflops"] = 2 * n ** 3 / best / 1e9
-    emit(out)
-
-
 def _tf_data(a: argparse.Namespace, s: dict, keys: tuple[str, str, str]):
     import numpy as np
     import tensorflow as tf
@@ -140,49 +102,15 @@ def _tf_data(a: argparse.Namespace, s: dict, keys: tuple[str, str, str]):
     return ds.repeat().batch(s["batch"], drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
-def _time_fit(model, ds, spe: int, steps: int, warmup_steps: int, batch: int) -> dict:
-    """First execution (compile), warm-up, then ``steps`` timed steps, via ``fit``."""
-    t = time.perf_counter()
-    model.fit(ds, epochs=1, steps_per_epoch=spe, verbose=0)
-    first = time.perf_counter() - t
-    # With steps_per_execution > 1 the first execution already ran spe warm steps.
-    warm = warmup_steps if spe == 1 else 0
-    if warm:
-        model.fit(ds, epochs=1, steps_per_epoch=warm, verbose=0)
-    steps = rounded_steps(steps, spe)
-    ends = ExecutionEnds()
-    t = time.perf_counter()
-    history = model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[ends])
-    # Timed to the end of the last step, not the return of fit: fit's teardown deletes
-    # its tf.data iterator, and that deletion now and then blocks until tf.data's
-    # autotune thread next wakes (its sleeps double from 10 ms, so fit returned exactly
-    # 10.24 or 20.47 s after it started in several runs whatever the step time was).
-    # It is a per-fit cost, not a per-step one; "teardown_s" reports it.
-    elapsed = ends.times[-1] - t
-    per_step = elapsed / steps
-    return {"examples_per_s": steps * batch / elapsed, "step_s": per_step,
-            "teardown_s": time.perf_counter() - ends.times[-1],
-            "median_step_s": median_step(t, ends.times, spe),
-            "compile_s": max(0.0, first - spe * per_step), "first_execution_s": first,
-            "timed_steps": steps, "loss": float(history.history["loss"][-1])}
+def ExecutionEnds():  # noqa: N802  (a Keras class, built after Keras is imported)
+    """Callback recording when each step's results reach Python (``on_train_batch_end``
+    makes Keras wait for the step). Works for tf-keras and Keras 3 alike."""
+    import importlib
 
+    keras = importlib.import_module("tf_keras" if os.environ.get("TF_USE_LEGACY_KERAS")
+                                    else "keras")
 
-def median_step(start: float, ends: list[float], spe: int) -> float:
-    """Median seconds per step over executions (each of ``spe`` steps). On this shared VM
-    whole seconds are sometimes lost to other tenants; the median shrugs them off, the
-    mean does not, so the report shows both."""
-    import statistics
-
-    marks = [start, *ends]
-    return statistics.median(b - a for a, b in zip(marks, marks[1:], strict=False)) / spe
-
-
-def ExecutionEnds():  # noqa: N802  (a tf.keras class, built after TensorFlow is imported)
-    """Callback recording when each execution's results reach Python (the numpy logs of
-    ``on_train_batch_end`` make Keras wait for the step)."""
-    import tensorflow as tf
-
-    class _Ends(tf.keras.callbacks.Callback):
+    class _Ends(keras.callbacks.Callback):
         def __init__(self):
             super().__init__()
             self.times: list[float] = []
@@ -193,14 +121,24 @@ def ExecutionEnds():  # noqa: N802  (a tf.keras class, built after TensorFlow is
     return _Ends()
 
 
-def worker_tfapp(a: argparse.Namespace, s: dict) -> None:
+def fit_rep(model, ds, steps: int, batch: int):
+    """A repetition: ``steps`` steps of ``fit``, timed to the end of the last step."""
+    def rep() -> dict:
+        ends = ExecutionEnds()
+        start = time.perf_counter()
+        history = model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[ends])
+        return {"seconds": ends.times[-1] - start, "units": steps * batch,
+                "loss": float(history.history["loss"][-1])}
+    return rep
+
+
+def worker_tfapp(a: argparse.Namespace, s: dict):
     sys.path.insert(0, str(REPO))
     import tfapp  # noqa: F401  (tf-keras before TensorFlow)
     from tfapp.config import ModelConfig, OptimizerConfig
     from tfapp.hub.export import export_encoder, float32_policy
     from tfapp.models.bert import BertConfig, BertEncoder
     from tfapp.models.classifier import build_classifier
-    from tfapp.models.hub_encoder import native_encoder_from_hub
     from tfapp.training.metrics import build_loss, build_metrics
     from tfapp.training.optimizers import build_optimizer
 
@@ -211,31 +149,25 @@ def worker_tfapp(a: argparse.Namespace, s: dict) -> None:
     cfg = BertConfig(vocab_size=s["vocab"], hidden_size=s["hidden"], num_layers=s["layers"],
                      num_heads=s["heads"], intermediate_size=s["intermediate"],
                      max_position_embeddings=s["max_positions"])
-    module = Path(a.workdir) / "tfapp_hub_encoder"
+    module = Path(a.workdir) / f"tfapp_hub_encoder_{s['layers']}x{s['hidden']}"
     if not module.exists():
         with float32_policy():
             export_encoder(BertEncoder(cfg, seed=0), module)
     tf.keras.mixed_precision.set_global_policy(
         "mixed_bfloat16" if a.precision == "bfloat16" else "float32")
-    # encoder=auto is what tfapp does (Hub layer in float32, native under mixed precision);
-    # native reads the module into tfapp's BertEncoder in float32 too (XLA compiles once).
-    encoder = native_encoder_from_hub(str(module)) if a.encoder == "native" else None
     model = build_classifier(ModelConfig(kind="bert", pooling="pooled"), num_classes=2,
-                             multi_label=False, seq_length=s["seq"], hub_handle=str(module),
-                             encoder=encoder)
-    encoder_name = type(model.get_layer("bert_encoder")).__name__
+                             multi_label=False, seq_length=s["seq"], hub_handle=str(module))
     optimizer = build_optimizer(OptimizerConfig(), peak=5e-5, total_steps=10_000)
     model.compile(optimizer=optimizer, loss=build_loss(2, False),
-                  metrics=build_metrics(2, False), jit_compile=bool(a.jit),
-                  steps_per_execution=a.spe)
+                  metrics=build_metrics(2, False))
     ds = _tf_data(a, s, ("input_word_ids", "input_mask", "input_type_ids"))
     ds = ds.map(lambda x, y: (x, tf.cast(y, tf.float32)[:, None]))
-    out = _time_fit(model, ds, a.spe, a.steps, a.warmup_steps, s["batch"])
-    emit({"system": "tfapp", "precision": a.precision, "jit": bool(a.jit), "spe": a.spe,
-          "encoder": encoder_name, **out})
+    info = {"encoder": type(model.get_layer("bert_encoder")).__name__,
+            "versions": f"tensorflow {tf.__version__}"}
+    return info, fit_rep(model, ds, a.steps, s["batch"])
 
 
-def worker_keras_hub(a: argparse.Namespace, s: dict) -> None:
+def worker_keras_hub(a: argparse.Namespace, s: dict):
     import keras
     import keras_hub
     import tensorflow as tf
@@ -253,16 +185,14 @@ def worker_keras_hub(a: argparse.Namespace, s: dict) -> None:
                                                 preprocessor=None, dropout=0.1)
     model.compile(optimizer=keras.optimizers.AdamW(5e-5, weight_decay=0.01),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["sparse_categorical_accuracy"], jit_compile=bool(a.jit),
-                  steps_per_execution=a.spe)
+                  metrics=["sparse_categorical_accuracy"], jit_compile=False)
     ds = _tf_data(a, s, ("token_ids", "padding_mask", "segment_ids"))
-    out = _time_fit(model, ds, a.spe, a.steps, a.warmup_steps, s["batch"])
-    emit({"system": "keras_hub", "precision": a.precision, "jit": bool(a.jit), "spe": a.spe,
-          "versions": f"keras {keras.__version__}, keras-hub {keras_hub.__version__}, "
-                      f"tensorflow {tf.__version__}", **out})
+    info = {"versions": f"keras {keras.__version__}, keras-hub {keras_hub.__version__}, "
+                        f"tensorflow {tf.__version__}"}
+    return info, fit_rep(model, ds, a.steps, s["batch"])
 
 
-def worker_hf(a: argparse.Namespace, s: dict) -> None:
+def worker_hf(a: argparse.Namespace, s: dict):
     import contextlib
 
     import numpy as np
@@ -283,13 +213,12 @@ def worker_hf(a: argparse.Namespace, s: dict) -> None:
     n, b = len(d["labels"]), s["batch"]
     tensors = {k: torch.from_numpy(d[k].astype(np.int64)) for k in ("ids", "mask", "types")}
     labels = torch.from_numpy(d["labels"].astype(np.int64))
+    position = 0
 
     def autocast():
         if a.precision == "bfloat16":
             return torch.autocast("cpu", dtype=torch.bfloat16)
         return contextlib.nullcontext()
-
-    position = 0
 
     def step() -> float:
         nonlocal position
@@ -303,263 +232,185 @@ def worker_hf(a: argparse.Namespace, s: dict) -> None:
                         token_type_ids=tensors["types"][sl], labels=labels[sl])
         out.loss.backward()
         optimizer.step()
-        return float(out.loss)
+        return out.loss.detach().item()  # waits for the step, as fit's callback does
 
-    t = time.perf_counter()
-    step()
-    first = time.perf_counter() - t
-    for _ in range(a.warmup_steps):
-        step()
-    t = time.perf_counter()
-    ends = []
-    for _ in range(a.steps):
-        loss = step()
-        ends.append(time.perf_counter())
-    elapsed = time.perf_counter() - t
-    per_step = elapsed / a.steps
-    emit({"system": "hf", "precision": a.precision, "jit": False, "spe": 1,
-          "versions": f"torch {torch.__version__}, transformers {transformers.__version__}",
-          "attn": getattr(model.config, "_attn_implementation", "?"),
-          "examples_per_s": a.steps * b / elapsed, "step_s": per_step,
-          "median_step_s": median_step(t, ends, 1),
-          "compile_s": max(0.0, first - per_step), "first_execution_s": first,
-          "timed_steps": a.steps, "loss": loss})
+    def rep() -> dict:
+        start = time.perf_counter()
+        for _ in range(a.steps):
+            loss = step()
+        return {"seconds": time.perf_counter() - start, "units": a.steps * b, "loss": loss}
+
+    info = {"versions": f"torch {torch.__version__}, transformers {transformers.__version__}",
+            "attn": getattr(model.config, "_attn_implementation", "?")}
+    return info, rep
 
 
 WORKERS = {"tfapp": worker_tfapp, "keras_hub": worker_keras_hub, "hf": worker_hf}
 
 
-# --------------------------------------------------------------------------- orchestration
-def run_worker(python: str, system: str, argv: list[str], env: dict, timeout: float
-               ) -> dict | None:
-    cmd = [python, str(Path(__file__).resolve()), "--worker", system, *argv]
-    label = " ".join([system, *argv[argv.index("--precision"):]]) if "--precision" in argv \
-        else system
-    t = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        print(f"  {label}: timed out after {timeout:.0f} s", flush=True)
-        return {"error": f"timed out after {timeout:.0f} s"}
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            result = json.loads(line[len(RESULT_PREFIX):])
-            result["wall_s"] = time.perf_counter() - t
-            return result
-    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-    print(f"  {label}: failed (exit {proc.returncode}): {' | '.join(tail)}", flush=True)
-    return {"error": " | ".join(tail)}
+def profile_worker(a: argparse.Namespace) -> None:
+    """Set up, one warm repetition, then one repetition under the framework's profiler;
+    the op table (self time) goes to ``--profile-dir``."""
+    _, rep = WORKERS[a.worker](a, shape_from(a))
+    rep()
+    out = Path(a.profile_dir)
+    name = f"{a.worker}-{a.layers}x{a.hidden}-b{a.batch}-{a.precision}"
+    if a.worker == "hf":
+        import torch
 
-
-def env_for(system: str, threads: int, onednn: int | None = None) -> dict:
-    """Environment of one row. ``onednn`` (tfapp rows and the GEMM peak) sets
-    ``TF_ENABLE_ONEDNN_OPTS``; peers keep TensorFlow's own default, as their users would."""
-    env = dict(os.environ)
-    env.update({"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": str(threads),
-                "PYTHONHASHSEED": "0"})
-    if onednn is not None:
-        env["TF_ENABLE_ONEDNN_OPTS"] = str(onednn)
-    if system == "tfapp":
-        env["TF_USE_LEGACY_KERAS"] = "1"
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            r = rep()
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
     else:
-        env.pop("TF_USE_LEGACY_KERAS", None)  # keras-hub needs Keras 3
-        env["KERAS_BACKEND"] = "tensorflow"
-        env.setdefault("HF_HUB_OFFLINE", "1")
-    return env
+        import tensorflow as tf
+
+        sys.path.insert(0, str(REPO))
+        from tfapp.tracking.profiler import find_sessions, format_summary, summarize
+
+        logdir = out / name
+        tf.profiler.experimental.start(str(logdir))
+        r = rep()
+        tf.profiler.experimental.stop()
+        table = format_summary(summarize(find_sessions(logdir)[-1], top=25))
+    text = f"{name}: {r['units'] / r['seconds']:.1f} ex/s while profiled\n{table}\n"
+    (out / f"{name}.txt").write_text(text)
+    print(text, flush=True)
+HF = "HF transformers + PyTorch"
+HF_PASSIVE = "HF + PyTorch, OMP_WAIT_POLICY=PASSIVE"
 
 
-def name_of(r: dict) -> str:
-    if r["system"] == "tfapp":
-        native = " native" if r.get("encoder_arg") == "native" else ""
-        dnn = " onednn=off" if r.get("onednn") == 0 else ""
-        return f"tfapp{native} jit={'on' if r['jit'] else 'off'} spe={r['spe']}{dnn}"
-    if r["system"] == "keras_hub":
-        return f"keras-hub jit={'on' if r['jit'] else 'off'} spe={r['spe']}"
-    return "HF transformers + PyTorch"
+ROWS = {  # --rows key -> (row name, worker, interpreter, extra environment)
+    "tfapp": ("tfapp", "tfapp", "tfapp", {"TF_USE_LEGACY_KERAS": "1"}),
+    "hf": (HF, "hf", "peers", {}),
+    # PyTorch's OpenMP threads spin while they wait; on a machine shared with other jobs a
+    # spinning thread takes the core its partner needs (measured here: 2-5 s instead of
+    # 0.7-1 s per toy step at batch 8). Passive waiting is the peer at its best there.
+    "hf-passive": (HF_PASSIVE, "hf", "peers", {"OMP_WAIT_POLICY": "PASSIVE"}),
+    "keras_hub": ("keras-hub (TF default oneDNN)", "keras_hub", "peers",
+                  {"TF_ENABLE_ONEDNN_OPTS": None}),
+    "keras_hub-onednn": ("keras-hub oneDNN on", "keras_hub", "peers",
+                         {"TF_ENABLE_ONEDNN_OPTS": "1"}),
+}
 
 
-def report(results: list[dict], peak: dict | None, s: dict) -> list[str]:
-    flops = train_flops_per_example(s)
-    f32_peak = peak.get("float32_gflops") if peak else None
-    bf16_peak = peak.get("bfloat16_gflops") if peak else None
-    lines = [f"shape: {s['layers']} layers, hidden {s['hidden']}, {s['heads']} heads, "
-             f"seq {s['seq']}, batch {s['batch']}, vocab {s['vocab']}; "
-             f"{non_embedding_params(s) / 1e6:.2f} M non-embedding params, "
-             f"{flops / 1e9:.2f} GFLOP per training example"]
-    if f32_peak:
-        lines.append(f"matmul peak (TF GEMM {peak['n']}^2, {peak['threads']} threads, best "
-                     f"of {peak.get('measured_gflops')}): float32 {f32_peak:.1f} GFLOP/s, "
-                     f"bfloat16 {bf16_peak:.1f} GFLOP/s")
-    header = (f"{'system':<39} {'precision':<9} {'ex/s':>7} {'step ms':>8} "
-              f"{'p50 ms':>7} {'compile s':>9} {'MFU':>6}  notes")
-    lines += ["", header, "-" * len(header)]
-    ok = [r for r in results if "examples_per_s" in r]
-    for r in results:
-        if "examples_per_s" not in r:
-            lines.append(f"{r.get('name', '?'):<39} {r.get('precision', ''):<9} "
-                         f"{'failed':>7}  {r.get('error', '')[:80]}")
+def rows_for(a: argparse.Namespace, s: dict, precision: str, base: list[str]) -> list[bc.Row]:
+    """The rows named in ``--rows``, each with its interpreter and environment."""
+    env = {"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": str(a.threads),
+           "PYTHONHASHSEED": "0"}
+    peer_env = {**env, "KERAS_BACKEND": "tensorflow", "HF_HUB_OFFLINE": "1",
+                "TF_USE_LEGACY_KERAS": None}  # keras-hub needs Keras 3
+    argv = [*base, "--precision", precision, "--batch", str(s["batch"])]
+    rows = []
+    for key in filter(None, a.rows.split(",")):
+        name, system, where, extra = ROWS[key]
+        if where == "peers" and not a.peers_python:
             continue
-        mfu = r["examples_per_s"] * flops / (f32_peak * 1e9) if f32_peak else float("nan")
-        r["mfu"] = mfu
-        notes = []
-        if r["system"] == "tfapp":
-            notes.append(f"encoder={r['encoder']}")
-        if r["precision"] == "bfloat16" and bf16_peak:
-            notes.append(f"{r['examples_per_s'] * flops / (bf16_peak * 1e9):.1%} of bf16 peak")
-        lines.append(f"{name_of(r):<39} {r['precision']:<9} {r['examples_per_s']:7.1f} "
-                     f"{r['step_s'] * 1e3:8.0f} {r.get('median_step_s', 0) * 1e3:7.0f} "
-                     f"{r['compile_s']:9.1f} {mfu:6.1%}  "
-                     f"{', '.join(notes)}")
-    lines += ["", "ratios tfapp / peer at equal precision (examples/s):"]
-    for precision in sorted({r["precision"] for r in ok}):
-        tf_rows = [r for r in ok if r["system"] == "tfapp" and r["precision"] == precision]
-        peers = [r for r in ok if r["system"] != "tfapp" and r["precision"] == precision]
-        for peer in peers:
-            cells = "  ".join(f"{name_of(r).removeprefix('tfapp ')}: "
-                              f"{r['examples_per_s'] / peer['examples_per_s']:.2f}x"
-                              for r in tf_rows)
-            lines.append(f"  {precision:<8} vs {name_of(peer):<26} {cells}")
-            if all("median_step_s" in r for r in [*tf_rows, peer]):
-                cells = "  ".join(f"{name_of(r).removeprefix('tfapp ')}: "
-                                  f"{peer['median_step_s'] / r['median_step_s']:.2f}x"
-                                  for r in tf_rows)
-                lines.append(f"  {'':<8}    {'(median step times)':<26} {cells}")
-    return lines
+        python = a.peers_python if where == "peers" else sys.executable
+        row_env = {**(peer_env if where == "peers" else env), **extra}
+        rows.append(bc.Row(name, [python, __file__, "--worker", system, *argv], row_env))
+    return rows
+
+
+def parse_shapes(text: str, batch: int) -> list[tuple[str, int]]:
+    out = []
+    for item in filter(None, text.split(",")):
+        name, _, b = item.partition(":")
+        if name not in SHAPES:
+            raise SystemExit(f"bench_train: error: unknown shape {name!r}; "
+                             f"choose from {', '.join(SHAPES)}")
+        out.append((name, int(b) if b else batch))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bench-python", default=os.environ.get("BENCH_PYTHON",
-                                                           DEFAULT_BENCH_PYTHON),
-                   help="interpreter of the benchmark venv with torch, transformers, keras-hub")
-    p.add_argument("--tfapp-python", default=sys.executable,
-                   help="interpreter with tfapp installed (default: this one)")
-    p.add_argument("--only", default="tfapp,hf,keras_hub",
-                   help="comma list of systems: tfapp, hf, keras_hub")
+    p.add_argument("--peers-python", default=os.environ.get("BENCH_PEERS_PYTHON", ""),
+                   help="interpreter of the peers' venv (scripts/bench_all.py builds it); "
+                        "empty: the tfapp rows only")
+    p.add_argument("--rows", default="tfapp,hf,hf-passive,keras_hub,keras_hub-onednn",
+                   help="comma list of tfapp, hf, hf-passive, keras_hub, keras_hub-onednn")
+    p.add_argument("--shapes", default="toy,minilm,bert-base",
+                   help="comma list of toy, minilm, bert-base; name:batch sets its batch")
     p.add_argument("--precisions", default="float32,bfloat16")
-    p.add_argument("--jit", default="0,1", help="jit_compile values for tfapp")
-    p.add_argument("--peer-jit", default="0", help="jit_compile values for keras-hub")
-    p.add_argument("--spe", default="1,32", help="steps_per_execution values for tfapp")
-    p.add_argument("--encoders", default="auto",
-                   help="tfapp encoder rows without XLA: auto (what the classifier picks), "
-                        "native (the module read into tfapp's BertEncoder), or both")
-    p.add_argument("--onednn", default="1",
-                   help="TF_ENABLE_ONEDNN_OPTS values for tfapp rows (tfapp turns oneDNN on "
-                        "by default on x86; '0,1' measures both side by side)")
-    p.add_argument("--steps", type=int, default=16, help="timed steps (rounded up to spe)")
-    p.add_argument("--warmup-steps", type=int, default=2)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--steps", type=int, default=10, help="timed steps per repetition")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1, help="untimed repetitions per row")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--vocab", type=int, default=30522)
     p.add_argument("--examples", type=int, default=1024, help="generated examples")
-    p.add_argument("--gemm-size", type=int, default=2048)
-    p.add_argument("--gemm-repeats", type=int, default=5)
-    p.add_argument("--timeout", type=float, default=1800, help="seconds per subprocess")
+    p.add_argument("--work-dir", default="")
     p.add_argument("--json", default="", help="also write all results to this file")
-    # internal: one measurement in this process
+    p.add_argument("--profile-dir", default="",
+                   help="instead of timing: profile one repetition of each --rows row "
+                        "(TensorFlow profiler op table / torch.profiler table) into this dir")
+    # internal: one row's worker
     p.add_argument("--worker", default="", help=argparse.SUPPRESS)
     p.add_argument("--data", default="", help=argparse.SUPPRESS)
     p.add_argument("--workdir", default="", help=argparse.SUPPRESS)
     p.add_argument("--precision", default="float32", help=argparse.SUPPRESS)
-    p.add_argument("--encoder", default="auto", help=argparse.SUPPRESS)
-    p.add_argument("--jit-one", dest="jit_one", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--spe-one", dest="spe_one", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--layers", type=int, default=4, help=argparse.SUPPRESS)
+    p.add_argument("--hidden", type=int, default=256, help=argparse.SUPPRESS)
+    p.add_argument("--heads", type=int, default=4, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    s = shape_from(a)
 
+    if a.worker and a.profile_dir:
+        profile_worker(a)
+        return 0
     if a.worker:
-        a.jit, a.spe = a.jit_one, a.spe_one
-        if a.worker == "peak":
-            worker_peak(a)
-        else:
-            WORKERS[a.worker](a, s)
+        bc.serve(lambda: WORKERS[a.worker](a, shape_from(a)))
         return 0
 
-    systems = [x for x in a.only.split(",") if x]
-    unknown = set(systems) - set(WORKERS)
-    if unknown:
-        p.error(f"--only: unknown systems {sorted(unknown)}; choose from {sorted(WORKERS)}")
-    if set(systems) - {"tfapp"} and not Path(a.bench_python).exists():
-        p.error(f"--bench-python {a.bench_python} does not exist; create the benchmark venv "
-                "(see the top of this script) or pass --only tfapp")
-    precisions = [x for x in a.precisions.split(",") if x]
-    jits = [int(x) for x in a.jit.split(",") if x]
-    peer_jits = [int(x) for x in a.peer_jit.split(",") if x]
-    spes = [int(x) for x in a.spe.split(",") if x]
-    onednns = [int(x) for x in a.onednn.split(",") if x]
-    common = ["--steps", str(a.steps), "--warmup-steps", str(a.warmup_steps),
-              "--threads", str(a.threads), "--layers", str(a.layers), "--hidden", str(a.hidden),
-              "--heads", str(a.heads), "--seq", str(a.seq), "--batch", str(a.batch),
-              "--vocab", str(a.vocab)]
-    started = time.time()
-    results: list[dict] = []
-    with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
-        data = Path(tmp) / "data.npz"
-        make_data(data, s, a.examples)
-        base = [*common, "--data", str(data), "--workdir", tmp]
-        peak_args = [*base, "--gemm-size", str(a.gemm_size), "--gemm-repeats",
-                     str(a.gemm_repeats)]
-        print(f"matmul peak ({a.tfapp_python})", flush=True)
-        # With oneDNN on and off: the machine's peak is the faster of the two GEMMs.
-        peaks = [run_worker(a.tfapp_python, "peak", peak_args,
-                            env_for("tfapp", a.threads, dnn), a.timeout) for dnn in (1, 0)]
-        plan = []
-        for precision in precisions:
-            if "tfapp" in systems:
-                for j in jits:
-                    for spe in spes:
-                        if j and precision == "float32":
-                            # The Hub layer recompiles the XLA step at every step
-                            # (docs/hub.md): one execution shows the cost; the native
-                            # encoder rows show what XLA does for the same model.
-                            if spe == spes[0]:
-                                plan.append(("tfapp", precision, j, spe, "auto",
-                                             ["--steps", "1", "--warmup-steps", "0"]))
-                            plan.append(("tfapp", precision, j, spe, "native", []))
-                        else:
-                            plan += [("tfapp", precision, j, spe, enc, [])
-                                     for enc in a.encoders.split(",") if enc]
-            if "hf" in systems:
-                plan.append(("hf", precision, 0, 1, "", []))
-            if "keras_hub" in systems:
-                plan += [("keras_hub", precision, j, 1, "", []) for j in peer_jits]
-        # Each tfapp row once per --onednn value, next to each other.
-        plan = [(*row, dnn) for row in plan
-                for dnn in (onednns if row[0] == "tfapp" else [None])]
-        for system, precision, jit, spe, encoder, extra, dnn in plan:
-            python = a.tfapp_python if system == "tfapp" else a.bench_python
-            dnn_note = "" if dnn is None else f" onednn={dnn}"
-            print(f"{system} {precision} jit={jit} spe={spe} {encoder}{dnn_note}", flush=True)
-            r = run_worker(python, system, [*base, "--precision", precision,
-                                            "--jit-one", str(jit), "--spe-one", str(spe),
-                                            "--encoder", encoder or "auto", *extra],
-                           env_for(system, a.threads, dnn), a.timeout)
-            r.update({"system": system, "precision": precision, "jit": bool(jit), "spe": spe,
-                      "encoder_arg": encoder, "onednn": dnn})
-            r.setdefault("name", f"{system} jit={jit} spe={spe}")
-            results.append(r)
-        # Again at the end: on a shared machine the best of both is nearer the real peak.
-        print("matmul peak, again", flush=True)
-        peaks += [run_worker(a.tfapp_python, "peak", peak_args,
-                             env_for("tfapp", a.threads, dnn), a.timeout) for dnn in (1, 0)]
-        peaks = [x for x in peaks if x and "error" not in x]
-        peak = max(peaks, key=lambda x: x["float32_gflops"]) if peaks else None
-        if peak:
-            peak["measured_gflops"] = [round(x["float32_gflops"], 1) for x in peaks]
-    lines = report(results, peak, s)
-    print("\n" + "\n".join(lines))
-    print(f"\n(total {time.time() - started:.0f} s; threads={a.threads}; the machine may be "
-          "shared with other jobs: compare ratios from one run)")
-    if a.json:
-        Path(a.json).write_text(json.dumps({"shape": s, "peak": peak, "results": results,
-                                            "flops_per_example": train_flops_per_example(s)},
-                                           indent=1) + "\n")
-    return 0 if all("examples_per_s" in r for r in results) else 1
+    work = Path(a.work_dir or tempfile.mkdtemp(prefix="tfapp-bench-train-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"{a.warmup} warm-up + {a.rounds} timed repetitions of {a.steps} steps per row, "
+          f"rows alternating; {a.threads} threads", flush=True)
+    out, tables = [], []
+    for shape_name, batch in parse_shapes(a.shapes, a.batch):
+        layers, hidden, heads = SHAPES[shape_name]
+        a.layers, a.hidden, a.heads = layers, hidden, heads
+        s = {**shape_from(a), "batch": batch}
+        data = work / f"data-{shape_name}.npz"
+        make_data(data, s, max(a.examples, 4 * batch))
+        base = ["--layers", str(layers), "--hidden", str(hidden), "--heads", str(heads),
+                "--seq", str(a.seq), "--vocab", str(a.vocab), "--steps", str(a.steps),
+                "--threads", str(a.threads), "--data", str(data), "--workdir", str(work)]
+        flops = train_flops_per_example(s)
+        for precision in filter(None, a.precisions.split(",")):
+            title = (f"training, {shape_name} ({layers} layers, hidden {hidden}, seq {a.seq}, "
+                     f"batch {batch}), {precision}, examples/s")
+            print(f"\n[{title}]", flush=True)
+            if a.profile_dir:  # one row after the other, each alone in its process
+                Path(a.profile_dir).mkdir(parents=True, exist_ok=True)
+                for row in rows_for(a, s, precision, base):
+                    env = {**os.environ, **row.env}
+                    subprocess.run([*row.cmd, "--profile-dir", a.profile_dir], check=False,
+                                   env={k: v for k, v in env.items() if v is not None})
+                continue
+            rows = bc.alternate(rows_for(a, s, precision, base), rounds=a.rounds,
+                                warmup=a.warmup,
+                                log_dir=work / f"logs-{shape_name}-{precision}")
+            # Ratios against the faster HF row: the peer at its best on this machine.
+            hf = [x for x in map(bc.summary, rows) if x["name"] in (HF, HF_PASSIVE)]
+            peer = max((x for x in hf if "median" in x), key=lambda x: x["median"],
+                       default={"name": None})["name"]
+            lines, sums = bc.table(title, rows, "ex/s", peer,
+                                   extra=lambda r, f=flops: f"{r['median'] * f / 1e9:6.1f} GFLOP/s")
+            out += ["", *lines]
+            tables.append({"shape": shape_name, "batch": batch, "precision": precision,
+                           "flops_per_example": flops, "rows": sums, "peer": peer,
+                           "tfapp/HF": bc.ratio(sums, "tfapp", peer or "")})
+    print("\n".join(out))
+    print("\nratio of medians tfapp / the faster HF + PyTorch row (target: >= 1.1x in "
+          "float32 at every shape)")
+    for t in tables:
+        value = t["tfapp/HF"]
+        print(f"  {t['shape']:<10} batch {t['batch']:<3} {t['precision']:<9} "
+              + (f"{value:.2f}x" if value else "n/a"))
+    bc.write_json(a.json, {"benchmark": "train", "args": vars(a), "tables": tables})
+    return 0 if all("median" in r for t in tables for r in t["rows"]) else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,96 @@
+"""The pieces of the benchmark scripts that run without the peers' venv.
+
+The benchmarks themselves are scripts (no timed asserts here); these tests check what
+their tables rest on: rows really alternate, the statistics are the median and range of
+the timed repetitions (warm-up excluded), and the tf.function per-step decoding loop
+(a row of scripts/bench_generate.py) emits the same greedy tokens as tfapp's compiled
+decoder.
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
+from tfapp.models import seq2seq
+
+import numpy as np
+import tensorflow as tf
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+import bench_common as bc  # noqa: E402
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# A worker answering each repetition with the moment it ran and its own counter.
+WORKER = """
+import sys, time
+sys.path.insert(0, {scripts!r})
+import bench_common as bc
+count = iter(range(100))
+def setup():
+    def rep():
+        n = next(count)
+        return {{"seconds": {seconds} * (3 if n == 0 else 1), "units": 10.0,
+                 "at": time.monotonic(), "n": n}}
+    return {{"label": {label!r}}}, rep
+bc.serve(setup)
+"""
+
+
+def worker_row(name: str, seconds: float) -> bc.Row:
+    code = WORKER.format(scripts=str(SCRIPTS), seconds=seconds, label=name)
+    return bc.Row(name, [sys.executable, "-c", code])
+
+
+def test_rows_alternate_after_equal_warmup(tmp_path):
+    rows = bc.alternate([worker_row("a", 0.5), worker_row("b", 0.25)], rounds=3, warmup=1,
+                        log_dir=tmp_path, pause_s=0.0)
+    a, b = rows
+    assert [r["n"] for r in a.reps] == [1, 2, 3]  # repetition 0 was the warm-up
+    assert [r["n"] for r in b.reps] == [1, 2, 3]
+    assert a.info["label"] == "a" and len(a.warmup) == len(b.warmup) == 1
+    times = [r["at"] for pair in zip(a.reps, b.reps, strict=True) for r in pair]
+    assert times == sorted(times), "rows did not alternate a b a b a b"
+
+
+def test_summary_is_median_and_range_without_warmup():
+    row = bc.Row("x", [])
+    row.warmup = [{"seconds": 5.0, "units": 10.0}]
+    row.reps = [{"seconds": s, "units": 10.0} for s in (1.0, 2.0, 0.5)]
+    s = bc.summary(row)
+    assert (s["median"], s["low"], s["high"]) == (10.0, 5.0, 20.0)
+    assert s["rep_s"] == 1.0 and s["compile_s"] == 4.0  # first warm-up less the median
+    row.info = {"first_call_s": 2.0, "calls_per_rep": 4}
+    assert bc.summary(row)["compile_s"] == 1.75  # first call less a median call (1.0 / 4)
+    lines, sums = bc.table("t", [row, bc.Row("y", [], error="boom")], "ex/s", reference="x")
+    assert sums[1] == {"name": "y", "error": "boom"} and "failed" in lines[-1]
+    assert bc.ratio(sums, "x", "y") is None
+
+
+def test_per_step_loop_emits_the_compiled_decoders_greedy_tokens():
+    bench = load_script("bench_generate")
+    tf.keras.utils.set_random_seed(3)
+    model = seq2seq.Seq2Seq(vocab_size=40, embedding_dim=8, units=16, fused_lstm=False)
+    model.build_for(6, 5)
+    rng = np.random.default_rng(0)
+    enc = rng.integers(4, 40, size=(5, 6)).astype(np.int32)
+    enc[1, 3:] = 0  # right-padded prompts, as prompt_encoder_ids makes them
+    enc[4, 1:] = 0
+    words = 12
+    compiled = bench.make_compiled(model, words)(enc)
+    stepwise = bench.make_stepwise(model, words)(enc)
+    assert compiled.shape == (5, words)
+    assert (compiled > bench.END_ID).all()  # [END] and the other special ids suppressed
+    assert len(np.unique(compiled)) > 3  # not a constant sequence that any loop matches
+    np.testing.assert_array_equal(stepwise, compiled)
+    sampled = bench.make_stepwise(model, words, method="top_k")(enc)
+    assert sampled.shape == (5, words) and (sampled > bench.END_ID).all()
