@@ -21,11 +21,14 @@ import sys
 
 __all__ = ["NOISE", "quiet_stderr", "stderr_is_terminal"]
 
-#: Lines dropped: absl-format C++ INFO/WARNING lines, absl's pre-initialisation notice, and
-#: ERROR lines that only say a GPU or a faster kernel is absent.
+#: Lines dropped: C++ INFO/WARNING lines (absl's format, TF 2.21, and TensorFlow's own
+#: dated one, TF 2.20), absl's pre-initialisation notice, and ERROR lines that only say a
+#: GPU or a faster kernel is absent.
 NOISE = (r"^[IW]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\] "
+         r"|^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IW] \S+:\d+\] "
          r"|^WARNING: All log messages before absl::InitializeLog\(\) is called"
-         r"|^E\d{4} .*\] (failed call to cuInit|oneDNN supports DT_\w+ only on platforms)")
+         r"|^(E\d{4} |\d{4}-\d\d-\d\d [\d:.]+: E ).*\] "
+         r"(failed call to cuInit|oneDNN supports DT_\w+ only on platforms)")
 
 # Runs in ``python -S``: read stdin in chunks, forward at once whatever cannot be the
 # start of a noise line (progress output needs no newline), hold a line that might be
@@ -34,7 +37,8 @@ _FILTER = r"""
 import os, re, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 noise = re.compile(sys.argv[1].encode())
-maybe = re.compile(rb"^([IWEF]\d{0,4}( |$)|W(A(R(N(I(N(G(:.*)?)?)?)?)?)?)?$)")
+maybe = re.compile(rb"^([IWEF]\d{0,4}( |$)|W(A(R(N(I(N(G(:.*)?)?)?)?)?)?)?$"
+                   rb"|[\d\- :.]*$|\d{4}-[\d\- :.]+: ?([IWEF]( |$))?)")
 out, held = sys.stdout.fileno(), b""
 while True:
     chunk = os.read(0, 65536)
