@@ -152,13 +152,30 @@ def test_functional_model_both_ways():
         def train_step(self, data):
             return {}
 
+    class FunctionalOwnStep(tf.keras.Model):  # a graph network, but with its own step
+        def train_step(self, data):
+            return {}
+
     own = OwnStep()
     own(tf.zeros((1, 3)))
+    functional_own = FunctionalOwnStep(inp, tf.keras.layers.Dense(1)(inp))
     for forced in (False, True):
         with compat.public_path("functional_model") if forced else _nothing():
             assert compat.is_functional_model(functional)
             assert compat.is_functional_model(sequential)
             assert not compat.is_functional_model(own)
+            assert not compat.is_functional_model(functional_own)
+
+
+def test_replica_context_can_synchronise_both_ways():
+    """No strategy: a replica may apply gradients in its own tf.cond; under a strategy
+    on CPU it must go through merge_call (tests/test_training.py runs both under fit)."""
+    one_device = tf.distribute.OneDeviceStrategy("/cpu:0")
+    for forced in (False, True):
+        with compat.public_path("no_merge_call") if forced else _nothing():
+            assert compat.replica_context_can_synchronise()
+            with one_device.scope():
+                assert not compat.replica_context_can_synchronise()
 
 
 class _nothing:

@@ -50,6 +50,10 @@ TOUCHES: dict[str, tuple[str, str, str]] = {
                    "tf.keras AdamW's own update"),
     "functional_model": ("tf_keras", "tf-keras's own 'is a functional model' flag",
                          "a model with inputs and Keras's own train_step"),
+    "no_merge_call": ("tensorflow", "accumulated gradients applied in the replica's own "
+                      "tf.cond where the strategy allows it (XLA on GPUs, no strategy)",
+                      "applied through merge_call and a cross-replica tf.cond under every "
+                      "strategy (fails under XLA on GPUs: set trainer.jit_compile=false)"),
     "step_backups": ("tf_keras", "BackupAndRestore saves and resumes at a step, on SIGTERM",
                      "BackupAndRestore at epoch ends (SIGTERM stops without a new backup)"),
     "ema_averages": ("tf_keras", "validation scores the averaged weights (optimizer.ema_decay)",
@@ -280,17 +284,34 @@ def ema_averages(optimizer: Any, var_list: list) -> list | None:
         return None
 
 
+def replica_context_can_synchronise() -> bool:
+    """Whether the current strategy lets a replica synchronise (all-reduce, apply
+    gradients) without ``merge_call``: true with no strategy and under XLA on GPUs. Then a
+    conditional update can sit in the replica's own ``tf.cond``; elsewhere it must go
+    through ``merge_call``. tf-keras's ``LossScaleOptimizer`` asks TensorFlow the same."""
+    import tensorflow as tf
+
+    if use_private("no_merge_call"):
+        try:
+            return bool(tf.__internal__.distribute.strategy_supports_no_merge_call())
+        except AttributeError as err:
+            _missing("no_merge_call", err)
+    return not tf.distribute.has_strategy()
+
+
 def is_functional_model(model: Any) -> bool:
     """Whether ``model`` is a functional/Sequential tf.keras model (a graph of layers
     with Keras's own ``train_step``), not a subclass with its own step."""
     import tensorflow as tf
 
+    # A functional subclass with its own step is a graph network too, but wrapping it
+    # (AccumulatingModel) would drop that step.
+    own_step = type(model).train_step is not tf.keras.Model.train_step
     if use_private("functional_model"):
         flag = getattr(model, "_is_graph_network", None)
         if flag is not None:
-            return bool(flag)
+            return bool(flag) and not own_step
         _missing("functional_model", AttributeError("no _is_graph_network"))
-    own_step = type(model).train_step is not tf.keras.Model.train_step
     return not own_step and bool(getattr(model, "inputs", None))
 
 

@@ -279,7 +279,9 @@ class TrainerConfig:
       jit_compile: compile the train step with XLA; null = auto (on for TPU, and for GPU
         except for a TF-Hub encoder or the rnn baseline, which XLA recompiles every step;
         off on CPU, where XLA measured 2x slower).
-      gradient_accumulation_steps: accumulate gradients over this many batches per update.
+      gradient_accumulation_steps: accumulate gradients over this many batches per update
+        (effective batch = global batch x this, under every strategy; one all-reduce per
+        update).
       monitor: validation metric that picks the best checkpoint and drives early stopping
         ("" = the task's own: val_accuracy for classifier, val_loss for generator).
       monitor_mode: max or min for monitor; auto = min for losses, max otherwise.

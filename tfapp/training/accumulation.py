@@ -3,9 +3,18 @@
 tf-keras optimizers have no ``gradient_accumulation_steps`` (Keras 3's do, but Keras 3
 fails under the strategies tfapp needs; see DESIGN.md). ``AccumulatingModel`` sums
 gradients of ``steps`` consecutive batches in per-replica accumulators and applies
-their mean once, so one optimizer step sees ``steps x global batch`` examples. The
+their mean once, so one optimizer step sees ``steps x global batch`` examples: the same
+update as one step of a ``steps`` times larger global batch, under every strategy. The
 optimizer's ``iterations`` (which drives the learning-rate schedule) counts applied
 updates only.
+
+With several replicas the update is conditional *and* a synchronisation point (the
+optimizer all-reduces the gradients). Strategies that synchronise through ``merge_call``
+(Mirrored and multi-worker without XLA-on-GPU, TPU) cannot take that branch inside a
+replica's ``tf.cond``, so the condition is evaluated in the cross-replica context and the
+apply re-enters the replicas, the pattern tf-keras's own ``LossScaleOptimizer`` uses to
+skip non-finite steps. Gradients stay on each replica until the step that applies them:
+one all-reduce per optimizer step, not per batch.
 """
 
 from __future__ import annotations
@@ -62,20 +71,35 @@ class AccumulatingModel(tf.keras.Model):
             if g is not None:
                 acc.assign_add(tf.cast(g, acc.dtype))
         self._micro_step.assign_add(1)
-
-        def apply():
-            n = tf.cast(self.accumulation_steps, tf.float32)
-            pairs = [(acc / tf.cast(n, acc.dtype), v)
-                     for acc, v in zip(self._accumulators, self.trainable_variables,
-                                       strict=True)]
-            self.optimizer.apply_gradients(pairs)
-            for acc in self._accumulators:
-                acc.assign(tf.zeros_like(acc))
-            return tf.constant(True)
-
-        tf.cond(self._micro_step % self.accumulation_steps == 0, apply,
-                lambda: tf.constant(False))
+        means = [acc.read_value() / tf.cast(self.accumulation_steps, acc.dtype)
+                 for acc in self._accumulators]
+        if compat.replica_context_can_synchronise():
+            tf.cond(self._apply_now(), lambda: self._apply(means), lambda: None)
+        else:
+            tf.distribute.get_replica_context().merge_call(self._apply_across_replicas,
+                                                           args=(means,))
+        # Reset as a select, outside the branch, so no replica-local write sits in a
+        # cross-replica cond.
+        applied = self._apply_now()
+        for acc in self._accumulators:
+            acc.assign(tf.where(applied, tf.zeros_like(acc), acc))
         return self.compute_metrics(x, y, y_pred, sample_weight)
+
+    def _apply_now(self) -> tf.Tensor:
+        return tf.equal(self._micro_step % self.accumulation_steps, 0)
+
+    def _apply(self, means: list[tf.Tensor]) -> None:
+        """Replica context: one optimizer step with the accumulated mean gradients (the
+        optimizer aggregates them across replicas, as in a plain ``train_step``)."""
+        self.optimizer.apply_gradients(zip(means, self.trainable_variables, strict=True))
+
+    def _apply_across_replicas(self, strategy: tf.distribute.Strategy,
+                               means: list[tf.Tensor]) -> None:
+        """Cross-replica context: every replica's step counter agrees (each counts the same
+        batches), so the first replica's decides for all."""
+        tf.cond(self._apply_now(),
+                lambda: strategy.extended.call_for_each_replica(self._apply, args=(means,)),
+                lambda: None)
 
     def get_config(self):
         config = super().get_config()
@@ -83,18 +107,11 @@ class AccumulatingModel(tf.keras.Model):
         return config
 
 
-def wrap_for_accumulation(model: tf.keras.Model, steps: int, num_replicas: int
-                          ) -> tf.keras.Model:
+def wrap_for_accumulation(model: tf.keras.Model, steps: int) -> tf.keras.Model:
     """``model`` itself for ``steps <= 1``, else an ``AccumulatingModel`` of it; a
     ConfigError where accumulation cannot work."""
     if steps <= 1:
         return model
-    if num_replicas > 1:
-        # Applying inside a tf.cond would need a cross-replica merge_call there, which
-        # MirroredStrategy does not support; with several replicas the global batch is
-        # already replicas x data.batch_size.
-        raise ConfigError(f"trainer.gradient_accumulation_steps={steps} runs on one replica; "
-                          f"with {num_replicas} replicas raise data.batch_size instead")
     if not compat.is_functional_model(model):
         raise ConfigError("trainer.gradient_accumulation_steps > 1 needs a functional model "
                           f"({type(model).__name__} has its own train_step); set it to 1")

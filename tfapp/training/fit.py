@@ -27,8 +27,7 @@ def build_model(ctx: RunContext, task: Task, inputs: Inputs) -> tf.keras.Model:
     when ``trainer.gradient_accumulation_steps`` > 1."""
     with ctx.runtime.strategy.scope():
         model = task.build_model(inputs)
-        return wrap_for_accumulation(model, ctx.cfg.trainer.gradient_accumulation_steps,
-                                     ctx.runtime.num_replicas)
+        return wrap_for_accumulation(model, ctx.cfg.trainer.gradient_accumulation_steps)
 
 
 def compile_model(ctx: RunContext, model: tf.keras.Model, *, optimizer: Any, loss: Any,
