@@ -73,7 +73,7 @@ def make_stepwise(model, words: int, method: str = "greedy", suppress_ids=SUPPRE
     """The per-step loop a careful TensorFlow user writes: ``encode`` and one decoding step
     are ``tf.function``s (traced once per batch shape), Python loops over the tokens.
     Returns ``fn(encoder_ids [B, N]) -> tokens [B, words]`` (NumPy)."""
-    from tfapp.models.decoding import filter_logits
+    from tfapp.models.decoding import sample_tokens
 
     import tensorflow as tf
 
@@ -88,9 +88,9 @@ def make_stepwise(model, words: int, method: str = "greedy", suppress_ids=SUPPRE
         if method == "greedy":
             token = tf.argmax(logits, -1, output_type=tf.int32)
         else:
-            filtered = filter_logits(logits, TEMPERATURE, TOP_K, 1.0)
-            token = tf.random.stateless_categorical(filtered, 1, tf.stack([0, i]),
-                                                    dtype=tf.int32)[:, 0]
+            # the same sampling maths as the compiled loop: the rows differ in the loop
+            token = sample_tokens(logits, tf.constant(TEMPERATURE), tf.constant(TOP_K),
+                                  tf.constant(1.0), tf.stack([0, i]))
         return token, h, c
 
     def run(encoder_ids: np.ndarray) -> np.ndarray:

@@ -183,6 +183,39 @@ def test_filter_logits_top_k_and_top_p():
     np.testing.assert_allclose(scaled, logits.numpy() / 2.0, rtol=1e-6)
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_sample_tokens_follows_the_filtered_distribution_on_every_path(jit):
+    """20k rows of one distribution over 100 words, one draw each: plain top-k (the
+    ``tf.math.top_k`` path), top-k above the cap and nucleus (``filter_logits``) and no
+    filter each draw only allowed words, at the renormalised probabilities."""
+    probs = np.exp(-0.15 * np.arange(100.0))
+    probs /= probs.sum()
+    rows = 20000
+    logits = tf.math.log(tf.constant(np.tile(probs, (rows, 1)), tf.float32))
+    draw = tf.function(decoding.sample_tokens, jit_compile=jit)
+
+    def freq(top_k, top_p, temperature=1.0):
+        ids = draw(logits, tf.constant(temperature), tf.constant(top_k), tf.constant(top_p),
+                   tf.constant([5, 1])).numpy()
+        return np.bincount(ids, minlength=100) / rows
+
+    def expected(allowed, temperature=1.0):
+        p = np.where(np.arange(100) < allowed, probs ** (1 / temperature), 0.0)
+        return p / p.sum()
+
+    for top_k, top_p, temperature, allowed in [
+            (5, 1.0, 1.0, 5), (5, 1.0, 3.0, 5),           # the top_k path, with temperature
+            (decoding.TOP_K_CAP + 6, 1.0, 1.0, decoding.TOP_K_CAP + 6),  # above the cap
+            (0, 1.0, 1.0, 100)]:                          # no filter
+        got = freq(top_k, top_p, temperature)
+        assert got[allowed:].sum() == 0
+        np.testing.assert_allclose(got, expected(allowed, temperature), atol=0.012)
+    nucleus = np.searchsorted(np.cumsum(probs), 0.5) + 1  # words until the mass reaches 0.5
+    got = freq(0, 0.5)
+    assert got[nucleus:].sum() == 0
+    np.testing.assert_allclose(got, expected(nucleus), atol=0.012)
+
+
 def test_prompt_edge_cases(trained):
     _, _, gen, _ = trained
     prompts = ["", "zebra quantum", "THE RED FOX!!", "x " * 50 + "the red fox"]

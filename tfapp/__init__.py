@@ -10,10 +10,11 @@ import platform
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 # TensorFlow turns its oneDNN CPU kernels on by default only on CPUs with AVX512-VNNI/BF16
-# or AMX. On an AVX2 CPU (this project's 2-core AMD EPYC) they made the float32 BERT
-# training step ~1.04x faster alone, 1.14-1.25x with FeedForwardDense's oneDNN-shaped
-# weight gradient, and the 2048^2 GEMM 1.35x (scripts/bench_train.py --onednn 0,1;
-# docs/performance.md). Results may differ from Eigen's in the last bits.
+# or AMX; tfapp turns them on on every x86, AVX2-only CPUs included. On this project's
+# 2-core AMD EPYC (AVX512-BF16/VNNI, no AMX; TensorFlow's default is already on there)
+# they made the float32 BERT training step ~1.04x faster than Eigen alone, 1.14-1.25x
+# with FeedForwardDense's oneDNN-shaped weight gradient, and the 2048^2 GEMM 1.35x
+# (docs/performance.md). Results may differ from Eigen's in the last bits.
 # TF_ENABLE_ONEDNN_OPTS=0 turns them off.
 if platform.machine().lower() in ("x86_64", "amd64"):
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
