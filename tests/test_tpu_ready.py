@@ -49,3 +49,20 @@ def test_the_training_step_compiles_with_xla(tmp_path, case):
                   metrics=task.build_metrics(inputs), jit_compile=True)
     history = model.fit(inputs.train, steps_per_epoch=2, epochs=1, verbose=0).history
     assert all(tf.math.is_finite(v[-1]) for v in history.values())
+
+
+@pytest.mark.xla_cpu
+def test_the_accumulating_training_step_compiles_with_xla(tmp_path):
+    """Gradient accumulation's conditional update inside one XLA program (as a TPU runs
+    it): 4 batches, 2 updates, and the weights moved."""
+    from tfapp.training.accumulation import wrap_for_accumulation
+
+    _, task, inputs = _task(tmp_path, *CASES["classifier-cnn"])
+    model = wrap_for_accumulation(task.build_model(inputs), 2)
+    model.compile(optimizer=tf.keras.optimizers.Adam(1e-2), loss=task.build_losses(inputs),
+                  jit_compile=True)
+    start = [w.numpy() for w in model.trainable_weights]
+    model.fit(inputs.train, steps_per_epoch=4, epochs=1, verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == 2
+    assert any(abs(w.numpy() - s).max() > 1e-4
+               for w, s in zip(model.trainable_weights, start, strict=True))
