@@ -15,6 +15,22 @@ def test_write_replaces_the_file_whole_and_leaves_no_temporary(tmp_path):
     assert sorted(p.name for p in target.parent.iterdir()) == ["state.json"]
 
 
+def test_written_files_and_folders_get_the_modes_of_the_umask(tmp_path):
+    """Not mkstemp's private 0600 / mkdtemp's 0700: a report or an export is meant to be
+    read by the user's other tools and colleagues, like any file they write."""
+    import os
+
+    old = os.umask(0o027)
+    try:
+        write_text(tmp_path / "report.json", "{}")
+        with atomic_directory(tmp_path / "export") as d:
+            (d / "x").write_text("x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "report.json").stat().st_mode & 0o777 == 0o640
+    assert (tmp_path / "export").stat().st_mode & 0o777 == 0o750
+
+
 def test_an_error_while_writing_keeps_the_old_file(tmp_path):
     target = write_text(tmp_path / "params.yaml", "old: 1\n")
     with pytest.raises(RuntimeError, match="disk full"):

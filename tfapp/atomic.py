@@ -34,6 +34,12 @@ __all__ = ["atomic_directory", "atomic_open", "read_state", "remove_leftovers", 
 _LEFTOVER = re.compile(r"^\..+(\.tmp|\.tmp-\w+|\.old-[0-9a-f]{8})$")
 
 
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, *, newline: str | None = None) -> Iterator[IO[str]]:
     """A text file (UTF-8) to write; it replaces ``path`` when the block ends cleanly.
@@ -42,6 +48,7 @@ def atomic_open(path: str | os.PathLike, *, newline: str | None = None) -> Itera
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600, as open() would have made it
         with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as fh:
             yield fh
             fh.flush()
@@ -78,9 +85,7 @@ def atomic_directory(final: str | os.PathLike, *, overwrite: bool = False) -> It
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     # mkdtemp makes the directory private (0700); a module is meant to be shared and read
     # by other users/services, like any directory the user would create.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)
+    os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
         killpoints.reached(f"rename:{final.name}")
