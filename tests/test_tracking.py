@@ -268,8 +268,10 @@ def test_share_report_is_self_contained_and_renders(classifier_run, tmp_path):
             pytest.fail(f"{message}; CI must have it (.ci/run installs it)")
         pytest.skip(message)
     shot = tmp_path / "shot.png"
+    # Tall enough for the first run's own curves (train blue, validation red): in the
+    # comparison charts the copy's red line covers the original's blue one.
     subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
-                    "--disable-dev-shm-usage", "--window-size=1200,1400",
+                    "--disable-dev-shm-usage", "--window-size=1200,2600",
                     f"--screenshot={shot}", out.as_uri()],
                    capture_output=True, timeout=120, check=True)
     import numpy as np
@@ -277,7 +279,7 @@ def test_share_report_is_self_contained_and_renders(classifier_run, tmp_path):
 
     pixels = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3)
     assert len(np.unique(pixels, axis=0)) > 50  # text, tables, charts -- not a blank page
-    for colour in ((0x1F, 0x77, 0xB4), (0xD6, 0x27, 0x28)):  # the two runs' curves
+    for colour in ((0x1F, 0x77, 0xB4), (0xD6, 0x27, 0x28)):  # the curves' colours
         assert (pixels == colour).all(axis=1).sum() > 200
 
 

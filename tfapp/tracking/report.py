@@ -165,7 +165,7 @@ def svg_chart(title: str, series: list[tuple[str, list[tuple[int, float]]]],
         fig = Figure(figsize=(width / 96, height / 96))  # SVG points are 1/72 inch
         ax = fig.add_subplot()
         for k, name, pts in series_k:
-            ax.plot(*zip(*pts, strict=True), marker="o", markersize=3, linewidth=1.5,
+            ax.plot(*zip(*pts, strict=True), marker="o", markersize=4, linewidth=1.5,
                     color=COLORS[k % len(COLORS)], label=name, gid=f"series-{k}")
         ax.set_title(title, fontsize=9, fontweight="bold")
         ax.set_xlabel(xlabel)
