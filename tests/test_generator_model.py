@@ -65,6 +65,24 @@ def test_loss_ignores_padding_and_metrics():
     assert float(ppl.result()) == pytest.approx(math.exp(base), rel=1e-5)
 
 
+def test_token_metrics_weigh_tokens_not_batches():
+    """Streaming over batches with 2 and 12 real tokens: accuracy and perplexity are the
+    means over all real tokens (padding ignored), not the mean of batch means."""
+    rng = np.random.default_rng(5)
+    labels = rng.integers(1, 10, (4, 6)).astype("int32")
+    labels[:, 4:] = 0
+    labels[0, 2:] = 0
+    logits = rng.normal(size=(4, 6, 10)).astype("float32")
+    acc, ppl = seq2seq.MaskedTokenAccuracy(), seq2seq.Perplexity()
+    for part in (slice(0, 1), slice(1, 4)):
+        acc.update_state(tf.constant(labels[part]), tf.constant(logits[part]))
+        ppl.update_state(tf.constant(labels[part]), tf.constant(logits[part]))
+    real = labels != 0
+    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits).numpy()
+    assert float(acc.result()) == pytest.approx((logits.argmax(-1) == labels)[real].mean())
+    assert float(ppl.result()) == pytest.approx(math.exp(ce[real].mean()), rel=1e-5)
+
+
 def test_a_few_training_steps_reduce_the_loss():
     tf.keras.utils.set_random_seed(0)
     x, y = batch(np.random.default_rng(3), b=16)

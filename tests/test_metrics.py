@@ -1,12 +1,46 @@
-"""Classification metrics: the streaming Keras metrics agree with the numpy report, and
-the report matches hand-computed values."""
+"""Classification metrics: the streaming Keras metrics and the end-of-run report agree with
+scikit-learn on the same predictions, and the report matches hand-computed values."""
 
 from __future__ import annotations
+
+import json
+import textwrap
 
 from tfapp.training.metrics import MacroF1, OneVsRestAUC, classification_report, label_mode
 
 import numpy as np
 import pytest
+from conftest import run_python, subprocess_env
+from sklearn import metrics as skm
+
+
+def _predictions(multi_label: bool, classes: int, n: int = 50, seed: int = 0):
+    """Labels and model outputs in the classifier's layouts (binary: one sigmoid column)."""
+    rng = np.random.default_rng(seed)
+    if multi_label:
+        return ((rng.random((n, classes)) > 0.5).astype("float32"),
+                rng.random((n, classes)).astype("float32"))
+    if classes == 2:
+        return rng.integers(0, 2, n), rng.random((n, 1)).astype("float32")
+    return rng.integers(0, classes, n), rng.dirichlet(np.ones(classes), n).astype("float32")
+
+
+def _sklearn_scores(y, p, multi_label: bool, classes: int) -> dict:
+    """What scikit-learn says on the same outputs, decided as tfapp does (>= 0.5, argmax)."""
+    if multi_label:
+        pred = (p >= 0.5).astype(int)
+        return {"macro_f1": skm.f1_score(y, pred, average="macro", zero_division=0),
+                "accuracy": 1.0 - skm.hamming_loss(y, pred),
+                "auc": skm.roc_auc_score(y, p, average="macro")}
+    if classes == 2:
+        pred = (p[:, 0] >= 0.5).astype(int)
+        auc = skm.roc_auc_score(y, p[:, 0])
+    else:
+        pred = p.argmax(axis=1)
+        auc = skm.roc_auc_score(y, p, multi_class="ovr", average="macro")
+    return {"macro_f1": skm.f1_score(y, pred, labels=range(classes), average="macro",
+                                     zero_division=0),
+            "accuracy": skm.accuracy_score(y, pred), "auc": auc}
 
 
 def test_report_matches_hand_computation_multiclass():
@@ -32,25 +66,75 @@ def test_binary_auc_and_macro_f1_over_both_classes():
     assert r["macro_f1"] == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize("multi_label,classes", [(False, 2), (False, 3), (True, 3)])
-def test_streaming_macro_f1_equals_report(multi_label, classes):
-    rng = np.random.default_rng(0)
-    n = 50
-    if multi_label:
-        y = (rng.random((n, classes)) > 0.5).astype("float32")
-        p = rng.random((n, classes)).astype("float32")
-    elif classes == 2:
-        y = rng.integers(0, 2, n)
-        p = rng.random((n, 1)).astype("float32")
-    else:
-        y = rng.integers(0, classes, n)
-        p = rng.dirichlet(np.ones(classes), n).astype("float32")
+LAYOUTS = [(False, 2), (False, 3), (True, 3)]
+
+
+@pytest.mark.parametrize("multi_label,classes", LAYOUTS)
+def test_report_equals_sklearn(multi_label, classes):
+    y, p = _predictions(multi_label, classes)
+    r = classification_report(y, p, [str(i) for i in range(classes)], multi_label)
+    for key, value in _sklearn_scores(y, p, multi_label, classes).items():
+        assert r[key] == pytest.approx(value, abs=1e-9), key
+
+
+@pytest.mark.parametrize("multi_label,classes", LAYOUTS)
+def test_streaming_macro_f1_equals_sklearn(multi_label, classes):
+    y, p = _predictions(multi_label, classes)
+    # Outputs of exactly 0.5 decide as the report does (positive), not as F1Score's '>'.
+    p[:5] = 0.5 if multi_label or classes == 2 else p[:5]
     metric = MacroF1(classes, label_mode(classes, multi_label))
     metric.update_state(y[:20], p[:20])
     metric.update_state(y[20:], p[20:])  # streaming over two batches
-    names = [str(i) for i in range(classes)]
-    expected = classification_report(y, p, names, multi_label)["macro_f1"]
+    expected = _sklearn_scores(y, p, multi_label, classes)["macro_f1"]
     assert float(metric.result()) == pytest.approx(expected, abs=1e-6)
+    metric.reset_state()
+    metric.update_state(y[:20], p[:20])
+    assert float(metric.result()) == pytest.approx(
+        _sklearn_scores(y[:20], p[:20], multi_label, classes)["macro_f1"], abs=1e-6)
+
+
+def test_macro_f1_round_trips_through_its_config():
+    metric = MacroF1.from_config(MacroF1(3, "multiclass").get_config())
+    assert (metric.name, metric.num_classes, metric.mode) == ("macro_f1", 3, "multiclass")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("multi_label,classes", [(False, 3), (True, 3)])
+def test_streaming_metrics_on_two_replicas_equal_sklearn(multi_label, classes):
+    """evaluate() over MirroredStrategy on 2 logical CPUs (uneven last batch): macro_f1 and
+    accuracy equal scikit-learn's on the model's own predictions."""
+    script = textwrap.dedent(f"""
+        import json
+        import tfapp
+        from tfapp.config import RuntimeConfig
+        from tfapp.runtime import setup
+        rt = setup(RuntimeConfig(strategy="mirrored", cpu_devices=2, seed=1))
+        import numpy as np
+        import tensorflow as tf
+        from tfapp.training.metrics import build_loss, build_metrics
+
+        rng = np.random.default_rng(0)
+        x = rng.normal(size=(45, 4)).astype("float32")
+        y = ((rng.random((45, {classes})) > 0.5).astype("float32") if {multi_label}
+             else rng.integers(0, {classes}, 45))
+        with rt.strategy.scope():
+            model = tf.keras.Sequential([tf.keras.layers.Dense(
+                {classes}, activation="sigmoid" if {multi_label} else "softmax",
+                input_shape=(4,))])
+            model.compile("sgd", build_loss({classes}, {multi_label}),
+                          metrics=build_metrics({classes}, {multi_label}))
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+        scores = model.evaluate(ds, return_dict=True, verbose=0)
+        print(json.dumps({{"replicas": rt.num_replicas, "scores": scores,
+                          "y": y.tolist(), "p": model.predict(x, verbose=0).tolist()}}))
+    """)
+    proc = run_python(["-c", script], timeout=300, env=subprocess_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["replicas"] == 2
+    expected = _sklearn_scores(np.array(out["y"]), np.array(out["p"]), multi_label, classes)
+    for key in ("macro_f1", "accuracy"):
+        assert out["scores"][key] == pytest.approx(expected[key], abs=1e-6), key
 
 
 def test_one_vs_rest_auc_is_perfect_for_perfect_scores():

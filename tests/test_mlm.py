@@ -86,6 +86,60 @@ def test_whole_word_masking_takes_all_pieces_of_a_word():
     assert 0.12 < chosen.sum() / (ids > 4).sum() < 0.18
 
 
+def test_the_cap_holds_and_is_filled_when_more_are_chosen():
+    """mask_rate 0.9 with max_predictions 3: every row with >= 3 real tokens predicts
+    exactly 3 distinct real positions, shorter rows all of theirs (none of [MASK] either)."""
+    features = _batch(np.random.default_rng(2))
+    ids = features["input_word_ids"].numpy()
+    masker = MlmMasker(VOCAB, max_predictions=3, mask_rate=0.9, seed=3)
+    inputs, labels, weights = masker(tf.constant(1, tf.int64), features)
+    pos, w = inputs["masked_lm_positions"].numpy(), weights.numpy()
+    assert pos.shape == (256, 3)
+    per_row = w.sum(axis=1)
+    assert per_row.max() == 3 and (per_row == 3).mean() > 0.95
+    for r in range(len(ids)):
+        chosen = pos[r][w[r] > 0]
+        assert len(set(chosen)) == len(chosen) and (ids[r, chosen] > 4).all()
+
+
+def _masks_of_a_pipeline(mask_fn, skip: int = 0) -> np.ndarray:
+    """The masked ids of 6 steps of one batch through tf.data, as the mlm task maps them
+    (enumerate, parallel map), after tf.random.set_seed(7)."""
+    tf.random.set_seed(7)
+    features = _batch(np.random.default_rng(4), batch=32)
+    ds = tf.data.Dataset.from_tensors(features).repeat(6).enumerate().skip(skip).map(
+        mask_fn, num_parallel_calls=tf.data.AUTOTUNE)
+    return np.stack([inputs["input_word_ids"].numpy() for inputs, *_ in ds])
+
+
+def test_masks_are_a_function_of_seed_and_step_in_a_parallel_pipeline():
+    masker = MlmMasker(VOCAB, max_predictions=6, seed=5)
+    first, again = _masks_of_a_pipeline(masker), _masks_of_a_pipeline(masker)
+    np.testing.assert_array_equal(first, again)  # the same run for the same seed
+    np.testing.assert_array_equal(_masks_of_a_pipeline(masker, skip=2), first[2:])
+    assert (first[0] != first[1]).any()  # new masks every step
+
+
+def test_tensorflow_text_masks_are_not_reproducible():
+    """Why MlmMasker is not tensorflow_text.mask_language_model (the same 80/10/10 rule):
+    its RandomItemSelector and MaskValuesChooser draw with unseeded stateful ops, so the
+    same seed gives other masks on a second pass. If this starts failing, the library
+    has become reproducible and can replace MlmMasker (tfapp/data/masking.py)."""
+    import tensorflow_text as text
+
+    def library_mask(step, features):
+        selector = text.RandomItemSelector(max_selections_per_batch=6, selection_rate=0.15,
+                                           unselectable_ids=[0, 1, 2, 3, 4])
+        chooser = text.MaskValuesChooser(len(VOCAB), 4, 0.8, 0.1)
+        masked, _, _ = text.mask_language_model(
+            tf.RaggedTensor.from_tensor(features["input_word_ids"]), selector, chooser)
+        return ({"input_word_ids": masked.to_tensor(shape=tf.shape(
+            features["input_word_ids"]))},)
+
+    first, again = _masks_of_a_pipeline(library_mask), _masks_of_a_pipeline(library_mask)
+    assert (first != again).any()
+
+
 def test_masker_rejects_a_vocab_without_mask():
     with pytest.raises(ValueError, match=r"\[MASK\]"):
         MlmMasker(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a"], max_predictions=3)

@@ -247,9 +247,14 @@ def test_share_report_is_self_contained_and_renders(classifier_run, tmp_path):
     page = out.read_text()
     # Self-contained: no scripts, no external stylesheets/images, no URL but SVG's namespace.
     assert "<script" not in page and "<link" not in page
-    assert set(re.findall(r"https?://[^\s\"'<>]+", page)) <= {"http://www.w3.org/2000/svg"}
+    # The only URLs are SVG's namespace names (identifiers, never fetched).
+    assert set(re.findall(r"https?://[^\s\"'<>]+", page)) <= {"http://www.w3.org/2000/svg",
+                                                              "http://www.w3.org/1999/xlink"}
     assert all(src.startswith("data:") for src in re.findall(r"src='([^']*)'", page))
     assert "<h2>Comparison</h2>" in page and page.count("<svg") >= 8
+    charts = page.split("<svg")[1:]
+    assert all(_ticks_are_round(chart) for chart in charts)
+    assert any('aria-label="learning rate"' in c for c in charts)
     assert page.count("data:image/png;base64,") == 2  # each run's confusion matrix
     assert "waiting on input:" in page and "top ops by self time" in page
     assert "learning_rate: 0.001" in page  # the resolved config
@@ -263,8 +268,10 @@ def test_share_report_is_self_contained_and_renders(classifier_run, tmp_path):
             pytest.fail(f"{message}; CI must have it (.ci/run installs it)")
         pytest.skip(message)
     shot = tmp_path / "shot.png"
+    # Tall enough for the first run's own curves (train blue, validation red): in the
+    # comparison charts the copy's red line covers the original's blue one.
     subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
-                    "--disable-dev-shm-usage", "--window-size=1200,1400",
+                    "--disable-dev-shm-usage", "--window-size=1200,2600",
                     f"--screenshot={shot}", out.as_uri()],
                    capture_output=True, timeout=120, check=True)
     import numpy as np
@@ -272,8 +279,61 @@ def test_share_report_is_self_contained_and_renders(classifier_run, tmp_path):
 
     pixels = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3)
     assert len(np.unique(pixels, axis=0)) > 50  # text, tables, charts -- not a blank page
-    for colour in ((0x1F, 0x77, 0xB4), (0xD6, 0x27, 0x28)):  # the two runs' curves
+    for colour in ((0x1F, 0x77, 0xB4), (0xD6, 0x27, 0x28)):  # the curves' colours
         assert (pixels == colour).all(axis=1).sum() > 200
+
+
+def _ticks(svg: str) -> dict[str, list[float]]:
+    """The tick labels of a matplotlib SVG chart, per axis, as numbers."""
+    found = re.findall(r'<g id="([xy])tick_\d+">.*?<text[^>]*>([^<]*)</text>', svg, re.S)
+    ticks: dict[str, list[float]] = {"x": [], "y": []}
+    for axis, label in found:
+        ticks[axis].append(float(label.replace("\u2212", "-")))
+    return ticks
+
+
+def _ticks_are_round(svg: str) -> bool:
+    """Every axis has >= 2 ticks, evenly spaced by 1, 2, 2.5 or 5 x 10^k, each a whole
+    multiple of that step (0.4, 0.6, 0.8 -- not 0.4637, 0.6783)."""
+    import math
+
+    for values in _ticks(svg).values():
+        if len(values) < 2:
+            return False
+        step = values[1] - values[0]
+        mantissa = step / 10 ** math.floor(math.log10(step))
+        if not any(math.isclose(mantissa, m, rel_tol=1e-6) for m in (1, 2, 2.5, 5, 10)):
+            return False
+        for v in values:
+            if not math.isclose(v / step, round(v / step), abs_tol=1e-6):
+                return False
+        if not all(math.isclose(b - a, step, rel_tol=1e-6)
+                   for a, b in zip(values, values[1:], strict=False)):
+            return False
+    return True
+
+
+def test_round_ticks_check_refuses_the_old_hand_drawn_axes():
+    """The check above can fail: evenly spaced but unround labels, as the report drew."""
+    old = "".join(f'<g id="ytick_{i}"><text>{v}</text></g>'
+                  for i, v in enumerate(["0.4637", "0.5710", "0.6783"]))
+    old += '<g id="xtick_1"><text>1</text></g><g id="xtick_2"><text>2</text></g>'
+    assert not _ticks_are_round(old)
+    assert _ticks_are_round(old.replace("0.4637", "0.4").replace("0.5710", "0.5")
+                            .replace("0.6783", "0.6"))
+
+
+def test_learning_rate_chart_has_no_negative_tick():
+    """A decaying learning rate (5e-4 down to 3e-5): round ticks, none below zero (the
+    hand-drawn axis padded past 0 and showed -3.71e-05)."""
+    from tfapp.tracking import report
+
+    svg = report.svg_chart("learning rate", [("train", [(e, 5e-4 * (1 - e / 7))
+                                                         for e in range(1, 7)])])
+    ticks = _ticks(svg)
+    assert _ticks_are_round(svg) and min(ticks["y"]) >= 0.0 and ticks["x"] == list(
+        map(float, range(1, 7)))
+    assert 'aria-label="learning rate"' in svg and not svg.startswith("<?xml")
 
 
 def test_report_shows_generator_samples_and_curves_from_event_files(tmp_path):
@@ -301,7 +361,11 @@ def test_report_shows_generator_samples_and_curves_from_event_files(tmp_path):
     assert "<td>in the</td><td>the river runs &lt;home&gt;</td>" in page  # escaped
     assert "noise" not in page  # the latest samples only
     (loss_chart,) = [c for c in page.split("<svg")[1:] if 'aria-label="loss"' in c]
-    assert loss_chart.count("<polyline") == 2 and loss_chart.count("<circle") == 6
+    assert 'id="series-0"' in loss_chart and 'id="series-1"' in loss_chart  # train, validation
+    assert ">train</text>" in loss_chart and ">validation</text>" in loss_chart  # the legend
+    ticks = _ticks(loss_chart)
+    assert ticks["x"] == [1.0, 2.0, 3.0]  # epochs, from 1
+    assert _ticks_are_round(loss_chart) and min(ticks["y"]) <= 3.0 and max(ticks["y"]) >= 5.0
     assert "val_loss" in page and "task: generator" in page
 
 

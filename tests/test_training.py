@@ -36,6 +36,21 @@ def test_one_cycle_and_constant():
     assert [float(const(s)) for s in (0, 9)] == pytest.approx([0.3, 0.3])
 
 
+def test_one_cycle_is_keras_cosine_decay_but_for_the_warmup_step():
+    """one_cycle's annealing is tf-keras's CosineDecay(warmup_target=peak) step for step;
+    the warm-up is Keras's one step ahead (Keras gives lr 0 at step 0, a wasted step): why
+    WarmupSchedule is kept (tfapp/training/optimizers.py)."""
+    ours = build_schedule(OptimizerConfig(schedule="one_cycle", warmup_ratio=0.1),
+                          peak=2.0, total_steps=100)
+    keras = tf.keras.optimizers.schedules.CosineDecay(0.0, decay_steps=90, warmup_target=2.0,
+                                                      warmup_steps=10)
+    np.testing.assert_allclose([float(ours(s)) for s in range(10, 101)],
+                               [float(keras(s)) for s in range(10, 101)], atol=1e-6)
+    np.testing.assert_allclose([float(ours(s)) for s in range(10)],
+                               [float(keras(s + 1)) for s in range(10)], atol=1e-6)
+    assert float(keras(0)) == 0.0 and float(ours(0)) == pytest.approx(0.2)
+
+
 def test_adamw_skips_decay_on_biases_and_layer_norm():
     inp = tf.keras.Input((4,))
     h = tf.keras.layers.Dense(4, name="dense")(inp)

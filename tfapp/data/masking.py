@@ -38,6 +38,9 @@ def default_max_predictions(seq_length: int, mask_rate: float) -> int:
     return max(1, min(n, math.ceil(mean + 3 * math.sqrt(n * mask_rate * (1 - mask_rate)))))
 
 
+# Kept, not tensorflow_text.mask_language_model (same 80/10/10 rule): its selector and
+# value chooser draw with unseeded stateful ops, so the same seed gives other masks on a
+# second pass (tests/test_mlm.py::test_tensorflow_text_masks_are_not_reproducible).
 class MlmMasker:
     """``masker(step, features) -> (inputs, masked_lm_ids, masked_lm_weights)``; see the
     module docstring. ``vocab`` is the model's WordPiece vocabulary (it must hold [MASK]);

@@ -213,45 +213,27 @@ class MaskedSequenceLoss(tf.keras.losses.Loss):
         return tf.reduce_sum(losses) / tf.maximum(tf.reduce_sum(mask), 1.0)
 
 
-class MaskedTokenAccuracy(tf.keras.metrics.Metric):
-    """Share of non-padding target tokens whose argmax is right."""
+class MaskedTokenAccuracy(tf.keras.metrics.SparseCategoricalAccuracy):
+    """Share of non-padding target tokens whose argmax is right (padding weighs 0)."""
 
     def __init__(self, name: str = "token_accuracy", **kwargs: Any):
         super().__init__(name=name, **kwargs)
-        self.correct = self.add_weight(name="correct", initializer="zeros")
-        self.count = self.add_weight(name="count", initializer="zeros")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        y_true = tf.cast(y_true, tf.int32)
-        mask = tf.cast(tf.not_equal(y_true, 0), tf.float32)
-        hit = tf.cast(tf.equal(tf.argmax(y_pred, -1, output_type=tf.int32), y_true), tf.float32)
-        self.correct.assign_add(tf.reduce_sum(hit * mask))
-        self.count.assign_add(tf.reduce_sum(mask))
-
-    def result(self):
-        return tf.math.divide_no_nan(self.correct, self.count)
-
-    def reset_state(self):
-        self.correct.assign(0.0)
-        self.count.assign(0.0)
+        mask = tf.cast(tf.not_equal(tf.cast(y_true, tf.int32), 0), tf.float32)
+        return super().update_state(y_true, y_pred, sample_weight=mask)
 
 
-class Perplexity(tf.keras.metrics.Metric):
-    """exp(token-weighted mean cross-entropy over non-padding target tokens)."""
+class Perplexity(tf.keras.metrics.Mean):
+    """exp(token-weighted mean cross-entropy over non-padding target tokens): Keras's
+    ``Mean`` of the token losses weighted by the mask, exponentiated."""
 
     def __init__(self, name: str = "perplexity", **kwargs: Any):
         super().__init__(name=name, **kwargs)
-        self.total = self.add_weight(name="total", initializer="zeros")
-        self.count = self.add_weight(name="count", initializer="zeros")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         losses, mask = _token_losses(y_true, y_pred)
-        self.total.assign_add(tf.reduce_sum(losses))
-        self.count.assign_add(tf.reduce_sum(mask))
+        return super().update_state(losses, sample_weight=mask)
 
     def result(self):
-        return tf.exp(tf.math.divide_no_nan(self.total, self.count))
-
-    def reset_state(self):
-        self.total.assign(0.0)
-        self.count.assign(0.0)
+        return tf.exp(super().result())

@@ -1,8 +1,8 @@
 """One self-contained HTML report of one or more runs (what tensorboard.dev used to share).
 
-Everything is inline: charts are SVG drawn here, images are data: URIs, there is no script
-and no request to any other host, so the file opens from disk, from an e-mail attachment
-or from a CI artifact. Per run: summary (status, final metrics, validation report), the
+Everything is inline: charts are SVG drawn by matplotlib, images are data: URIs, there is
+no script and no request to any other host, so the file opens from disk, from an e-mail
+attachment or from a CI artifact. Per run: summary (status, final metrics, validation report), the
 resolved config, metric curves (train vs validation per epoch, examples/s), the confusion
 matrix, generator samples and the profile summary; with several runs (or a tuner search
 directory) a comparison table and overlaid curves come first.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import html
+import io
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,64 +142,44 @@ def _profile_text(run: Path) -> str:
         return f"(profile capture {sessions[-1]} could not be read: {err})"
 
 
-# --------------------------------------------------------------------------- SVG charts
+# --------------------------------------------------------------------------- charts
 
 
 def svg_chart(title: str, series: list[tuple[str, list[tuple[int, float]]]],
               xlabel: str = "epoch", width: int = 420, height: int = 260) -> str:
-    """A line chart as inline SVG: one polyline (with markers) per named series."""
+    """A line chart drawn by matplotlib, as inline SVG: one line with markers per named
+    series, round ticks, a legend; ``width`` x ``height`` CSS pixels."""
     # Colours follow the position in ``series`` (the same run keeps its colour in every
     # chart); empty series are skipped.
     series_k = [(k, n, pts) for k, (n, pts) in enumerate(series) if pts]
     if not series_k:
         return ""
-    xs = [x for _, _, pts in series_k for x, _ in pts]
-    ys = [y for _, _, pts in series_k for _, y in pts]
-    x0, x1 = min(xs), max(xs)
-    y0, y1 = min(ys), max(ys)
-    if x1 == x0:
-        x0, x1 = x0 - 1, x1 + 1
-    pad = (y1 - y0) * 0.08 or abs(y1) * 0.1 or 1.0
-    y0, y1 = y0 - pad, y1 + pad
-    left, right, top, bottom = 66, 12, 26, 40
-    pw, ph = width - left - right, height - top - bottom
+    import matplotlib
+    from matplotlib.figure import Figure  # no pyplot: no global figure state or backend
+    from matplotlib.ticker import MaxNLocator
 
-    def px(x: float) -> float:
-        return left + (x - x0) / (x1 - x0) * pw
-
-    def py(y: float) -> float:
-        return top + (1 - (y - y0) / (y1 - y0)) * ph
-
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" '
-           f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
-           f'aria-label="{html.escape(title)}">',
-           f'<text x="{width / 2}" y="16" text-anchor="middle" class="title">'
-           f'{html.escape(title)}</text>',
-           f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" class="plot"/>']
-    for i in range(5):  # y grid and labels
-        yv = y0 + (y1 - y0) * i / 4
-        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{py(yv):.1f}" y2="{py(yv):.1f}" '
-                   'class="grid"/>')
-        out.append(f'<text x="{left - 6}" y="{py(yv) + 4:.1f}" text-anchor="end">'
-                   f'{yv:.4g}</text>')
-    ticks = sorted(set(xs)) if len(set(xs)) <= 10 else \
-        [x0 + (x1 - x0) * i / 5 for i in range(6)]
-    for xv in ticks:
-        out.append(f'<text x="{px(xv):.1f}" y="{top + ph + 16}" text-anchor="middle">'
-                   f'{xv:.4g}</text>')
-    out.append(f'<text x="{left + pw / 2}" y="{height - 4}" text-anchor="middle">'
-               f'{html.escape(xlabel)}</text>')
-    for row, (k, name, pts) in enumerate(series_k):
-        color = COLORS[k % len(COLORS)]
-        coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
-        out.append(f'<polyline points="{coords}" fill="none" stroke="{color}" '
-                   'stroke-width="2"/>')
-        out += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color}">'
-                f'<title>{html.escape(name)}: {y:.5g} at {x}</title></circle>' for x, y in pts]
-        out.append(f'<text x="{left + 8}" y="{top + 14 + 14 * row}" style="fill:{color}" '
-                   f'class="legend">{html.escape(name)}</text>')
-    out.append("</svg>")
-    return "\n".join(out)
+    # Text as <text> (not glyph paths): selectable, smaller, readable by tests; a fixed
+    # hash salt keeps the ids (hence the file) the same for the same data.
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "tfapp",
+                                "font.size": 8, "axes.formatter.useoffset": False}):
+        fig = Figure(figsize=(width / 96, height / 96))  # SVG points are 1/72 inch
+        ax = fig.add_subplot()
+        for k, name, pts in series_k:
+            ax.plot(*zip(*pts, strict=True), marker="o", markersize=4, linewidth=1.5,
+                    color=COLORS[k % len(COLORS)], label=name, gid=f"series-{k}")
+        ax.set_title(title, fontsize=9, fontweight="bold")
+        ax.set_xlabel(xlabel)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(color="#eeeeee")
+        ax.legend(frameon=False)
+        fig.tight_layout(pad=0.4)
+        buf = io.StringIO()
+        fig.savefig(buf, format="svg",
+                    metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+    svg = buf.getvalue()
+    svg = svg[svg.index("<svg"):]  # drop the XML prolog and its DTD URL: inline in HTML
+    return svg.replace("<svg ", f'<svg class="chart" role="img" '
+                       f'aria-label="{html.escape(title)}" ', 1)
 
 
 def _epoch_axis(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -239,9 +220,7 @@ margin-top:32px}h3{font-size:15px}table{border-collapse:collapse;margin:8px 0}
 td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}th{background:#f5f5f5}
 td:first-child,th:first-child{text-align:left}pre{background:#f7f7f7;padding:8px;
 overflow:auto;font-size:12px}.charts{display:flex;flex-wrap:wrap;gap:10px}
-svg.chart{background:#fff;border:1px solid #e3e3e3}svg .plot{fill:#fcfcfc;stroke:#bbb}
-svg .grid{stroke:#eee}svg text{font-size:11px;fill:#444}svg .title{font-size:13px;
-font-weight:600}svg .legend{font-size:12px;font-weight:600}.muted{color:#777}
+svg.chart{background:#fff;border:1px solid #e3e3e3}.muted{color:#777}
 """
 
 

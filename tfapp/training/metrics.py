@@ -34,30 +34,22 @@ def _one_hot_truth_and_prediction(y_true, y_pred, mode: str, num_classes: int):
 
 
 @tf.keras.utils.register_keras_serializable(package="tfapp")
-class MacroF1(tf.keras.metrics.Metric):
-    """Unweighted mean of per-class F1 (binary: over both classes, like sklearn's macro)."""
+class MacroF1(tf.keras.metrics.F1Score):
+    """tf-keras's ``F1Score(average="macro")`` fed one-hot truth and 0/1 predictions: it takes
+    no integer labels and, on one sigmoid column, would score the positive class alone
+    (binary here is the mean over both classes, like sklearn's macro)."""
 
     def __init__(self, num_classes: int, mode: str, name: str = "macro_f1", **kwargs):
-        super().__init__(name=name, **kwargs)
+        for key in ("average", "beta", "threshold"):  # fixed here; present in get_config
+            kwargs.pop(key, None)
+        # The predictions arrive as 0/1 (the report's >= 0.5 and argmax), so any threshold
+        # in (0, 1) keeps them as they are.
+        super().__init__(average="macro", threshold=0.5, name=name, **kwargs)
         self.num_classes, self.mode = int(num_classes), mode
-        shape = (self.num_classes,)
-        self.tp = self.add_weight("tp", shape=shape, initializer="zeros")
-        self.fp = self.add_weight("fp", shape=shape, initializer="zeros")
-        self.fn = self.add_weight("fn", shape=shape, initializer="zeros")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         truth, pred = _one_hot_truth_and_prediction(y_true, y_pred, self.mode, self.num_classes)
-        self.tp.assign_add(tf.reduce_sum(truth * pred, axis=0))
-        self.fp.assign_add(tf.reduce_sum((1.0 - truth) * pred, axis=0))
-        self.fn.assign_add(tf.reduce_sum(truth * (1.0 - pred), axis=0))
-
-    def result(self):
-        return tf.reduce_mean(tf.math.divide_no_nan(2.0 * self.tp,
-                                                    2.0 * self.tp + self.fp + self.fn))
-
-    def reset_state(self):
-        for v in (self.tp, self.fp, self.fn):
-            v.assign(tf.zeros_like(v))
+        return super().update_state(truth, pred, sample_weight)
 
     def get_config(self):
         return {**super().get_config(), "num_classes": self.num_classes, "mode": self.mode}
@@ -65,7 +57,8 @@ class MacroF1(tf.keras.metrics.Metric):
 
 @tf.keras.utils.register_keras_serializable(package="tfapp")
 class OneVsRestAUC(tf.keras.metrics.AUC):
-    """ROC AUC for softmax outputs with integer labels (one-vs-rest, micro-averaged)."""
+    """ROC AUC for softmax outputs with integer labels (one-vs-rest, micro-averaged): kept as
+    a subclass because ``tf.keras.metrics.AUC`` takes one-hot labels only."""
 
     def __init__(self, num_classes: int, name: str = "auc", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -187,51 +180,45 @@ def class_probabilities(y_pred: np.ndarray, mode: str) -> np.ndarray:
 
 
 def _roc_auc(truth: np.ndarray, score: np.ndarray) -> float:
-    """Rank-based ROC AUC (ties averaged); nan when only one class is present."""
-    pos, neg = truth.sum(), len(truth) - truth.sum()
-    if pos == 0 or neg == 0:
-        return float("nan")
-    order = score.argsort(kind="mergesort")
-    ranks = np.empty(len(score))
-    sorted_scores = score[order]
-    i = 0
-    while i < len(score):  # average ranks over ties
-        j = i
-        while j + 1 < len(score) and sorted_scores[j + 1] == sorted_scores[i]:
-            j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2.0 + 1.0
-        i = j + 1
-    return float((ranks[truth == 1].sum() - pos * (pos + 1) / 2.0) / (pos * neg))
+    """sklearn's ROC AUC, nan (not a warning) when only one class is present."""
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(truth, score)) if 0 < truth.sum() < len(truth) else float("nan")
+
+
+def predicted_labels(probs: np.ndarray, mode: str) -> np.ndarray:
+    """The decision on [batch, classes] probabilities: 0/1 per label at >= 0.5 (multi-label),
+    else the argmax class index."""
+    return (probs >= 0.5).astype(int) if mode == MULTILABEL else probs.argmax(axis=1)
 
 
 def classification_report(y_true: np.ndarray, y_pred: np.ndarray, label_names: list[str],
                           multi_label: bool) -> dict:
-    """Accuracy, macro F1, ROC AUC and per-class precision/recall/F1/support, in numpy."""
+    """Accuracy, macro F1, ROC AUC and per-class precision/recall/F1/support (scikit-learn)."""
+    from sklearn.metrics import accuracy_score, hamming_loss, precision_recall_fscore_support
+
     mode = label_mode(len(label_names), multi_label)
     probs = class_probabilities(y_pred, mode)
+    pred = predicted_labels(probs, mode)
+    classes = np.arange(len(label_names))
     if mode == MULTILABEL:
-        truth = np.asarray(y_true, dtype=np.float64)
-        pred = (probs >= 0.5).astype(np.float64)
-        accuracy = float((truth == pred).mean())
+        truth = np.asarray(y_true).astype(int)
+        indicator = truth
+        # Per label, as BinaryAccuracy in training (sklearn's accuracy_score is exact-set).
+        accuracy = 1.0 - float(hamming_loss(truth, pred))
     else:
-        labels = np.asarray(y_true).reshape(-1).astype(int)
-        truth = np.eye(len(label_names))[labels]
-        pred = np.eye(len(label_names))[probs.argmax(axis=1)]
-        accuracy = float((labels == probs.argmax(axis=1)).mean())
-    per_class = {}
-    for i, name in enumerate(label_names):
-        tp = float((truth[:, i] * pred[:, i]).sum())
-        fp = float(((1 - truth[:, i]) * pred[:, i]).sum())
-        fn = float((truth[:, i] * (1 - pred[:, i])).sum())
-        precision = tp / (tp + fp) if tp + fp else 0.0
-        recall = tp / (tp + fn) if tp + fn else 0.0
-        f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0
-        per_class[name] = {"precision": precision, "recall": recall, "f1": f1,
-                           "support": int(truth[:, i].sum()),
-                           "auc": _roc_auc(truth[:, i], probs[:, i])}
+        truth = np.asarray(y_true).reshape(-1).astype(int)
+        indicator = (truth[:, None] == classes).astype(int)
+        accuracy = float(accuracy_score(truth, pred))
+    precision, recall, f1, support = precision_recall_fscore_support(
+        truth, pred, labels=classes, average=None, zero_division=0)
+    per_class = {name: {"precision": float(precision[i]), "recall": float(recall[i]),
+                        "f1": float(f1[i]), "support": int(support[i]),
+                        "auc": _roc_auc(indicator[:, i], probs[:, i])}
+                 for i, name in enumerate(label_names)}
     aucs = [c["auc"] for c in per_class.values() if not np.isnan(c["auc"])]
     return {"accuracy": accuracy,
-            "macro_f1": float(np.mean([c["f1"] for c in per_class.values()])),
+            "macro_f1": float(np.mean(f1)),
             "auc": per_class[label_names[1]]["auc"] if mode == BINARY
             else (float(np.mean(aucs)) if aucs else float("nan")),
             "examples": int(len(truth)), "per_class": per_class}

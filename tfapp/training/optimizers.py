@@ -20,6 +20,9 @@ import tensorflow as tf
 NO_DECAY = ("bias", "layer_norm", "LayerNorm", "layernorm", "gamma", "beta")
 
 
+# Kept, not tf-keras's CosineDecay(warmup_target=...): its warm-up gives lr 0 at step 0 (a
+# wasted step; the cosine after it is the same), and PolynomialDecay has no warm-up
+# (tests/test_training.py::test_one_cycle_is_keras_cosine_decay_but_for_the_warmup_step).
 @tf.keras.utils.register_keras_serializable(package="tfapp")
 class WarmupSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
     """Linear warmup to ``peak`` over ``warmup_steps``, then a decay to 0 at ``total_steps``.

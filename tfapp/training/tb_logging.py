@@ -23,6 +23,7 @@ from typing import Any
 
 from tfapp.config import ExperimentConfig
 from tfapp.runtime import read_tf_config
+from tfapp.training.metrics import BINARY, MULTICLASS, class_probabilities, predicted_labels
 
 import numpy as np
 import tensorflow as tf
@@ -154,11 +155,12 @@ class ConfusionMatrixImage(tf.keras.callbacks.Callback):
             self._steps = int(self._dataset.reduce(0, lambda n, _: n + 1))
         probs = np.asarray(self.model.predict(self._dataset, steps=self._steps, verbose=0),
                            dtype=np.float64)
-        predicted = (probs.reshape(-1) >= 0.5).astype(int) if probs.shape[-1] == 1 \
-            else probs.argmax(axis=-1)
-        n = len(self.label_names)
-        self.matrix = np.zeros((n, n), dtype=np.int64)
-        np.add.at(self.matrix, (self.labels[:len(predicted)], predicted), 1)
+        from sklearn.metrics import confusion_matrix
+
+        mode = BINARY if probs.shape[-1] == 1 else MULTICLASS
+        predicted = predicted_labels(class_probabilities(probs, mode), mode)
+        self.matrix = confusion_matrix(self.labels[:len(predicted)], predicted,
+                                       labels=np.arange(len(self.label_names)))
         png = plot_confusion_matrix(self.matrix, self.label_names,
                                     title=f"validation, epoch {epoch + 1}")
         self.png_path.write_bytes(png)
