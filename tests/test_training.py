@@ -250,6 +250,30 @@ def test_history_log_drops_the_rows_a_resumed_run_repeats(tmp_path):
     assert path.read_text().splitlines() == rows
 
 
+def test_early_stopping_patience_survives_a_resume(tmp_path):
+    """history.csv holds val_loss 1.0, 0.5, 0.6 (epochs 0-2); with patience 2, a resumed
+    epoch 3 that does not beat 0.5 is the second epoch without improvement: stop. Keras's
+    own EarlyStopping forgets epochs 0-2 and would go on."""
+    from tfapp.training.callbacks import ResumableEarlyStopping
+
+    path = tmp_path / "history.csv"
+    path.write_text("epoch,loss,val_loss\n0,1,1.0\n1,1,0.5\n2,1,0.6\n")
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
+
+    def resumed(cb, value):
+        cb.set_model(model)
+        model.stop_training = False
+        cb.on_train_begin()
+        cb.on_epoch_begin(3)
+        cb.on_epoch_end(3, {"val_loss": value})
+        return model.stop_training
+
+    assert resumed(ResumableEarlyStopping(path, monitor="val_loss", patience=2), 0.7)
+    assert not resumed(ResumableEarlyStopping(path, monitor="val_loss", patience=2), 0.4)
+    assert not resumed(ResumableEarlyStopping(path, monitor="val_loss", patience=3), 0.7)
+    assert not resumed(tf.keras.callbacks.EarlyStopping(monitor="val_loss", patience=2), 0.7)
+
+
 def test_best_checkpoint_is_recorded_after_it_is_complete_and_only_improves(tmp_path):
     from tfapp.run_layout import RunLayout
     from tfapp.training.callbacks import BestCheckpoint

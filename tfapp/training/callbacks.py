@@ -130,6 +130,35 @@ class HistoryLog(tf.keras.callbacks.CSVLogger):
             self._open = False
 
 
+class ResumableEarlyStopping(tf.keras.callbacks.EarlyStopping):
+    """Keras's ``EarlyStopping`` whose patience survives a resume.
+
+    Keras keeps the best value and the epochs waited in memory only, so a resumed run would
+    start counting patience afresh. At the first epoch (its number known), this one replays
+    the monitored values of the epochs before it from ``history.csv``.
+    """
+
+    def __init__(self, history_csv: Path, **kwargs):
+        super().__init__(**kwargs)
+        self._history_csv = history_csv
+        self._replayed = False
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        self._replayed = False
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if not self._replayed:
+            self._replayed = True
+            for done in range(epoch):
+                value = history_row(self._history_csv, done + 1).get(self.monitor)
+                if value is None:
+                    continue
+                self.wait += 1
+                if self.monitor_op(value - self.min_delta, self.best):  # as Keras decides
+                    self.best, self.best_epoch, self.wait = value, done, 0
+
+
 def _drop_rows_from(history_csv: Path, epoch: int) -> None:
     if not history_csv.is_file():
         return
@@ -233,9 +262,10 @@ def standard_callbacks(cfg: ExperimentConfig, layout: RunLayout, *, backup: Path
     if cfg.optimizer.ema_decay > 0:
         cbs.append(AveragedWeightsForValidation())
     if t.early_stopping_patience > 0:
-        cbs.append(tf.keras.callbacks.EarlyStopping(
+        cbs.append(ResumableEarlyStopping(
             # The loop restores the best weights from BestCheckpoint, stopped early or not.
-            monitor=monitor, mode=mode, patience=t.early_stopping_patience, verbose=1))
+            layout.history, monitor=monitor, mode=mode, patience=t.early_stopping_patience,
+            verbose=1))
     if killpoints.ARMED:
         cbs.append(KillPoints())
     return cbs, nan_stop
