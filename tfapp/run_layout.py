@@ -82,10 +82,15 @@ class RunLayout:
         (``training.callbacks.BestCheckpoint``), its epoch, monitor and value."""
         return self.checkpoints / "best.json"
 
+    def best(self) -> dict | None:
+        """The best-checkpoint record (``checkpoint``, ``epoch``, ``step``, ``monitor``,
+        ``value``), or None: the one reader of ``best.json``."""
+        return read_state(self.best_record, "best-checkpoint record")
+
     @property
     def best_checkpoint(self) -> Path | None:
         """The best checkpoint's path prefix (for ``model.load_weights``), or None."""
-        record = read_state(self.best_record, "best-checkpoint record")
+        record = self.best()
         return self.checkpoints / record["checkpoint"] if record else None
 
     @property

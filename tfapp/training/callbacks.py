@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tfapp import compat, killpoints
-from tfapp.atomic import read_state, write_text
+from tfapp.atomic import write_text
 from tfapp.config import ExperimentConfig
 from tfapp.run_layout import RunLayout
 from tfapp.training.preemption import ResumableBackup
@@ -68,6 +68,7 @@ class BestCheckpoint(tf.keras.callbacks.Callback):
 
     def __init__(self, layout: RunLayout, monitor: str, mode: str):
         super().__init__()
+        self.layout = layout
         self.directory, self.record_path = layout.checkpoints, layout.best_record
         self.monitor, self.mode = monitor, mode
         self.record: dict | None = None
@@ -92,7 +93,7 @@ class BestCheckpoint(tf.keras.callbacks.Callback):
         self._prune()
 
     def on_train_begin(self, logs=None):
-        self.record = read_state(self.record_path, "best-checkpoint record")
+        self.record = self.layout.best()
         self._prune()  # a checkpoint a kill left unrecorded
 
     def _prune(self) -> None:

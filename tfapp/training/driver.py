@@ -221,7 +221,7 @@ def _restore_best(model, run: RunLayout, *, fit_epochs: int) -> dict | None:
     """Load the best evaluation's weights (``BestCheckpoint``) into ``model`` so the export,
     the reports and the final metrics describe it; returns its record (None: no
     checkpoint, the last weights stay)."""
-    record = read_state(run.best_record, "best-checkpoint record")
+    record = run.best()
     if record is None:
         return None
     if record["epoch"] != fit_epochs:

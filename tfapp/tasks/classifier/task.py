@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tfapp.atomic import read_state, write_text
+from tfapp.atomic import write_text
 from tfapp.data.bert_preprocess import make_bert_preprocess_fn
 from tfapp.data.classification import (
     ClassificationSplits,
@@ -234,5 +234,5 @@ class ClassifierTask(Task):
         return ModelCard(title=f"Text classifier ({m.kind}, {kind})", cfg=self.cfg,
                          examples=examples, files=files, labels=list(s.label_names),
                          metrics=scores,
-                         best=read_state(self.layout.best_record, "best-checkpoint record"),
+                         best=self.layout.best(),
                          usage=usage, limits=limits)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from tfapp.atomic import read_state, save_model
+from tfapp.atomic import save_model
 from tfapp.config import GenerationConfig
 from tfapp.data import text_lines
 from tfapp.data.pipeline import distribute_split
@@ -280,7 +280,7 @@ class GeneratorTask(Task):
 
     def _card(self, inputs: GeneratorInputs) -> ModelCard:
         d, m, g = self.cfg.data, self.cfg.model, self.cfg.generation
-        best = read_state(self.layout.best_record, "best-checkpoint record")
+        best = self.layout.best()
         row = history_row(self.layout.history, best["epoch"]) if best else {}
         metrics = {split: {k.removeprefix("val_"): v for k, v in row.items()
                            if k.startswith("val_") == (split == "validation")}
