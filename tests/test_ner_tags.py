@@ -36,7 +36,7 @@ def test_iob1_conversion():
 
 def test_tag_problems():
     assert tag_problem("B-PER", "iob2") is None and tag_problem("O", "bioes") is None
-    assert "not an IOB2 tag" in tag_problem("E-PER", "iob2")
+    assert "not a tag of the IOB2 scheme" in tag_problem("E-PER", "iob2")
     assert tag_problem("S-PER", "bioes") is None
     assert tag_problem("PER", "iob1") is not None
     assert tag_problem("B-", "iob2") is not None

@@ -40,7 +40,7 @@ def tag_problem(tag: str, scheme: str) -> str | None:
     allowed = _PREFIXES[scheme]
     if len(prefix) != 1 or prefix not in allowed or not kind:
         shown = ", ".join(f"{p}-TYPE" for p in allowed)
-        return (f"tag '{tag}' is not an {scheme.upper()} tag (O, {shown}; set "
+        return (f"tag '{tag}' is not a tag of the {scheme.upper()} scheme (O, {shown}; set "
                 "data.tag_scheme to the scheme of the data)")
     return None
 
