@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from tfapp.config import load_config
 from tfapp.data.errors import DataError
 from tfapp.data.sources import BadRowReport
 from tfapp.data.tagged import load_ner_splits, read_tagged
+
+import pytest
 
 CONLL = ("\ufeff-DOCSTART- -X- -X- O\r\n\r\n"
          "Anna NNP B-NP I-PER\r\nlives VBZ B-VP O\r\nin IN B-PP O\r\n"
