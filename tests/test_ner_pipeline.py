@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
 from tfapp.config import load_config
 from tfapp.data.tagged import TaggedSentence
+
+import numpy as np
+import pytest
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "anna", "mull", "##er", "visit", "##s",
          "oslo"]
