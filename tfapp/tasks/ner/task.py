@@ -58,15 +58,19 @@ class NerInputs(Inputs):
     preprocessor_handle: str = ""
 
 
-def predict_tags(model: tf.keras.Model, data: WindowedSentences, preprocess: Any,
-                 tag_names: list[str], data_cfg, *, batch_size: int) -> list[list[str]]:
-    """The predicted IOB2 tags of every sentence of ``data``: the model on its windows,
-    each word read at its first piece. Calls the model directly (not ``predict``), so
-    every worker of a multi-worker run can do it on its own."""
+def tagger(model: tf.keras.Model):
+    """``features -> tag ids [batch, seq_length]``: the model called directly (not
+    ``predict``), so every worker of a multi-worker run can do it on its own."""
+    return tf.function(lambda features: tf.argmax(model(features, training=False), axis=-1,
+                                                  output_type=tf.int32), reduce_retracing=True)
+
+
+def predict_tags(call, data: WindowedSentences, preprocess: Any, tag_names: list[str],
+                 data_cfg, *, batch_size: int) -> list[list[str]]:
+    """The predicted IOB2 tags of every sentence of ``data``: ``call`` (a ``tagger``) on
+    its windows, each word read at its first piece."""
     dataset = make_ner_dataset(data, preprocess, tag_names, data_cfg, batch_size=batch_size,
                                training=False, seed=0)
-    call = tf.function(lambda features: tf.argmax(model(features, training=False), axis=-1,
-                                                  output_type=tf.int32))
     ids = np.concatenate([call(features).numpy() for features, _ in dataset])
     return [[tag_names[i] for i in sentence] for sentence in rejoin(data, ids)]
 
@@ -76,12 +80,13 @@ class EntityF1(tf.keras.callbacks.Callback):
 
     def __init__(self, score):
         super().__init__()
-        self.score = score
+        self.score, self.call = score, None
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is None or "val_loss" not in logs:
             return
-        report = self.score(self.model)
+        self.call = self.call or tagger(self.model)  # traced once per run
+        report = self.score(self.call)
         logs.update({f"val_{k}": report[v] for k, v in SUMMARY.items() if k != "token_accuracy"})
         log.info("validation entity F1 %.4f (precision %.4f, recall %.4f)", report["f1"],
                  report["precision"], report["recall"])
@@ -137,9 +142,9 @@ class NerTask(Task):
     def build_metrics(self, inputs: NerInputs) -> list:
         return [MaskedTokenAccuracy()]
 
-    def _report(self, model, inputs: NerInputs, split: str) -> dict:
+    def _report(self, call, inputs: NerInputs, split: str) -> dict:
         data = inputs.windowed[split]
-        pred = predict_tags(model, data, inputs.preprocess, inputs.splits.tag_names,
+        pred = predict_tags(call, data, inputs.preprocess, inputs.splits.tag_names,
                             self.cfg.data,
                             batch_size=self.runtime.global_batch_size(self.cfg.data.batch_size))
         return entity_report([s.tags for s in data.sentences], pred)
@@ -151,12 +156,12 @@ class NerTask(Task):
 
     def finish(self, model, inputs: NerInputs, history: dict) -> TaskOutput:
         """Entity reports of the exported weights on validation and test; the export."""
-        out, scores = TaskOutput(), {}
+        out, scores, call = TaskOutput(), {}, tagger(model)
         for split, path, prefix in (("validation", self.layout.validation_report, "val_report_"),
                                     ("test", self.layout.test_report, "test_")):
             if split not in inputs.windowed:
                 continue
-            report = self._report(model, inputs, split)
+            report = self._report(call, inputs, split)
             out.paths[f"{split}_report"] = write_text(path, json.dumps(report, indent=1))
             out.lines += [f"{split} report:", format_entity_report(report)]
             scores[split] = {k: report[v] for k, v in SUMMARY.items()}
