@@ -88,3 +88,21 @@ def test_all_outside_training_data_is_refused(tmp_path):
     train.write_text("just O\nwords O\n")
     with pytest.raises(DataError, match="tags no entity at all"):
         load_ner_splits(_cfg(f"data.train_files={train}", "data.validation_split=0"), 1)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["task=ner", "data.text_column=x"], "data.text_column: task 'ner' does not use it"),
+    (["task=ner", "model.pooling=mean_max"], "model.pooling: task 'ner' does not use it"),
+    (["task=ner", "model.kind=cnn"], "model.kind: task 'ner' needs model.kind=bert"),
+    (["task=ner", "data.format=csv"], "data.format: task ner reads conll or jsonl"),
+    (["task=ner", "data.tag_column=0"], "data.tag_column: 0 is the word itself"),
+    (["data.tag_scheme=bioes"], "data.tag_scheme: task 'classifier' does not use it"),
+    (["task=generator", "model.kind=seq2seq", "data.tag_column=2"],
+     "data.tag_column: task 'generator' does not use it"),
+    (["data.format=conll"], "data.format: conll is read by task ner only"),
+])
+def test_config_rules(overrides, message):
+    from tfapp.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)

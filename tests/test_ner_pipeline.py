@@ -60,3 +60,23 @@ def test_long_sentence_windows_and_rejoin(preprocess):
     assert first_pieces([1, 0, 3], 2) == [(0, 1), None, (0, 2)]
     # re-joining the windows' labels gives every word its tag back, in order
     assert rejoin(data, labels) == [[3, 4, 0, 1], [1]]
+
+
+def test_snapshot_replays_the_same_windows(preprocess, tmp_path):
+    """The stored path (ids narrowed on disk, labels' -1 included) gives back what the
+    direct path makes, on the write and on the replay."""
+    from tfapp.data.token_classification import make_ner_dataset, window_sentences
+
+    pre = preprocess(4)
+    data = window_sentences(SENTENCES, pre.module.tokenize, 4, "validation")
+    _, features, labels = _batches(preprocess, 4)
+    cfg = load_config(None, ["task=ner", "data.seq_length=4",
+                             f"data.snapshot={tmp_path / 'snap'}"]).data
+    for _ in range(2):  # write, then replay
+        ds = make_ner_dataset(data, pre, TAGS, cfg, batch_size=8, training=False, seed=0)
+        (got_features, got_labels), = list(ds.as_numpy_iterator())
+        np.testing.assert_array_equal(got_labels, labels)
+        assert got_labels.dtype == np.int32
+        for key, value in features.items():
+            np.testing.assert_array_equal(got_features[key], value)
+    assert len(list((tmp_path / "snap").iterdir())) == 1
