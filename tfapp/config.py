@@ -290,7 +290,8 @@ class TrainerConfig:
         off on CPU, where XLA measured 2x slower).
       gradient_accumulation_steps: accumulate gradients over this many batches per update.
       monitor: validation metric that picks the best checkpoint and drives early stopping
-        ("" = the task's own: val_accuracy for classifier, val_loss for generator).
+        ("" = the task's own: val_accuracy for classifier, val_loss for generator,
+        val_entity_f1 for ner).
       monitor_mode: max or min for monitor; auto = min for losses, max otherwise.
       early_stopping_patience: evaluations (epochs, or eval_every_steps intervals) without
         improvement before stopping (0 = off).
@@ -472,8 +473,9 @@ class ExperimentConfig:
     """One experiment.
 
     Attributes:
-      task: classifier (BERT or baseline text classification), generator (seq2seq text) or
-        mlm (masked-LM pretraining of a BERT module on unlabelled text).
+      task: classifier (BERT or baseline text classification), generator (seq2seq text),
+        mlm (masked-LM pretraining of a BERT module on unlabelled text) or ner (token
+        classification: a BERT tags named entities in CoNLL/JSONL data).
       name: run name; the run directory is output_dir/name ("" = the config file's stem,
         or the task name). Re-running the same name resumes an interrupted run.
       output_dir: parent directory of run directories.
