@@ -28,6 +28,7 @@ from tfapp.models.token_classifier import (
 from tfapp.tasks.base import Inputs, Task, TaskOutput
 from tfapp.tasks.ner.export import NerServing, export_ner
 from tfapp.tasks.ner.scores import entity_report, format_entity_report
+from tfapp.training.callbacks import averaged_weights
 from tfapp.training.tb_logging import log_scalars
 
 import numpy as np
@@ -86,7 +87,8 @@ class EntityF1(tf.keras.callbacks.Callback):
         if logs is None or "val_loss" not in logs:
             return
         self.call = self.call or tagger(self.model)  # traced once per run
-        report = self.score(self.call)
+        with averaged_weights(self.model):  # what validation scored (optimizer.ema_decay)
+            report = self.score(self.call)
         logs.update({f"val_{k}": report[v] for k, v in SUMMARY.items() if k != "token_accuracy"})
         log.info("validation entity F1 %.4f (precision %.4f, recall %.4f)", report["f1"],
                  report["precision"], report["recall"])
