@@ -10,9 +10,9 @@ import pytest
 
 
 def test_masked_loss_and_accuracy_hand_computed():
-    import tensorflow as tf
-
     from tfapp.models.token_classifier import MaskedTokenAccuracy, masked_token_loss
+
+    import tensorflow as tf
 
     labels = tf.constant([[-1, 1, -1, 0], [-1, -1, -1, -1]])
     probs = tf.constant([[[0.5, 0.5], [0.2, 0.8], [0.9, 0.1], [0.4, 0.6]],
@@ -27,12 +27,12 @@ def test_masked_loss_and_accuracy_hand_computed():
 
 @pytest.mark.slow
 def test_output_is_float32_under_mixed_precision():
-    import tensorflow as tf
-
     from tfapp.config import ModelConfig
     from tfapp.hub.handles import resolve_hub_handle
     from tfapp.models.bert import BertEncoder
     from tfapp.models.token_classifier import build_token_classifier
+
+    import tensorflow as tf
 
     encoder, _ = resolve_hub_handle("builtin:tiny")
     tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
