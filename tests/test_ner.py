@@ -88,3 +88,22 @@ def test_predict_and_evaluate_commands(trained):
     assert got["f1"] == pytest.approx(expected["f1"])
     for kind, scores in expected["per_type"].items():
         assert got["per_type"][kind] == pytest.approx(scores), kind
+
+
+@pytest.mark.slow
+def test_tune_searches_on_entity_f1(tmp_path):
+    """A 2-trial search: each trial is an NER run scored on its val_entity_f1."""
+    config = tmp_path / "ner_tune.yaml"
+    config.write_text(
+        "task: ner\ndata: {train_files: demo, seq_length: 32, batch_size: 16}\n"
+        "trainer: {epochs: 1, steps_per_epoch: 4}\n"
+        "tune:\n  tuner: random\n  max_trials: 2\n  epochs: 1\n  space:\n"
+        "    model.dropout: {type: choice, values: [0.0, 0.2]}\n")
+    proc = run_python(["-m", "tfapp.tune", "--config", str(config),
+                       f"output_dir={tmp_path / 'runs'}"], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads((tmp_path / "runs" / "ner_tune" / "results.json").read_text())
+    assert results["objective"] == "val_entity_f1" and results["direction"] == "max"
+    trials = results["trials"]
+    assert len(trials) == 2 and all(t["status"] == "COMPLETED" for t in trials)
+    assert all(t["objective"] == t["runs"][0]["metrics"]["val_entity_f1"] for t in trials)
