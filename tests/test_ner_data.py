@@ -106,3 +106,16 @@ def test_config_rules(overrides, message):
 
     with pytest.raises(ConfigError, match=message):
         load_config(None, overrides)
+
+
+def test_shipped_demo_is_what_the_seeded_script_writes(tmp_path):
+    from tfapp.demo import DEMO_DIR
+    from tfapp.demo.make_ner_corpus import main
+
+    main(tmp_path)
+    for split in ("train", "validation", "test"):
+        assert (tmp_path / f"ner_{split}.conll").read_text() == \
+            (DEMO_DIR / f"ner_{split}.conll").read_text(), split
+    splits = load_ner_splits(_cfg("data.train_files=demo"), 1)
+    assert splits.entity_types == ["DATE", "LOC", "ORG", "PER"]
+    assert (len(splits.train), len(splits.validation), len(splits.test)) == (900, 200, 200)

@@ -89,9 +89,10 @@ def sentence(rng: random.Random, fill: dict) -> list[tuple[str, str]]:
     return out
 
 
-def main() -> None:
+def main(out: Path | None = None) -> None:
+    """Write ner_{train,validation,test}.conll into ``out`` (default: next to this file)."""
     rng = random.Random(SEED)
-    here = Path(__file__).parent
+    here = out or Path(__file__).parent
     for split, n in SIZES.items():
         fill = _names(rng, held=split != "train")
         lines = ["-DOCSTART- O", ""]
