@@ -60,10 +60,20 @@ class NerInputs(Inputs):
 
 
 def tagger(model: tf.keras.Model):
-    """``features -> tag ids [batch, seq_length]``: the model called directly (not
-    ``predict``), so every worker of a multi-worker run can do it on its own."""
-    return tf.function(lambda features: tf.argmax(model(features, training=False), axis=-1,
-                                                  output_type=tf.int32), reduce_retracing=True)
+    """``features -> tag ids [batch, seq_length]``, not ``predict``: every worker of a
+    multi-worker run does it on its own. The model runs in a replica context (called
+    from the cross-replica context inside ``fit``, a mirrored model fails), every replica
+    on the same batch; the first one's answer is taken."""
+    strategy = model.distribute_strategy
+
+    def tag(features):
+        return tf.argmax(model(features, training=False), axis=-1, output_type=tf.int32)
+
+    @tf.function(reduce_retracing=True)
+    def call(features):
+        return strategy.experimental_local_results(strategy.run(tag, args=(features,)))[0]
+
+    return call
 
 
 def predict_tags(call, data: WindowedSentences, preprocess: Any, tag_names: list[str],
