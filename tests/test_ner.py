@@ -125,3 +125,24 @@ def test_mirrored_replicas_score_and_export(tmp_path):
     report = json.loads((run / "validation_report.json").read_text())
     assert report["f1"] == pytest.approx(float(row["val_entity_f1"]))
     assert (run / "export" / "saved_model.pb").is_file()
+
+
+@pytest.mark.slow
+def test_two_worker_processes_train_the_tagger_and_agree(tmp_path):
+    """MultiWorkerMirrored: every worker scores val_entity_f1 on its own (no collective in
+    the callback), both end with the same weights, the chief exports."""
+    import numpy as np
+    from conftest import run_two_workers
+
+    args = ["task=ner", "runtime.strategy=multi_worker", f"output_dir={tmp_path / 'runs'}",
+            "data.seq_length=32", "data.batch_size=16", "trainer.epochs=2",
+            "trainer.steps_per_epoch=4"]
+    w0, w1 = (np.load(p) for p in run_two_workers("tests/workers/classifier_fit.py", args,
+                                                  tmp_path, timeout=480))
+    assert int(w0["replicas"]) == 2
+    for k in (k for k in w0.files if k.startswith("arr_")):
+        np.testing.assert_allclose(w0[k], w1[k], atol=1e-6)
+    run = tmp_path / "runs" / "ner"
+    with (run / "history.csv").open() as fh:
+        assert len([float(r["val_entity_f1"]) for r in csv.DictReader(fh)]) == 2
+    assert (run / "export" / "saved_model.pb").exists()
