@@ -33,7 +33,7 @@ def _evaluate_tagger(args: argparse.Namespace) -> int:
     """Entity scores of an exported tagger on tagged CoNLL/JSONL files (the run's
     data.tag_column, data.tag_scheme and data.format, or --format)."""
     from tfapp.data.sources import BadRowReport
-    from tfapp.data.tagged import _known, read_tagged
+    from tfapp.data.tagged import keep_known_tags, read_tagged
     from tfapp.tasks.ner.scores import entity_report, format_entity_report
     from tfapp.tasks.ner.serving import LoadedTagger, word_tags
 
@@ -44,9 +44,9 @@ def _evaluate_tagger(args: argparse.Namespace) -> int:
         data.format = args.format
     model = LoadedTagger(args.model)
     report = BadRowReport()
-    sentences = _known(read_tagged(args.data, data, split="test", mode=data.on_bad_rows,
-                                   report=report), model.tag_names, split="test",
-                       mode=data.on_bad_rows, report=report)
+    raw = read_tagged(args.data, data, split="test", mode=data.on_bad_rows, report=report)
+    sentences = keep_known_tags(raw, model.tag_names, split="test", mode=data.on_bad_rows,
+                                report=report, known_from="the model's")
     found = model.entities([" ".join(s.words) for s in sentences])
     result = entity_report([s.tags for s in sentences],
                            [word_tags(s.words, f) for s, f in zip(sentences, found, strict=True)])

@@ -36,7 +36,7 @@ from tfapp.tasks.ner.tags import OUTSIDE, split_tag, tag_names, tag_problem, to_
 import numpy as np
 
 __all__ = ["TaggedSentence", "NerSplits", "read_tagged", "load_ner_splits", "demo_ner_file",
-           "read_tag_vocab"]
+           "read_tag_vocab", "keep_known_tags"]
 
 log = logging.getLogger("tfapp.data")
 
@@ -188,8 +188,9 @@ def read_tag_vocab(path: str | Path) -> list[str]:
     return names
 
 
-def _known(sentences: list[TaggedSentence], names: list[str], *, split: str, mode: str,
-           report: BadRowReport) -> list[TaggedSentence]:
+def keep_known_tags(sentences: list[TaggedSentence], names: list[str], *, split: str,
+                    mode: str, report: BadRowReport, known_from: str = "the training data's"
+                    ) -> list[TaggedSentence]:
     """Sentences whose tags are all in ``names``; others are bad rows (one line each)."""
     known, bad, kept = set(names), _BadRowPolicy(mode, report, split), []
     types = ", ".join(sorted({split_tag(t)[1] for t in names if t != OUTSIDE}))
@@ -199,8 +200,8 @@ def _known(sentences: list[TaggedSentence], names: list[str], *, split: str, mod
             kept.append(s)
             continue
         bad(s.origin[0], s.origin[1], f"tag '{unseen}' in this sentence: entity type "
-                                      f"'{split_tag(unseen)[1]}' is not among the training "
-                                      f"data's ({types})")
+                                      f"'{split_tag(unseen)[1]}' is not among "
+                                      f"{known_from} ({types})")
     if not kept:
         raise DataError(f"data.{split}_files: no usable sentences left after dropping "
                         f"{report.per_split.get(split, 0)} bad row(s): {report.summary()}")
@@ -241,7 +242,7 @@ def load_ner_splits(data_cfg: DataConfig, seed: int, tag_vocab_path: Path | str 
     path = Path(tag_vocab_path) if tag_vocab_path else None
     if path is not None and keep_vocab and path.exists():
         names = read_tag_vocab(path)
-        train = _known(train, names, split="train", mode=mode, report=report)
+        train = keep_known_tags(train, names, split="train", mode=mode, report=report)
     else:
         types = [split_tag(t)[1] for s in train for t in s.tags if t != OUTSIDE]
         if not types:
@@ -254,14 +255,13 @@ def load_ner_splits(data_cfg: DataConfig, seed: int, tag_vocab_path: Path | str 
     if not test_spec and data_cfg.test_split > 0:
         train, test = _split(train, data_cfg.test_split, seed + 1, "test")
     if val_spec:
-        validation = _known(read_tagged(val_spec, data_cfg, split="validation", mode=mode,
-                                        report=report), names, split="validation", mode=mode,
-                            report=report)
+        raw = read_tagged(val_spec, data_cfg, split="validation", mode=mode, report=report)
+        validation = keep_known_tags(raw, names, split="validation", mode=mode, report=report)
     elif data_cfg.validation_split > 0:
         train, validation = _split(train, data_cfg.validation_split, seed, "validation")
     if test_spec:
-        test = _known(read_tagged(test_spec, data_cfg, split="test", mode=mode,
-                                  report=report), names, split="test", mode=mode, report=report)
+        raw = read_tagged(test_spec, data_cfg, split="test", mode=mode, report=report)
+        test = keep_known_tags(raw, names, split="test", mode=mode, report=report)
     if report.count:
         log.warning("data: %s", report.summary())
     log.info("data: %d train / %d validation / %d test sentences, %d tags", len(train),

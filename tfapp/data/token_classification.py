@@ -35,7 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = ["IGNORE", "WindowedSentences", "window_sentences", "piece_counts", "first_pieces",
-           "rejoin", "make_ner_dataset", "word_pieces"]
+           "rejoin", "make_ner_dataset", "word_pieces", "window_features"]
 
 IGNORE = -1
 _BATCH = 4096  # distinct words tokenised per eager call
@@ -122,9 +122,9 @@ def rejoin(data: WindowedSentences, window_ids: np.ndarray) -> list[list[int]]:
     """Each sentence's per-word label ids read from ``window_ids`` ``[examples, seq_length]``
     (the argmax of a prediction, or the labels) at each word's first piece; 0 (``O``) for
     a word without pieces."""
-    out = []
+    out, offsets = [], data.offsets
     for i, counts in enumerate(data.counts):
-        base = data.offsets[i]
+        base = offsets[i]
         out.append([int(window_ids[base + wp[0], wp[1]]) if wp else 0
                     for wp in first_pieces(counts, data.window)])
     return out
