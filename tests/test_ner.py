@@ -44,7 +44,8 @@ def test_run_learns_entities(trained):
     # test entity F1 0.39 and 0.43 in two runs.
     assert report["f1"] > 0.3, report
     assert set(report["per_type"]) == {"DATE", "LOC", "ORG", "PER"}
-    assert trained.summary()  # prints
+    card = (run / "export" / "README.md").read_text()
+    assert "the best `val_entity_f1`" in card and f"| test | {report['f1']:.4f} |" in card
 
 
 @pytest.mark.slow
