@@ -41,7 +41,7 @@ def test_run_learns_entities(trained):
         "val_entity_f1"
     report = json.loads((run / "test_report.json").read_text())
     # Tagging every word O (the majority tag) scores entity F1 0; these 90 steps reached
-    # test entity F1 0.39 and 0.43 in two runs.
+    # test entity F1 0.38, 0.39 and 0.43 in three runs.
     assert report["f1"] > 0.3, report
     assert set(report["per_type"]) == {"DATE", "LOC", "ORG", "PER"}
     card = (run / "export" / "README.md").read_text()
