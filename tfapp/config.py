@@ -36,7 +36,7 @@ __all__ = [
 
 STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "one_device", "cpu")
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
-TASKS = ("classifier", "generator", "mlm")
+TASKS = ("classifier", "generator", "mlm", "ner")
 
 
 class ConfigError(ValueError):
@@ -114,7 +114,8 @@ class DataConfig:
         it at the end of training (test_report.json).
       test_split: fraction of train_files held out as the test split when test_files is
         empty (seeded by runtime.seed; 0 = none).
-      format: auto (from the extension), csv, tsv, jsonl, text, tfrecord or tfds.
+      format: auto (from the extension), csv, tsv, jsonl, text, tfrecord or tfds; for task
+        ner, conll or jsonl (auto: jsonl for .jsonl/.json/.ndjson files, else conll).
       text_column: column holding the text.
       text_pair_column: second text column for sentence-pair tasks; empty for single texts.
       label_column: column holding the label (string or integer; for multi-label, labels
@@ -152,13 +153,19 @@ class DataConfig:
         (pairs: target tokens kept).
       source_column: generator pairs: column (TSV header or JSONL key) holding the source text.
       target_column: generator pairs: column holding the target text.
+      tag_column: ner CoNLL files: the whitespace-separated column holding each word's tag,
+        counted from 0 (the word itself) or, negative, from the end (-1 = the last column,
+        as in CoNLL-2003's "word POS chunk tag" lines).
+        JSONL rows hold the lists "tokens" and "tags".
+      tag_scheme: ner: the data's tag scheme, iob2 (B- begins every entity), iob1 (B- only
+        between adjacent entities of one type) or bioes (B- I- E- S-); read into IOB2.
     """
 
     train_files: str = "demo"
     validation_files: str = ""
     test_files: str = ""
     test_split: float = bounded(0.0, min=0.0, max=0.9)
-    format: str = choices("auto", "csv", "tsv", "jsonl", "text", "tfrecord", "tfds",
+    format: str = choices("auto", "csv", "tsv", "jsonl", "text", "tfrecord", "tfds", "conll",
                           default="auto")
     text_column: str = "text"
     text_pair_column: str = ""
@@ -184,6 +191,8 @@ class DataConfig:
     target_words: int = bounded(12, min=1, max=1024)
     source_column: str = "source"
     target_column: str = "target"
+    tag_column: int = bounded(-1, min=-64, max=64)
+    tag_scheme: str = choices("iob2", "iob1", "bioes", default="iob2")
 
 
 @dataclass
@@ -283,7 +292,8 @@ class TrainerConfig:
         (effective batch = global batch x this, under every strategy; one all-reduce per
         update).
       monitor: validation metric that picks the best checkpoint and drives early stopping
-        ("" = the task's own: val_accuracy for classifier, val_loss for generator).
+        ("" = the task's own: val_accuracy for classifier, val_loss for generator,
+        val_entity_f1 for ner).
       monitor_mode: max or min for monitor; auto = min for losses, max otherwise.
       early_stopping_patience: evaluations (epochs, or eval_every_steps intervals) without
         improvement before stopping (0 = off).
@@ -465,8 +475,9 @@ class ExperimentConfig:
     """One experiment.
 
     Attributes:
-      task: classifier (BERT or baseline text classification), generator (seq2seq text) or
-        mlm (masked-LM pretraining of a BERT module on unlabelled text).
+      task: classifier (BERT or baseline text classification), generator (seq2seq text),
+        mlm (masked-LM pretraining of a BERT module on unlabelled text) or ner (token
+        classification: a BERT tags named entities in CoNLL/JSONL data).
       name: run name; the run directory is output_dir/name ("" = the config file's stem,
         or the task name). Re-running the same name resumes an interrupted run.
       output_dir: parent directory of run directories.
@@ -755,6 +766,9 @@ def validate(cfg: ExperimentConfig) -> None:
                           "(it has no bind address); set trainer.profiler_listen_all=true to "
                           f"start it where a firewall keeps port {port} closed to other "
                           "hosts, or trainer.profiler_port=0")
+    if cfg.data.format == "conll" and cfg.task != "ner":
+        raise ConfigError(f"data.format: conll is read by task ner only; task '{cfg.task}' "
+                          "reads csv, tsv, jsonl, text, tfrecord or tfds")
     if cfg.data.text_pair_column and cfg.data.text_pair_column == cfg.data.text_column:
         raise ConfigError("data.text_pair_column: must differ from data.text_column")
     o, t = cfg.optimizer, cfg.trainer

@@ -1,6 +1,7 @@
-"""Evaluate an exported classifier on a labelled file.
+"""Evaluate an exported classifier on a labelled file (or a tagger on a tagged one).
 
     python -m tfapp.evaluate --model runs/classifier --data test.csv
+    python -m tfapp.evaluate --model runs/ner --data test.conll
 Columns, format and label handling default to the run's own params.yaml; override them
 with --text-column / --text-pair-column / --label-column / --format.
 """
@@ -28,6 +29,35 @@ def _data_config(model: str, args: argparse.Namespace) -> DataConfig:
     return data
 
 
+def _evaluate_tagger(args: argparse.Namespace) -> int:
+    """Entity scores of an exported tagger on tagged CoNLL/JSONL files (the run's
+    data.tag_column, data.tag_scheme and data.format, or --format)."""
+    from tfapp.data.sources import BadRowReport
+    from tfapp.data.tagged import keep_known_tags, read_tagged
+    from tfapp.tasks.ner.scores import entity_report, format_entity_report
+    from tfapp.tasks.ner.serving import LoadedTagger, word_tags
+
+    params = RunLayout(args.model).params
+    data = load_config(params).data if params.is_file() else load_config(
+        None, ["task=ner"]).data
+    if args.format in ("auto", "jsonl"):
+        data.format = args.format
+    model = LoadedTagger(args.model)
+    report = BadRowReport()
+    raw = read_tagged(args.data, data, split="test", mode=data.on_bad_rows, report=report)
+    sentences = keep_known_tags(raw, model.tag_names, split="test", mode=data.on_bad_rows,
+                                report=report, known_from="the model's")
+    found = model.entities([" ".join(s.words) for s in sentences])
+    result = entity_report([s.tags for s in sentences],
+                           [word_tags(s.words, f) for s, f in zip(sentences, found, strict=True)])
+    if report.count:
+        result["bad_rows"] = report.to_dict()
+    print(json.dumps(result, indent=1) if args.json else format_entity_report(result))
+    if report.count and not args.json:
+        print(report.summary(), file=sys.stderr)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tfapp.evaluate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -44,9 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         from tfapp.data.sources import BadRowReport, LabelVocab, encode_examples, read_examples
-        from tfapp.serving import LoadedClassifier, find_export
+        from tfapp.serving import LoadedClassifier, export_kind, find_export
         from tfapp.training.metrics import classification_report, format_report
 
+        if export_kind(args.model) == "ner":
+            return _evaluate_tagger(args)
         find_export(args.model)  # a clear error before anything slow
         data = _data_config(args.model, args)
         model = LoadedClassifier(args.model)

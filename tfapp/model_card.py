@@ -47,7 +47,7 @@ class ModelCard:
         out = [f"# {self.title}", "",
                f"Trained by tfapp (`{c.task}` task), run `{c.name}`.", ""]
         out += ["## Model", "", f"* kind: `{c.model.kind}`"]
-        if c.task == "classifier" and c.model.kind == "bert":
+        if c.task in ("classifier", "ner") and c.model.kind == "bert":
             out.append(f"* base encoder: `{c.model.hub_handle}`"
                        + (f" (preprocessor `{c.model.hub_preprocessor}`)"
                           if c.model.hub_preprocessor else ""))

@@ -1,7 +1,8 @@
-"""Classify raw texts with an exported model.
+"""Classify raw texts with an exported model, or find their entities with a tagger.
 
     python -m tfapp.predict --model runs/classifier "great battery life" "broke in a week"
     python -m tfapp.predict --model runs/classifier --input texts.txt --json
+    python -m tfapp.predict --model runs/ner "Anna Berg moved to Oslo on 3 May ."
 """
 
 from __future__ import annotations
@@ -34,6 +35,20 @@ def _read_lines(path: str) -> list[str]:
     return [line.strip() for line in lines if line.strip()]
 
 
+def _print_entities(model_dir: str, texts: list[str], *, as_json: bool) -> int:
+    """Each text, then one line per entity: type, start-end (characters), score, text."""
+    from tfapp.tasks.ner.serving import LoadedTagger
+
+    for text, found in zip(texts, LoadedTagger(model_dir).entities(texts), strict=True):
+        if as_json:
+            print(json.dumps({"text": text, "entities": found}, ensure_ascii=False))
+            continue
+        print(text)
+        for e in found:
+            print(f"  {e['type']}\t{e['start']}-{e['end']}\t{e['score']:.3f}\t{e['text']}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tfapp.predict", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -53,8 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError("no texts given; pass them as arguments or with --input FILE")
         if args.pair is not None and len(args.pair) != len(texts):
             raise ConfigError(f"--pair given {len(args.pair)} times for {len(texts)} texts")
-        from tfapp.serving import LoadedClassifier
+        from tfapp.serving import LoadedClassifier, export_kind
 
+        if export_kind(args.model) == "ner":
+            return _print_entities(args.model, texts, as_json=args.json)
         model = LoadedClassifier(args.model)
         probs, labels = model.predict(texts, args.pair)
         for i, (text, label) in enumerate(zip(texts, labels, strict=True)):

@@ -21,9 +21,22 @@ import numpy as np
 BATCH = 256
 
 #: metadata file each kind of export carries next to its saved_model.pb
-EXPORT_MARKERS = {"classifier": "tfapp_export.json", "generator": "generator.json"}
+EXPORT_MARKERS = {"classifier": "tfapp_export.json", "generator": "generator.json",
+                  "ner": "ner_export.json"}
 _TRAIN_HINT = {"classifier": "train with trainer.export=true",
-               "generator": "train with task=generator and trainer.export=true"}
+               "generator": "train with task=generator and trainer.export=true",
+               "ner": "train with task=ner and trainer.export=true"}
+
+
+def export_kind(model: str | os.PathLike) -> str | None:
+    """The kind of tfapp export at ``--model`` (a run directory or its export/), by its
+    metadata file; None when there is none (``find_export`` then says what is wrong)."""
+    path = Path(model)
+    for candidate in (path, RunLayout(path).export):
+        for kind, marker in EXPORT_MARKERS.items():
+            if (candidate / marker).is_file() and (candidate / "saved_model.pb").is_file():
+                return kind
+    return None
 
 
 def find_export(model: str | os.PathLike, kind: str = "classifier") -> Path:

@@ -29,7 +29,8 @@ from tfapp.models.hub_encoder import BERT_INPUT_KEYS, load_hub_encoder, native_e
 
 import tensorflow as tf
 
-__all__ = ["CLASSIFIER_KINDS", "MaskedMeanMaxPooling", "build_classifier", "output_units"]
+__all__ = ["CLASSIFIER_KINDS", "MaskedMeanMaxPooling", "bert_encoder_outputs", "build_classifier",
+           "output_units"]
 
 CLASSIFIER_KINDS = ("bert", "cnn", "rnn")
 CNN_KERNEL_SIZE = 5
@@ -87,8 +88,12 @@ def _inputs(seq_length: int) -> dict[str, tf.Tensor]:
             for k in BERT_INPUT_KEYS}
 
 
-def _bert_features(model_cfg: ModelConfig, inputs: dict[str, tf.Tensor], hub_handle: str,
-                   encoder: tf.keras.layers.Layer | None) -> tf.Tensor:
+def bert_encoder_outputs(model_cfg: ModelConfig, inputs: dict[str, tf.Tensor],
+                         hub_handle: str, encoder: tf.keras.layers.Layer | None = None
+                         ) -> dict[str, tf.Tensor]:
+    """The encoder's outputs (``pooled_output``, ``sequence_output``) on ``inputs``: the
+    Hub layer, or the native encoder where precision or determinism need it (shared by
+    the classifier and the token classifier)."""
     mixed = tf.keras.mixed_precision.global_policy().compute_dtype != "float32"
     deterministic = model_cfg.trainable and compat.op_determinism_enabled()
     if encoder is None and (mixed or deterministic):
@@ -102,7 +107,12 @@ def _bert_features(model_cfg: ModelConfig, inputs: dict[str, tf.Tensor], hub_han
         encoder = load_hub_encoder(hub_handle, trainable=model_cfg.trainable)
     else:
         encoder.trainable = model_cfg.trainable
-    outputs = encoder(dict(inputs))
+    return encoder(dict(inputs))
+
+
+def _bert_features(model_cfg: ModelConfig, inputs: dict[str, tf.Tensor], hub_handle: str,
+                   encoder: tf.keras.layers.Layer | None) -> tf.Tensor:
+    outputs = bert_encoder_outputs(model_cfg, inputs, hub_handle, encoder)
     if model_cfg.pooling == "pooled":
         return outputs["pooled_output"]
     return MaskedMeanMaxPooling("mean_max", name="mean_max_pooling")(

@@ -17,6 +17,7 @@ _TASKS = {
     "classifier": "tfapp.tasks.classifier.task:ClassifierTask",
     "generator": "tfapp.tasks.generator.task:GeneratorTask",
     "mlm": "tfapp.tasks.mlm.task:MaskedLMTask",
+    "ner": "tfapp.tasks.ner.task:NerTask",
 }
 
 

@@ -8,7 +8,8 @@ inside ``runtime.strategy.scope()`` where it matters:
    the loop needs, and the task's own facts in a typed subclass)
 2. ``build_model(inputs)`` -> an uncompiled ``tf.keras.Model``
 3. ``build_losses(inputs)`` / ``build_metrics(inputs)`` -> what ``model.compile`` takes
-4. ``callbacks(model, inputs)`` -> task-specific callbacks (text samples, reports)
+4. ``callbacks(model, inputs)`` -> task-specific callbacks (text samples, reports);
+   ``metric_callbacks(model, inputs)`` -> those adding validation metrics (run first)
 5. ``finish(model, inputs, history)`` -> ``TaskOutput``: reports, the serving export
 
 Every method reads what it needs from its arguments and the ``RunContext``; a task keeps
@@ -91,6 +92,12 @@ class Task(abc.ABC):
         return []
 
     def callbacks(self, model: Any, inputs: Inputs) -> list:
+        return []
+
+    def metric_callbacks(self, model: Any, inputs: Inputs) -> list:
+        """Callbacks that add validation metrics to the epoch logs (e.g. ``val_entity_f1``);
+        the loop puts them before its own, so the history, TensorBoard, the best
+        checkpoint and early stopping all see what they add."""
         return []
 
     def finish(self, model: Any, inputs: Inputs, history: dict[str, list[float]]

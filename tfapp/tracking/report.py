@@ -260,12 +260,17 @@ def render(runs: list[RunData], title: str = "tfapp runs") -> str:
             parts.append("<h3>Curves</h3><div class='charts'>" + "".join(charts) + "</div>")
         for title, report in (("Validation report", r.report), ("Test report", r.test_report)):
             if report:
-                per_class = report.get("per_class", {})
-                totals = ", ".join(f"{k} {report[k]:.4f}" for k in ("accuracy", "macro_f1", "auc")
-                                   if isinstance(report.get(k), int | float))
+                # a classifier's report has per_class; a tagger's (task ner) per_type
+                per_class = report.get("per_class") or report.get("per_type", {})
+                totals = ", ".join(f"{k} {report[k]:.4f}" for k in (
+                    "accuracy", "macro_f1", "auc", "precision", "recall", "f1", "token_accuracy")
+                    if isinstance(report.get(k), int | float))
+                count = (f"{report['examples']} examples" if "examples" in report else
+                         f"{report.get('sentences', '?')} sentences")
                 parts.append(f"<h3>{title}</h3><p>{html.escape(totals)} "
-                             f"({report.get('examples', '?')} examples)</p>" + _table(
-                                 ["class", "precision", "recall", "f1", "support"],
+                             f"({count})</p>" + _table(
+                                 ["entity" if "per_type" in report else "class", "precision",
+                                  "recall", "f1", "support"],
                                  [[c, m["precision"], m["recall"], m["f1"], m["support"]]
                                   for c, m in per_class.items()]))
         if r.confusion_png:

@@ -162,7 +162,9 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, restart: bool,
         paths["schedule"] = plot_schedule(schedule, plan.total_steps, run.lr_schedule_png,
                                           warmup_steps=schedule.warmup_steps, eval_steps=evals)
         callbacks += _step_callbacks(cfg, plan, schedule, run)
-        callbacks += task.callbacks(model, inputs)
+        # Metric callbacks first: what they add to the epoch logs reaches every callback after.
+        callbacks = task.metric_callbacks(model, inputs) + callbacks + task.callbacks(model,
+                                                                                    inputs)
         callbacks += tracker.callbacks(cfg) if tracker else []
         history = fit_lib.fit(ctx, model, inputs.train, validation=inputs.validation,
                               validation_steps=inputs.validation_steps,

@@ -1,0 +1,74 @@
+"""The NER serving export: words read at their first piece across windows, strict entity
+joining, and character (not byte) offsets that slice the input to each entity's text."""
+
+from __future__ import annotations
+
+import pytest
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "zoe", "muller", "visit", "##s", "oslo",
+         ".", "anna", "berg", "bruno", "lind", "and"]
+TAGS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+# the tag a stub model gives each piece id: zoe/anna/bruno B-PER, muller/berg I-PER,
+# oslo B-LOC, lind I-LOC (with no B-LOC before it: no entity), the rest O
+PIECE_TAG = {"zoe": 3, "anna": 3, "bruno": 3, "muller": 4, "berg": 4, "oslo": 1, "lind": 2}
+
+
+def _stub_model(seq_length: int):
+    """A 'model' tagging each piece by its id alone, so the right tags come out only when
+    serving reads every word at its own first piece in the right window."""
+    import tensorflow as tf
+
+    table = tf.constant([PIECE_TAG.get(tok, 0) for tok in VOCAB], tf.int32)
+    ids = tf.keras.Input(shape=(seq_length,), dtype=tf.int32, name="input_word_ids")
+    mask = tf.keras.Input(shape=(seq_length,), dtype=tf.int32, name="input_mask")
+    types = tf.keras.Input(shape=(seq_length,), dtype=tf.int32, name="input_type_ids")
+    probs = tf.keras.layers.Lambda(
+        lambda x: 0.1 + 0.5 * tf.one_hot(tf.gather(table, x), len(TAGS)))(ids)
+    return tf.keras.Model({"input_word_ids": ids, "input_mask": mask, "input_type_ids": types},
+                          probs)
+
+
+@pytest.fixture(scope="module")
+def vocab_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    path.write_text("\n".join(VOCAB) + "\n")
+    return str(path)
+
+
+TEXTS = ["Zoë Müller visits Oslo.", "Anna Berg and Bruno lind", "", "Oslo"]
+EXPECTED = [[("PER", "Zoë Müller", 0, 10), ("LOC", "Oslo", 18, 22)],
+            [("PER", "Anna Berg", 0, 9), ("PER", "Bruno", 14, 19)],  # adjacent PERs; lind: none
+            [], [("LOC", "Oslo", 0, 4)]]
+
+
+@pytest.mark.parametrize("seq_length", [16, 4])  # 4: two pieces a window, so 2-3 windows
+def test_entities_and_character_offsets(vocab_file, seq_length, tmp_path):
+    from tfapp.data.bert_preprocess import FastBertPacker
+    from tfapp.tasks.ner.export import NerServing, entities, export_ner
+
+    import tensorflow as tf
+
+    serving = NerServing(_stub_model(seq_length), FastBertPacker(vocab_file),
+                         seq_length=seq_length, tag_names=TAGS)
+    out = {k: v.numpy() for k, v in serving.serve(tf.constant(TEXTS)).items()}
+    for i, text in enumerate(TEXTS):
+        got = entities(out, i)
+        assert [(e["type"], e["text"], e["start"], e["end"]) for e in got] == EXPECTED[i]
+        assert all(text[e["start"]:e["end"]] == e["text"] for e in got)
+        assert all(e["score"] == pytest.approx(0.6) for e in got)
+    assert out["entity_start"].shape == (4, 2)  # padded to the most entities in the batch
+    if seq_length != 4:
+        return  # one reload is enough
+    path = export_ner(serving, tmp_path / "export", metadata={"task": "ner"})
+    loaded = tf.saved_model.load(str(path))
+    again = loaded.signatures["serving_default"](text=tf.constant(TEXTS[:1]))
+    assert [e["text"] for e in entities({k: v.numpy() for k, v in again.items()}, 0)] == \
+        ["Zoë Müller", "Oslo"]
+
+
+def test_word_tags_from_entities():
+    from tfapp.tasks.ner.serving import word_tags
+
+    words = ["Zoë", "Müller", "visits", "Oslo", "."]
+    found = [{"type": "PER", "start": 0, "end": 10}, {"type": "LOC", "start": 18, "end": 22}]
+    assert word_tags(words, found) == ["B-PER", "I-PER", "O", "B-LOC", "O"]

@@ -1,0 +1,269 @@
+"""Tagged sentences for token classification: CoNLL columns and JSONL, read into IOB2.
+
+CoNLL-2003 style files hold one word per line with whitespace-separated columns (the
+word first, the tag in ``data.tag_column``), a blank line between sentences and
+``-DOCSTART-`` lines between documents (skipped). JSONL files hold one sentence per line:
+``{"tokens": [...], "tags": [...]}``. Tags of ``data.tag_scheme`` (IOB1, IOB2, BIOES) are
+read into IOB2 (``tfapp.tasks.ner.tags``).
+
+A sentence is one row for ``data.on_bad_rows``: a bad line (too few columns, a tag that
+is not of the scheme, bytes that are not UTF-8) fails naming ``FILE:LINE`` or, with
+``skip``, drops its sentence and is counted in the ``BadRowReport``. Bytes are decoded
+and split into lines by ``tfapp.data.textio`` (BOM dropped, "\\n" endings only), as for
+every other reader.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tfapp.atomic import write_text
+from tfapp.config import DataConfig
+from tfapp.data.errors import DataError
+from tfapp.data.sources import (  # the classifier reader's file handling and bad-row policy
+    BadRowReport,
+    _BadRowPolicy,
+    _read_text,
+    resolve_files,
+)
+from tfapp.data.textio import NOT_UTF8, has_undecodable, split_lines
+from tfapp.demo import DEMO_DIR
+from tfapp.tasks.ner.tags import OUTSIDE, split_tag, tag_names, tag_problem, to_iob2
+
+import numpy as np
+
+__all__ = ["TaggedSentence", "NerSplits", "read_tagged", "load_ner_splits", "demo_ner_file",
+           "read_tag_vocab", "keep_known_tags"]
+
+log = logging.getLogger("tfapp.data")
+
+DOCSTART = "-DOCSTART-"
+_JSONL = (".jsonl", ".json", ".ndjson")
+
+
+def demo_ner_file(split: str) -> str:
+    """Path of the NER demo CoNLL file shipped inside the package (train/validation/test)."""
+    return str(DEMO_DIR / f"ner_{split}.conll")
+
+
+@dataclass
+class TaggedSentence:
+    """One sentence: its words, their IOB2 tags, and where it starts (file, line)."""
+
+    words: list[str]
+    tags: list[str]
+    origin: tuple[str, int]
+
+
+def _format(path: str, configured: str) -> str:
+    if configured in ("conll", "jsonl"):
+        return configured
+    name = path[:-3] if path.endswith(".gz") else path
+    return "jsonl" if name.lower().endswith(_JSONL) else "conll"
+
+
+def _conll(path: str, tag_column: int, scheme: str):
+    """(line, words, tags, problem) per sentence of a CoNLL file; tags in ``scheme``."""
+    lines = split_lines(_read_text(path))
+    start, words, tags, problem = 0, [], [], None
+    for number, line in enumerate([*lines, ""], start=1):
+        fields = line.split()
+        if not fields or fields[0] == DOCSTART:
+            if words or problem:
+                yield start, words, tags, problem
+            start, words, tags, problem = 0, [], [], None
+            continue
+        start = start or number
+        if problem:
+            continue
+        if has_undecodable(line):
+            problem = (number, NOT_UTF8)
+        elif not -len(fields) <= tag_column < len(fields) or len(fields) < 2:
+            problem = (number, f"has {len(fields)} column(s), no tag in data.tag_column="
+                               f"{tag_column} (set it to the tag's column)")
+        else:
+            words.append(fields[0])
+            tags.append(fields[tag_column])
+    if not any(line.strip() for line in lines):
+        yield 1, [], [], (1, "empty file (no tagged words)")
+
+
+def _jsonl(path: str):
+    lines = split_lines(_read_text(path))
+    if not any(line.strip() for line in lines):
+        yield 1, [], [], (1, "empty file (no JSON lines)")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        if has_undecodable(line):
+            yield number, [], [], (number, NOT_UTF8)
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            yield number, [], [], (number, f"not valid JSON ({err.msg} at column {err.colno})")
+            continue
+        words, tags = (obj.get("tokens"), obj.get("tags")) if isinstance(obj, dict) else (0, 0)
+        if not (isinstance(words, list) and isinstance(tags, list)
+                and all(isinstance(x, str) for x in words + tags)):
+            yield number, [], [], (number, 'expected {"tokens": [strings], "tags": [strings]}')
+        elif len(words) != len(tags):
+            yield number, [], [], (number, f"{len(words)} tokens but {len(tags)} tags")
+        elif any(not w.strip() or len(w.split()) > 1 for w in words):
+            yield number, [], [], (number, "a token is empty or holds whitespace")
+        else:
+            yield number, words, tags, None
+
+
+def read_tagged(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
+                report: BadRowReport) -> list[TaggedSentence]:
+    """The tagged sentences of the files in ``spec`` (one split), tags read into IOB2.
+
+    Bad sentences fail or are recorded in ``report`` per ``mode``; raises when none remains.
+    """
+    what = f"data.{split}_files"
+    bad = _BadRowPolicy(mode, report, split)
+    scheme = data_cfg.tag_scheme
+    out: list[TaggedSentence] = []
+    for path in resolve_files(spec, what):
+        conll = _format(path, data_cfg.format) == "conll"
+        rows = _conll(path, data_cfg.tag_column, scheme) if conll else _jsonl(path)
+        for start, words, tags, problem in rows:
+            if problem is None and not words:
+                continue
+            if problem is None:
+                for i, tag in enumerate(tags):
+                    why = tag_problem(tag, scheme)
+                    if why:
+                        # CoNLL: the tag's own line; JSONL: the sentence's line
+                        problem = (start + i if conll else start, why)
+                        break
+            if problem is not None:
+                bad(path, problem[0], problem[1])
+                continue
+            out.append(TaggedSentence(words, to_iob2(tags, scheme), (path, start)))
+    if not out:
+        raise DataError(f"{what}: no usable sentences in '{spec}' "
+                        f"({report.per_split.get(split, 0)} bad row(s) skipped: "
+                        f"{report.summary()})")
+    return out
+
+
+# ------------------------------------------------------------------------------ splits
+@dataclass
+class NerSplits:
+    """The sentences of each split and the tag vocabulary (IOB2, from the training data).
+
+    Attributes:
+      train / validation / test: sentences (validation and test may be None).
+      tag_names: the model's labels in id order: O, then B-/I- of each entity type.
+      report: sentences dropped with on_bad_rows=skip.
+    """
+
+    train: list[TaggedSentence]
+    validation: list[TaggedSentence] | None
+    test: list[TaggedSentence] | None
+    tag_names: list[str]
+    report: BadRowReport = field(default_factory=BadRowReport)
+
+    @property
+    def entity_types(self) -> list[str]:
+        return sorted({split_tag(t)[1] for t in self.tag_names if t != OUTSIDE})
+
+
+def write_tag_vocab(names: list[str], path: str | Path) -> Path:
+    return write_text(path, json.dumps({"tags": names, "scheme": "iob2"}, indent=2,
+                                       ensure_ascii=False) + "\n")
+
+
+def read_tag_vocab(path: str | Path) -> list[str]:
+    try:
+        names = [str(n) for n in json.loads(Path(path).read_text(encoding="utf-8"))["tags"]]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise DataError(f"{path}: not a readable NER labels.json ({err}); delete it to "
+                        "rebuild the tag vocabulary from the training data") from None
+    return names
+
+
+def keep_known_tags(sentences: list[TaggedSentence], names: list[str], *, split: str,
+                    mode: str, report: BadRowReport, known_from: str = "the training data's"
+                    ) -> list[TaggedSentence]:
+    """Sentences whose tags are all in ``names``; others are bad rows (one line each)."""
+    known, bad, kept = set(names), _BadRowPolicy(mode, report, split), []
+    types = ", ".join(sorted({split_tag(t)[1] for t in names if t != OUTSIDE}))
+    for s in sentences:
+        unseen = next((t for t in s.tags if t not in known), None)
+        if unseen is None:
+            kept.append(s)
+            continue
+        bad(s.origin[0], s.origin[1], f"tag '{unseen}' in this sentence: entity type "
+                                      f"'{split_tag(unseen)[1]}' is not among "
+                                      f"{known_from} ({types})")
+    if not kept:
+        raise DataError(f"data.{split}_files: no usable sentences left after dropping "
+                        f"{report.per_split.get(split, 0)} bad row(s): {report.summary()}")
+    return kept
+
+
+def _split(sentences: list[TaggedSentence], fraction: float, seed: int, split: str
+           ) -> tuple[list[TaggedSentence], list[TaggedSentence]]:
+    n = len(sentences)
+    n_held = int(round(n * fraction))
+    if n_held < 1 or n_held >= n:
+        raise DataError(f"data.{split}_split={fraction} of {n} training sentences leaves "
+                        f"{n_held} for {split} and {n - n_held} for training; give "
+                        f"data.{split}_files or change the fraction")
+    order = np.random.default_rng(seed).permutation(n)
+    return ([sentences[i] for i in np.sort(order[n_held:])],
+            [sentences[i] for i in np.sort(order[:n_held])])
+
+
+def load_ner_splits(data_cfg: DataConfig, seed: int, tag_vocab_path: Path | str | None = None,
+                    *, keep_vocab: bool = True) -> NerSplits:
+    """Read the train/validation/test sentences and the tag vocabulary.
+
+    ``train_files: demo`` reads the shipped demo (and its validation and test files when
+    none are given). The tag vocabulary is read from ``tag_vocab_path`` when it exists and
+    ``keep_vocab`` (a resumed run), else built from the training tags and written there.
+    Without validation (test) files a seeded fraction of train is held out, as for the
+    classifier.
+    """
+    train_spec, val_spec, test_spec = (data_cfg.train_files, data_cfg.validation_files,
+                                       data_cfg.test_files)
+    if train_spec.strip() == "demo":
+        train_spec = demo_ner_file("train")
+        val_spec = val_spec or demo_ner_file("validation")
+        test_spec = test_spec or demo_ner_file("test")
+    mode, report = data_cfg.on_bad_rows, BadRowReport()
+    train = read_tagged(train_spec, data_cfg, split="train", mode=mode, report=report)
+    path = Path(tag_vocab_path) if tag_vocab_path else None
+    if path is not None and keep_vocab and path.exists():
+        names = read_tag_vocab(path)
+        train = keep_known_tags(train, names, split="train", mode=mode, report=report)
+    else:
+        types = [split_tag(t)[1] for s in train for t in s.tags if t != OUTSIDE]
+        if not types:
+            raise DataError(f"data.train_files: '{train_spec}' tags no entity at all (every "
+                            f"tag is O); check data.tag_column and data.tag_scheme")
+        names = tag_names(types)
+        if path is not None:
+            write_tag_vocab(names, path)
+    validation = test = None
+    if not test_spec and data_cfg.test_split > 0:
+        train, test = _split(train, data_cfg.test_split, seed + 1, "test")
+    if val_spec:
+        raw = read_tagged(val_spec, data_cfg, split="validation", mode=mode, report=report)
+        validation = keep_known_tags(raw, names, split="validation", mode=mode, report=report)
+    elif data_cfg.validation_split > 0:
+        train, validation = _split(train, data_cfg.validation_split, seed, "validation")
+    if test_spec:
+        raw = read_tagged(test_spec, data_cfg, split="test", mode=mode, report=report)
+        test = keep_known_tags(raw, names, split="test", mode=mode, report=report)
+    if report.count:
+        log.warning("data: %s", report.summary())
+    log.info("data: %d train / %d validation / %d test sentences, %d tags", len(train),
+             len(validation or ()), len(test or ()), len(names))
+    return NerSplits(train, validation, test, names, report)

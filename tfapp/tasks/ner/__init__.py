@@ -1,0 +1,1 @@
+"""Token classification (named-entity recognition): a BERT encoder tags every word."""
