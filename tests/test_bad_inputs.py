@@ -59,6 +59,12 @@ def _files(tmp: Path) -> dict[str, str]:
     (tmp / "quoted.tsv").write_text('text\tlabel\n"a\tb"\tpos\n')
     (tmp / "hf_latin1").mkdir()  # a Hugging Face checkpoint folder with a Latin-1 config
     (tmp / "hf_latin1" / "config.json").write_bytes(b'{"model_type": "b\xe9rt"}')
+    (tmp / "ner_short_line.conll").write_text("Anna B-PER x\nParis\n")
+    (tmp / "ner_bad_tag.conll").write_text("Anna E-PER\n")
+    (tmp / "ner_train.conll").write_text("Anna B-PER\nlives O\nin O\nParis B-LOC\n")
+    (tmp / "ner_unseen.conll").write_text("ACME B-ORG\nhires O\n")
+    (tmp / "ner_all_o.conll").write_text("just O\nwords O\n")
+    (tmp / "ner_mismatch.jsonl").write_text('{"tokens": ["Anna"], "tags": ["B-PER", "O"]}\n')
     (tmp / "photos").mkdir()  # someone's folder: no command may write to or delete it
     (tmp / "photos" / "beach.jpg").write_bytes(b"\xff\xd8 holiday")
     (tmp / "photos" / "notes.txt").write_text("keep me")
@@ -100,6 +106,7 @@ BUILD = ["build-bert", "--corpus", "{corpus}"]
 PRETRAIN = ["--corpus", "{corpus}", "--hub", "builtin:tiny", "output_dir={out}", "--steps", "1",
             "--batch-size", "4", "--seq-length", "16"]
 LR_FIND = ["--config", "configs/classifier_local.yaml"]
+NER = ["--config", "configs/ner_local.yaml", "output_dir={out}"]
 ROWS = [
     # config files
     ("config-missing", "tfapp.train", ["--config", "/no/such.yaml"], "/no/such.yaml"),
@@ -301,6 +308,26 @@ ROWS = [
      [*TRAIN, "data.train_files={good}", "data.test_split=0.001"], "data.test_split=0.001"),
     ("generate-missing-prompts-file", "tfapp.generate",
      ["--model", "{out}", "--prompts-file", "/no/prompts.txt"], "/no/prompts.txt"),
+    # token classification (task ner)
+    ("ner-format-csv", "tfapp.train", [*NER, "data.format=csv"], "task ner reads conll or jsonl"),
+    ("ner-tag-column-zero", "tfapp.train", [*NER, "data.tag_column=0"], "0 is the word itself"),
+    ("ner-refuses-classifier-key", "tfapp.train", [*NER, "data.text_column=x"],
+     "task 'ner' does not use it"),
+    ("conll-for-classifier", "tfapp.train", [*TRAIN, "data.format=conll"],
+     "conll is read by task ner only"),
+    ("tag-scheme-for-classifier", "tfapp.train", [*TRAIN, "data.tag_scheme=bioes"],
+     "data.tag_scheme: task 'classifier' does not use it"),
+    ("ner-short-line", "tfapp.train", [*NER, "data.train_files={ner_short_line}"],
+     "ner_short_line.conll:2: has 1 column(s)"),
+    ("ner-bad-tag", "tfapp.train", [*NER, "data.train_files={ner_bad_tag}"],
+     "is not a tag of the IOB2 scheme"),
+    ("ner-unseen-type", "tfapp.train",
+     [*NER, "data.train_files={ner_train}", "data.validation_files={ner_unseen}"],
+     "entity type 'ORG' is not among"),
+    ("ner-all-outside", "tfapp.train", [*NER, "data.train_files={ner_all_o}"],
+     "tags no entity at all"),
+    ("ner-jsonl-length-mismatch", "tfapp.train", [*NER, "data.train_files={ner_mismatch}"],
+     "1 tokens but 2 tags"),
     # command-line arguments
     ("cli-no-command", "tfapp.cli", [], "no command given"),
     ("cli-unknown-command", "tfapp.cli", ["trian"], "trian"),
