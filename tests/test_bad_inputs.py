@@ -335,6 +335,11 @@ ROWS = [
                                                "0", "hi"], "--batch-size"),
     ("cli-unknown-flag", "tfapp.train", ["--epochs", "3"], "--epochs"),
     ("cli-missing-required", "tfapp.predict", ["hello"], "--model"),
+    # texts on both sides of a flag are all texts; the error is the missing model
+    ("predict-texts-around-a-flag", "tfapp.predict", ["--model", "/no/run", "a", "--json", "b"],
+     "/no/run"),
+    ("generate-prompts-around-a-flag", "tfapp.generate",
+     ["--model", "/no/run", "a", "--seed", "1", "b"], "/no/run"),
     ("cli-bad-number", "tfapp.generate", ["--model", "{out}", "--top-k", "many", "hi"],
      "--top-k"),
 ]

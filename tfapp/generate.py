@@ -130,7 +130,7 @@ def generate(loaded, prompts: list[str], s: dict) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_intermixed_args(argv)  # prompts may follow a flag
 
     def body() -> int:
         from tfapp.serving import find_export

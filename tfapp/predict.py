@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="second text of a sentence pair (once per text)")
     parser.add_argument("--json", action="store_true",
                         help="one JSON object per text with every class probability")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # texts may follow a flag
     cli.setup_logging()
 
     def body() -> int:
