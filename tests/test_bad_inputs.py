@@ -215,12 +215,17 @@ ROWS = [
      "UTF-8"),
     ("predict-pair-count", "tfapp.predict", ["--model", "{run}", "--pair", "x", "a", "b"],
      "--pair given 1 times for 2 texts"),
+    # evaluate's errors name its flags, not config keys it does not take
     ("evaluate-unseen-label", "tfapp.evaluate", ["--model", "{run}", "--data", "{unseen_label}"],
-     "sideways"),
+     "'sideways' (not among the labels of the model: neg, pos) (fix the data, or pass "
+     "--on-bad-rows skip"),
     ("evaluate-no-label-column", "tfapp.evaluate", ["--model", "{run}", "--data", "{no_label}"],
-     "no column 'label'"),
+     "no column 'label' in the header row (has: text, stars) -- set --text-column"),
     ("evaluate-missing-data", "tfapp.evaluate", ["--model", "{run}", "--data", "/no/test.csv"],
-     "/no/test.csv"),
+     "--data: file not found: /no/test.csv"),
+    ("evaluate-nothing-left", "tfapp.evaluate",
+     ["--model", "{run}", "--data", "{unseen_label}", "--on-bad-rows", "skip"],
+     "--data: no usable examples left after dropping 1 bad row(s)"),
     # hub modules
     ("hub-build-out-exists", "tfapp.hub.__main__", [*BUILD, "--out", "{photos}"],
      "already exists"),

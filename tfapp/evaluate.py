@@ -14,15 +14,29 @@ import sys
 from collections.abc import Sequence
 
 from tfapp import cli
-from tfapp.config import DataConfig, load_config
+from tfapp.config import ConfigError, DataConfig, load_config
 from tfapp.run_layout import RunLayout
+
+# The data keys evaluate takes as flags: its errors name the flag, not the config key.
+_FLAGS = {"set data.on_bad_rows=skip": "pass --on-bad-rows skip",
+          "data.test_files": "--data", "data.text_pair_column":
+          "--text-pair-column", "data.text_column": "--text-column",
+          "data.label_column": "--label-column", "data.format": "--format"}
+
+
+def _in_flag_terms(err: ConfigError) -> ConfigError:
+    message = str(err)
+    for key, flag in _FLAGS.items():
+        message = message.replace(key, flag)
+    return type(err)(message)
 
 
 def _data_config(model: str, args: argparse.Namespace) -> DataConfig:
     params = RunLayout(model).params
     data = load_config(params).data if params.is_file() else DataConfig()
     for flag, key in (("text_column", "text_column"), ("text_pair_column", "text_pair_column"),
-                      ("label_column", "label_column"), ("format", "format")):
+                      ("label_column", "label_column"), ("format", "format"),
+                      ("on_bad_rows", "on_bad_rows")):
         value = getattr(args, flag)
         if value is not None:
             setattr(data, key, value)
@@ -42,6 +56,8 @@ def _evaluate_tagger(args: argparse.Namespace) -> int:
         None, ["task=ner"]).data
     if args.format in ("auto", "jsonl"):
         data.format = args.format
+    if args.on_bad_rows is not None:
+        data.on_bad_rows = args.on_bad_rows
     model = LoadedTagger(args.model)
     report = BadRowReport()
     raw = read_tagged(args.data, data, split="test", mode=data.on_bad_rows, report=report)
@@ -68,11 +84,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--text-pair-column")
     parser.add_argument("--label-column")
     parser.add_argument("--format", choices=("auto", "csv", "tsv", "jsonl", "text", "tfrecord"))
+    parser.add_argument("--on-bad-rows", choices=("fail", "skip"),
+                        help="a row that cannot be read: stop (fail), or leave it out and "
+                             "count it (skip); default: the run's data.on_bad_rows")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     cli.setup_logging()
 
     def body() -> int:
+        try:
+            return evaluate()
+        except ConfigError as err:
+            raise _in_flag_terms(err) from None
+
+    def evaluate() -> int:
         from tfapp.data.sources import BadRowReport, LabelVocab, encode_examples, read_examples
         from tfapp.serving import LoadedClassifier, export_kind, find_export
         from tfapp.training.metrics import classification_report, format_report
