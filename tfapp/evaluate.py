@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from tfapp import cli
 from tfapp.config import ConfigError, DataConfig, load_config
@@ -43,6 +44,18 @@ def _data_config(model: str, args: argparse.Namespace) -> DataConfig:
     return data
 
 
+def _print(result: dict, report: Any, formatter: Callable[[dict], str], *,
+           as_json: bool) -> int:
+    """The report on stdout (a table, or JSON with the bad rows in it); the bad-row summary
+    on stderr."""
+    if report.count:
+        result["bad_rows"] = report.to_dict()
+    print(json.dumps(result, indent=1) if as_json else formatter(result))
+    if report.count and not as_json:
+        print(report.summary(), file=sys.stderr)
+    return 0
+
+
 def _evaluate_tagger(args: argparse.Namespace) -> int:
     """Entity scores of an exported tagger on tagged CoNLL/JSONL files (the run's
     data.tag_column, data.tag_scheme and data.format, or --format)."""
@@ -66,12 +79,7 @@ def _evaluate_tagger(args: argparse.Namespace) -> int:
     found = model.entities([" ".join(s.words) for s in sentences])
     result = entity_report([s.tags for s in sentences],
                            [word_tags(s.words, f) for s, f in zip(sentences, found, strict=True)])
-    if report.count:
-        result["bad_rows"] = report.to_dict()
-    print(json.dumps(result, indent=1) if args.json else format_entity_report(result))
-    if report.count and not args.json:
-        print(report.summary(), file=sys.stderr)
-    return 0
+    return _print(result, report, format_entity_report, as_json=args.json)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -118,12 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if len(model.label_names) == 2 and not multi_label:
             probs = probs[:, 1:]
         result = classification_report(examples.labels, probs, model.label_names, multi_label)
-        if report.count:
-            result["bad_rows"] = report.to_dict()
-        print(json.dumps(result, indent=1) if args.json else format_report(result))
-        if report.count and not args.json:
-            print(report.summary(), file=sys.stderr)
-        return 0
+        return _print(result, report, format_report, as_json=args.json)
 
     return cli.run_main(body)
 

@@ -32,6 +32,7 @@ from tfapp.data.sources import (
     LabelVocab,
     demo_file,
     encode_examples,
+    held_out,
     read_examples,
     read_label_vocab,
     write_label_vocab,
@@ -157,15 +158,8 @@ def load_classification_splits(data_cfg: DataConfig, seed: int,
 def _split(examples: ExampleSet, fraction: float, seed: int, split: str
            ) -> tuple[ExampleSet, ExampleSet]:
     """(rest of train, a seeded ``fraction`` of it as ``split``)."""
-    n = len(examples)
-    n_held = int(round(n * fraction))
-    if n_held < 1 or n_held >= n:
-        raise DataError(f"data.{split}_split={fraction} of {n} training examples leaves "
-                        f"{n_held} for {split} and {n - n_held} for training; give "
-                        f"data.{split}_files or change the fraction")
-    order = np.random.default_rng(seed).permutation(n)
-    return (examples.subset(np.sort(order[n_held:]), "train"),
-            examples.subset(np.sort(order[:n_held]), split))
+    kept, held = held_out(len(examples), fraction, seed, split)
+    return examples.subset(kept, "train"), examples.subset(held, split)
 
 
 def _preprocess_fingerprint(preprocess_fn: Callable) -> str:

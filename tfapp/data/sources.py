@@ -51,10 +51,10 @@ from tfapp.demo import DEMO_DIR
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["BadRow", "BadRowReport", "ExampleSet", "RawExample", "resolve_files",
-           "detect_format", "read_examples", "read_texts", "read_pairs", "demo_file",
-           "LabelVocab", "read_label_vocab", "write_label_vocab", "SKIP_OPTION",
-           "COLUMNS_HINT"]
+__all__ = ["BadRow", "BadRowPolicy", "BadRowReport", "ExampleSet", "held_out", "read_text",
+           "RawExample", "resolve_files", "detect_format", "read_examples", "read_texts",
+           "read_pairs", "demo_file", "LabelVocab", "read_label_vocab", "write_label_vocab",
+           "SKIP_OPTION", "COLUMNS_HINT"]
 
 log = logging.getLogger("tfapp.data")
 
@@ -113,7 +113,7 @@ class BadRowReport:
 SKIP_OPTION = "data.on_bad_rows=skip"
 
 
-class _BadRowPolicy:
+class BadRowPolicy:
     """Applies ``on_bad_rows``: raise at once (fail) or record (skip).
 
     ``skip_option`` is how the user asks for skipping, for the message (``None``: the
@@ -193,7 +193,20 @@ def detect_format(path: str, configured: str, default: str | None = None) -> str
     return _EXTENSIONS[ext]
 
 
-def _read_text(path: str) -> str:
+def held_out(n: int, fraction: float, seed: int, split: str, unit: str = "examples"
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (kept for training, held out as ``split``) of a seeded ``fraction`` of ``n``
+    training ``unit``, each in file order; a DataError when either side would be empty."""
+    n_held = int(round(n * fraction))
+    if n_held < 1 or n_held >= n:
+        raise DataError(f"data.{split}_split={fraction} of {n} training {unit} leaves "
+                        f"{n_held} for {split} and {n - n_held} for training; give "
+                        f"data.{split}_files or change the fraction")
+    order = np.random.default_rng(seed).permutation(n)
+    return np.sort(order[n_held:]), np.sort(order[:n_held])
+
+
+def read_text(path: str) -> str:
     """The file as text, BOM dropped; undecodable bytes survive as surrogates so that rows
     can be flagged (``textio.decode``)."""
     try:
@@ -229,7 +242,7 @@ def _missing_column(path: str, column: str, available: list[str], where: str,
 
 def _read_delimited(path: str, delimiter: str, columns: list[str], hint: str
                     ) -> Iterator[Row]:
-    text = _read_text(path)
+    text = read_text(path)
     if not text.strip():
         yield 1, None, "empty file (no header row and no data)"
         return
@@ -276,7 +289,7 @@ def _read_delimited(path: str, delimiter: str, columns: list[str], hint: str
 
 
 def _read_jsonl(path: str, columns: list[str], hint: str) -> Iterator[Row]:
-    lines = split_lines(_read_text(path))  # JSON strings may hold U+2028, \x0c, ...
+    lines = split_lines(read_text(path))  # JSON strings may hold U+2028, \x0c, ...
     if not any(line.strip() for line in lines):
         yield 1, None, "empty file (no JSON lines)"
         return
@@ -310,7 +323,7 @@ def _read_text_lines(path: str, text_column: str, label_column: str | None,
     """One row per non-blank line: fastText ``__label__`` prefixes give the labels, or
     ``verbatim`` the line is the text exactly as written (a corpus: no labels, and
     filters such as the generator's ``data.drop_regex`` see the raw line)."""
-    lines = split_lines(_read_text(path))  # a text line may hold U+2028, \x0c, ...
+    lines = split_lines(read_text(path))  # a text line may hold U+2028, \x0c, ...
     if not any(line.strip() for line in lines):
         yield 1, None, "empty file (no text lines)"
         return
@@ -512,7 +525,7 @@ def read_examples(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
         columns.append(data_cfg.text_pair_column)
     if with_labels:
         columns.append(data_cfg.label_column)
-    bad = _BadRowPolicy(mode, report, split)
+    bad = BadRowPolicy(mode, report, split)
     label_column = data_cfg.label_column if with_labels else None
     text_lines = None if data_cfg.text_pair_column else (
         lambda path: _read_text_lines(path, data_cfg.text_column, label_column))
@@ -600,7 +613,7 @@ def _read_columns(spec: str | Sequence[str | os.PathLike], columns: list[str], *
     """The ``columns`` of every good row as text (blank values kept), in file and row
     order; bad rows go to the policy of ``mode`` (recorded in ``report``; logged here when
     ``log_report``, i.e. no caller collects them)."""
-    bad = _BadRowPolicy(mode, report, split, skip_option)
+    bad = BadRowPolicy(mode, report, split, skip_option)
     sources = _row_sources(spec, columns, fmt=fmt, split=split, what=what, hint=hint,
                            text_lines=text_lines, default_format=default_format)
     out: list[tuple[str, ...]] = []
@@ -728,7 +741,7 @@ def encode_examples(examples: list[RawExample], vocab: LabelVocab, *, split: str
                     report: BadRowReport, known_from: str) -> ExampleSet:
     """Map label names to ids (or multi-hot rows); unknown labels are bad rows."""
     index = vocab.index()
-    bad = _BadRowPolicy(mode, report, split)
+    bad = BadRowPolicy(mode, report, split)
     kept: list[RawExample] = []
     for ex in examples:
         unknown = [label for label in ex.labels if label not in index]

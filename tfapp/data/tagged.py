@@ -24,16 +24,15 @@ from tfapp.atomic import write_text
 from tfapp.config import DataConfig
 from tfapp.data.errors import DataError
 from tfapp.data.sources import (  # the classifier reader's file handling and bad-row policy
+    BadRowPolicy,
     BadRowReport,
-    _BadRowPolicy,
-    _read_text,
+    held_out,
+    read_text,
     resolve_files,
 )
 from tfapp.data.textio import NOT_UTF8, has_undecodable, split_lines
 from tfapp.demo import DEMO_DIR
 from tfapp.tasks.ner.tags import OUTSIDE, split_tag, tag_names, tag_problem, to_iob2
-
-import numpy as np
 
 __all__ = ["TaggedSentence", "NerSplits", "read_tagged", "load_ner_splits", "demo_ner_file",
            "read_tag_vocab", "keep_known_tags"]
@@ -67,7 +66,7 @@ def _format(path: str, configured: str) -> str:
 
 def _conll(path: str, tag_column: int, scheme: str):
     """(line, words, tags, problem) per sentence of a CoNLL file; tags in ``scheme``."""
-    lines = split_lines(_read_text(path))
+    lines = split_lines(read_text(path))
     start, words, tags, problem = 0, [], [], None
     for number, line in enumerate([*lines, ""], start=1):
         fields = line.split()
@@ -92,7 +91,7 @@ def _conll(path: str, tag_column: int, scheme: str):
 
 
 def _jsonl(path: str):
-    lines = split_lines(_read_text(path))
+    lines = split_lines(read_text(path))
     if not any(line.strip() for line in lines):
         yield 1, [], [], (1, "empty file (no JSON lines)")
     for number, line in enumerate(lines, start=1):
@@ -125,7 +124,7 @@ def read_tagged(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
     Bad sentences fail or are recorded in ``report`` per ``mode``; raises when none remains.
     """
     what = f"data.{split}_files"
-    bad = _BadRowPolicy(mode, report, split)
+    bad = BadRowPolicy(mode, report, split)
     scheme = data_cfg.tag_scheme
     out: list[TaggedSentence] = []
     for path in resolve_files(spec, what):
@@ -192,7 +191,7 @@ def keep_known_tags(sentences: list[TaggedSentence], names: list[str], *, split:
                     mode: str, report: BadRowReport, known_from: str = "the training data's"
                     ) -> list[TaggedSentence]:
     """Sentences whose tags are all in ``names``; others are bad rows (one line each)."""
-    known, bad, kept = set(names), _BadRowPolicy(mode, report, split), []
+    known, bad, kept = set(names), BadRowPolicy(mode, report, split), []
     types = ", ".join(sorted({split_tag(t)[1] for t in names if t != OUTSIDE}))
     for s in sentences:
         unseen = next((t for t in s.tags if t not in known), None)
@@ -210,15 +209,8 @@ def keep_known_tags(sentences: list[TaggedSentence], names: list[str], *, split:
 
 def _split(sentences: list[TaggedSentence], fraction: float, seed: int, split: str
            ) -> tuple[list[TaggedSentence], list[TaggedSentence]]:
-    n = len(sentences)
-    n_held = int(round(n * fraction))
-    if n_held < 1 or n_held >= n:
-        raise DataError(f"data.{split}_split={fraction} of {n} training sentences leaves "
-                        f"{n_held} for {split} and {n - n_held} for training; give "
-                        f"data.{split}_files or change the fraction")
-    order = np.random.default_rng(seed).permutation(n)
-    return ([sentences[i] for i in np.sort(order[n_held:])],
-            [sentences[i] for i in np.sort(order[:n_held])])
+    kept, held = held_out(len(sentences), fraction, seed, split, "sentences")
+    return [sentences[i] for i in kept], [sentences[i] for i in held]
 
 
 def load_ner_splits(data_cfg: DataConfig, seed: int, tag_vocab_path: Path | str | None = None,
