@@ -46,6 +46,12 @@ class MacroF1(tf.keras.metrics.F1Score):
         # in (0, 1) keeps them as they are.
         super().__init__(average="macro", threshold=0.5, name=name, **kwargs)
         self.num_classes, self.mode = int(num_classes), mode
+        # Create the variables now, where the metric is made (the strategy's scope), not
+        # lazily in the first update: there, under multi-worker, they are made with a
+        # collective broadcast inside the train step (and a lost worker surfaces as a
+        # traceback from that broadcast, tests/test_resilience.py).
+        shape = tf.TensorShape([None, self.num_classes])
+        self.build(shape, shape)
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         truth, pred = _one_hot_truth_and_prediction(y_true, y_pred, self.mode, self.num_classes)
