@@ -71,34 +71,31 @@ class AccumulatingModel(tf.keras.Model):
             if g is not None:
                 acc.assign_add(tf.cast(g, acc.dtype))
         self._micro_step.assign_add(1)
-        means = [acc.read_value() / tf.cast(self.accumulation_steps, acc.dtype)
-                 for acc in self._accumulators]
         if compat.replica_context_can_synchronise():
-            tf.cond(self._apply_now(), lambda: self._apply(means), lambda: None)
+            tf.cond(self._apply_now(), self._apply, lambda: None)
         else:
-            tf.distribute.get_replica_context().merge_call(self._apply_across_replicas,
-                                                           args=(means,))
-        # Reset as a select, outside the branch, so no replica-local write sits in a
-        # cross-replica cond.
-        applied = self._apply_now()
-        for acc in self._accumulators:
-            acc.assign(tf.where(applied, tf.zeros_like(acc), acc))
+            tf.distribute.get_replica_context().merge_call(self._apply_across_replicas)
         return self.compute_metrics(x, y, y_pred, sample_weight)
 
     def _apply_now(self) -> tf.Tensor:
         return tf.equal(self._micro_step % self.accumulation_steps, 0)
 
-    def _apply(self, means: list[tf.Tensor]) -> None:
-        """Replica context: one optimizer step with the accumulated mean gradients (the
-        optimizer aggregates them across replicas, as in a plain ``train_step``)."""
+    def _apply(self) -> None:
+        """Replica context: one optimizer step with this replica's mean accumulated gradients
+        (the optimizer aggregates them across replicas, as in a plain ``train_step``), then
+        the accumulators start again. Only on the batches that apply: no pass over the
+        accumulators on the others."""
+        n = self.accumulation_steps
+        means = [acc.read_value() / tf.cast(n, acc.dtype) for acc in self._accumulators]
         self.optimizer.apply_gradients(zip(means, self.trainable_variables, strict=True))
+        for acc in self._accumulators:
+            acc.assign(tf.zeros_like(acc))
 
-    def _apply_across_replicas(self, strategy: tf.distribute.Strategy,
-                               means: list[tf.Tensor]) -> None:
+    def _apply_across_replicas(self, strategy: tf.distribute.Strategy) -> None:
         """Cross-replica context: every replica's step counter agrees (each counts the same
         batches), so the first replica's decides for all."""
         tf.cond(self._apply_now(),
-                lambda: strategy.extended.call_for_each_replica(self._apply, args=(means,)),
+                lambda: strategy.extended.call_for_each_replica(self._apply),
                 lambda: None)
 
     def get_config(self):
