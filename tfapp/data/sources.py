@@ -27,25 +27,27 @@ Problems of a whole file (missing file, missing column, unreadable file) always 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import difflib
 import gzip
 import hashlib
-import io
 import json
 import logging
 import os
 import re
+import sys
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from tfapp.atomic import write_text
 from tfapp.config import DataConfig
 from tfapp.data.errors import DataError
-from tfapp.data.textio import NOT_UTF8, decode, has_undecodable, split_lines
+from tfapp.data.textio import NOT_UTF8, csv_text_stream, decode, has_undecodable, iter_lines
 from tfapp.demo import DEMO_DIR
 
 import numpy as np
@@ -64,6 +66,8 @@ _EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl",
                ".tfrecord": "tfrecord", ".tfrecords": "tfrecord", ".tfrec": "tfrecord"}
 _FASTTEXT_LABEL = "__label__"
 MAX_REPORTED = 5
+# Long documents are valid input: no limit on a field's length (csv's default is 128 KiB).
+csv.field_size_limit(sys.maxsize)
 
 
 def demo_file(split: str) -> str:
@@ -206,19 +210,27 @@ def held_out(n: int, fraction: float, seed: int, split: str, unit: str = "exampl
     return np.sort(order[n_held:]), np.sort(order[:n_held])
 
 
-def read_text(path: str) -> str:
-    """The file as text, BOM dropped; undecodable bytes survive as surrogates so that rows
-    can be flagged (``textio.decode``)."""
+@contextlib.contextmanager
+def open_source(path: str) -> Iterator[BinaryIO]:
+    """``path`` (local, glob match or URL) opened for reading bytes, ``.gz`` decompressed
+    as it is read; a DataError line when it cannot be opened or read."""
     try:
         with tf.io.gfile.GFile(path, "rb") as fh:
-            raw = fh.read()
+            yield gzip.GzipFile(fileobj=fh, mode="rb") if path.endswith(".gz") else fh
     except tf.errors.OpError as err:
         raise DataError(f"{path}: cannot read ({err.message.splitlines()[0]})") from None
-    if path.endswith(".gz"):
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as err:
+    except (OSError, EOFError, zlib.error) as err:
+        if path.endswith(".gz"):
             raise DataError(f"{path}: not a valid gzip file ({err})") from None
+        raise DataError(f"{path}: cannot read ({err})") from None
+
+
+def read_text(path: str) -> str:
+    """The whole file as text, BOM dropped; undecodable bytes survive as surrogates so that
+    rows can be flagged (``textio.decode``). For small files only: readers of data files
+    stream them (``open_source``)."""
+    with open_source(path) as fh:
+        raw = fh.read()
     return decode(raw)
 
 
@@ -242,14 +254,16 @@ def _missing_column(path: str, column: str, available: list[str], where: str,
 
 def _read_delimited(path: str, delimiter: str, columns: list[str], hint: str
                     ) -> Iterator[Row]:
-    text = read_text(path)
-    if not text.strip():
-        yield 1, None, "empty file (no header row and no data)"
-        return
+    with open_source(path) as fh:
+        yield from _delimited_rows(path, fh, delimiter, columns, hint)
+
+
+def _delimited_rows(path: str, fh: BinaryIO, delimiter: str, columns: list[str], hint: str
+                    ) -> Iterator[Row]:
     # TSV has no quoting: a '"' is just a character (with csv's quoting, one opening a field
     # would swallow the tabs and lines after it up to the next '"').
     tsv = delimiter == "\t"
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter,
+    reader = csv.reader(csv_text_stream(fh), delimiter=delimiter,
                         quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
     header: list[str] | None = None
     start, rows = 1, 0
@@ -289,14 +303,18 @@ def _read_delimited(path: str, delimiter: str, columns: list[str], hint: str
 
 
 def _read_jsonl(path: str, columns: list[str], hint: str) -> Iterator[Row]:
-    lines = split_lines(read_text(path))  # JSON strings may hold U+2028, \x0c, ...
-    if not any(line.strip() for line in lines):
-        yield 1, None, "empty file (no JSON lines)"
-        return
-    first = True
+    with open_source(path) as fh:
+        yield from _jsonl_rows(path, iter_lines(fh), columns, hint)
+
+
+def _jsonl_rows(path: str, lines: Iterator[str], columns: list[str], hint: str
+                ) -> Iterator[Row]:
+    # Lines end at "\n" only: JSON strings may hold U+2028, \x0c, ...
+    first, blank = True, True
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        blank = False
         if has_undecodable(line):
             yield number, None, NOT_UTF8
             continue
@@ -316,6 +334,8 @@ def _read_jsonl(path: str, columns: list[str], hint: str) -> Iterator[Row]:
             continue
         first = False
         yield number, obj, None
+    if blank:
+        yield 1, None, "empty file (no JSON lines)"
 
 
 def _read_text_lines(path: str, text_column: str, label_column: str | None,
@@ -323,31 +343,34 @@ def _read_text_lines(path: str, text_column: str, label_column: str | None,
     """One row per non-blank line: fastText ``__label__`` prefixes give the labels, or
     ``verbatim`` the line is the text exactly as written (a corpus: no labels, and
     filters such as the generator's ``data.drop_regex`` see the raw line)."""
-    lines = split_lines(read_text(path))  # a text line may hold U+2028, \x0c, ...
-    if not any(line.strip() for line in lines):
-        yield 1, None, "empty file (no text lines)"
-        return
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        if has_undecodable(line):
-            yield number, None, NOT_UTF8
-            continue
-        if verbatim:
-            yield number, {text_column: line}, None
-            continue
-        labels: list[str] = []
-        words = line.split()
-        while words and words[0].startswith(_FASTTEXT_LABEL):
-            labels.append(words.pop(0)[len(_FASTTEXT_LABEL):])
-        fields: dict[str, Any] = {text_column: " ".join(words)}
-        if label_column:
-            if not labels:
-                yield number, None, (f"no label: start the line with {_FASTTEXT_LABEL}LABEL "
-                                     "(fastText style)")
+    with open_source(path) as fh:  # lines end at "\n" only: they may hold U+2028, \x0c, ...
+        blank = True
+        for number, line in enumerate(iter_lines(fh), start=1):
+            if not line.strip():
                 continue
-            fields[label_column] = labels if len(labels) > 1 else labels[0]
-        yield number, fields, None
+            blank = False
+            yield _text_line_row(number, line, text_column, label_column, verbatim)
+        if blank:
+            yield 1, None, "empty file (no text lines)"
+
+
+def _text_line_row(number: int, line: str, text_column: str, label_column: str | None,
+                   verbatim: bool) -> Row:
+    if has_undecodable(line):
+        return number, None, NOT_UTF8
+    if verbatim:
+        return number, {text_column: line}, None
+    labels: list[str] = []
+    words = line.split()
+    while words and words[0].startswith(_FASTTEXT_LABEL):
+        labels.append(words.pop(0)[len(_FASTTEXT_LABEL):])
+    fields: dict[str, Any] = {text_column: " ".join(words)}
+    if label_column:
+        if not labels:
+            return number, None, (f"no label: start the line with {_FASTTEXT_LABEL}LABEL "
+                                  "(fastText style)")
+        fields[label_column] = labels if len(labels) > 1 else labels[0]
+    return number, fields, None
 
 
 def _feature_value(feature: tf.train.Feature) -> Any:

@@ -15,8 +15,10 @@ every other reader.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,10 +29,10 @@ from tfapp.data.sources import (  # the classifier reader's file handling and ba
     BadRowPolicy,
     BadRowReport,
     held_out,
-    read_text,
+    open_source,
     resolve_files,
 )
-from tfapp.data.textio import NOT_UTF8, has_undecodable, split_lines
+from tfapp.data.textio import NOT_UTF8, has_undecodable, iter_lines
 from tfapp.demo import DEMO_DIR
 from tfapp.tasks.ner.tags import OUTSIDE, split_tag, tag_names, tag_problem, to_iob2
 
@@ -66,9 +68,14 @@ def _format(path: str, configured: str) -> str:
 
 def _conll(path: str, tag_column: int, scheme: str):
     """(line, words, tags, problem) per sentence of a CoNLL file; tags in ``scheme``."""
-    lines = split_lines(read_text(path))
-    start, words, tags, problem = 0, [], [], None
-    for number, line in enumerate([*lines, ""], start=1):
+    with open_source(path) as fh:
+        yield from _conll_sentences(iter_lines(fh), tag_column)
+
+
+def _conll_sentences(lines: Iterator[str], tag_column: int):
+    start, words, tags, problem, blank = 0, [], [], None, True
+    for number, line in enumerate(itertools.chain(lines, [""]), start=1):
+        blank = blank and not line.strip()
         fields = line.split()
         if not fields or fields[0] == DOCSTART:
             if words or problem:
@@ -86,17 +93,21 @@ def _conll(path: str, tag_column: int, scheme: str):
         else:
             words.append(fields[0])
             tags.append(fields[tag_column])
-    if not any(line.strip() for line in lines):
+    if blank:
         yield 1, [], [], (1, "empty file (no tagged words)")
 
 
 def _jsonl(path: str):
-    lines = split_lines(read_text(path))
-    if not any(line.strip() for line in lines):
-        yield 1, [], [], (1, "empty file (no JSON lines)")
+    with open_source(path) as fh:
+        yield from _jsonl_sentences(iter_lines(fh))
+
+
+def _jsonl_sentences(lines: Iterator[str]):
+    blank = True
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        blank = False
         if has_undecodable(line):
             yield number, [], [], (number, NOT_UTF8)
             continue
@@ -115,6 +126,8 @@ def _jsonl(path: str):
             yield number, [], [], (number, "a token is empty or holds whitespace")
         else:
             yield number, words, tags, None
+    if blank:
+        yield 1, [], [], (1, "empty file (no JSON lines)")
 
 
 def read_tagged(spec: str, data_cfg: DataConfig, *, split: str, mode: str,

@@ -17,13 +17,17 @@ No TensorFlow here: the command-line readers use it before TensorFlow is loaded.
 
 from __future__ import annotations
 
+import codecs
+import io
 import re
 import sys
+from collections.abc import Iterator
+from typing import BinaryIO
 
 from tfapp.data.errors import DataError
 
 __all__ = ["NOT_UTF8", "STDIN", "decode", "decode_strict", "has_undecodable", "split_lines",
-           "text_lines", "stdin_lines"]
+           "text_lines", "stdin_lines", "iter_lines", "csv_text_stream"]
 
 BOM = "\ufeff"
 STDIN = "<stdin>"
@@ -51,6 +55,59 @@ def split_lines(text: str) -> list[str]:
     if lines[-1] == "":
         lines.pop()
     return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+_BLOCK = 8 << 20
+
+
+def iter_lines(stream: BinaryIO) -> Iterator[str]:
+    """The lines of a binary ``stream``, read in blocks (memory does not grow with the
+    file) and cut as ``split_lines(decode(stream.read()))`` would cut them."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
+    rest, first = "", True
+    while True:
+        block = stream.read(_BLOCK)
+        text = decoder.decode(block or b"", final=not block)
+        if first and text:
+            text, first = (text[1:] if text.startswith(BOM) else text), False
+        lines = (rest + text).split("\n")
+        rest = lines.pop()
+        for line in lines:
+            yield line[:-1] if line.endswith("\r") else line
+        if not block:
+            break
+    if rest:
+        yield rest[:-1] if rest.endswith("\r") else rest
+
+
+class _Raw(io.RawIOBase):
+    """A raw stream over any object with ``read(n)`` (a GFile, a GzipFile)."""
+
+    def __init__(self, stream: BinaryIO):
+        self.stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.stream.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+
+def csv_text_stream(stream: BinaryIO) -> Iterator[str]:
+    """The lines of ``stream`` for ``csv.reader``, read in blocks: they end at "\\r",
+    "\\n" or "\\r\\n", kept in the line (what csv expects of ``newline=""``); a BOM is
+    dropped and undecodable bytes survive as surrogates (``has_undecodable``)."""
+    text = io.TextIOWrapper(io.BufferedReader(_Raw(stream), _BLOCK), encoding="utf-8",
+                            errors="surrogateescape", newline="")
+    first = True
+    for line in text:
+        if first:
+            line, first = (line[1:] if line.startswith(BOM) else line), False
+            if not line:
+                continue
+        yield line
 
 
 def decode_strict(raw: bytes, name: str) -> str:
