@@ -56,6 +56,10 @@ TOUCHES: dict[str, tuple[str, str, str]] = {
                       "strategy (fails under XLA on GPUs: set trainer.jit_compile=false)"),
     "step_backups": ("tf_keras", "BackupAndRestore saves and resumes at a step, on SIGTERM",
                      "BackupAndRestore at epoch ends (SIGTERM stops without a new backup)"),
+    "backup_on_disk": ("tf_keras", "the (epoch, step) a backup was written at, read before "
+                       "the input pipeline is built: a resumed run's data resumes there",
+                       "unknown: the resumed run reads its data from the start of a pass "
+                       "(examples of the interrupted epoch are seen again)"),
     "ema_averages": ("tf_keras", "validation scores the averaged weights (optimizer.ema_decay)",
                      "validation scores the raw weights; the export still uses the average"),
     "tuner_debug": ("keras_tuner", "one line per failed trial instead of its traceback",
@@ -336,6 +340,28 @@ def backup_position(callback: Any) -> tuple[int, int]:
     epoch is -1 when there was none. Only when ``step_backups_supported()``."""
     state = callback._training_state
     return int(state._ckpt_saved_epoch.numpy()), int(state._ckpt_saved_batch.numpy())
+
+
+def saved_backup_position(backup_dir: str | os.PathLike) -> tuple[int, int] | None:
+    """(epoch, step) the newest backup in ``backup_dir`` (a ``BackupAndRestore`` folder) was
+    written at, read from its checkpoint files without building a model; step is -1 for
+    an epoch-end backup of Keras's own kind. None when there is none, or on the public
+    path (tf-keras names these variables, under ``chief/``, with no API to read them)."""
+    if not use_private("backup_on_disk"):
+        return None
+    import tensorflow as tf
+
+    checkpoint = tf.train.latest_checkpoint(os.path.join(os.fspath(backup_dir), "chief"))
+    if checkpoint is None:
+        return None
+    try:
+        reader = tf.train.load_checkpoint(checkpoint)
+        epoch = reader.get_tensor("ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE")
+        step = reader.get_tensor("ckpt_saved_batch/.ATTRIBUTES/VARIABLE_VALUE")
+    except (tf.errors.OpError, ValueError) as err:
+        _missing("backup_on_disk", err)
+        return None
+    return int(epoch), int(step)
 
 
 def write_backup(callback: Any, epoch: int, step: int) -> None:

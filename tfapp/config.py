@@ -91,14 +91,17 @@ class DataServiceConfig:
 
     Attributes:
       address: dispatcher address, e.g. grpc://localhost:5050; empty disables the service.
-      processing_mode: parallel_epochs (each worker a full epoch) or distributed_epoch
-        (each example once per epoch across workers).
+      processing_mode: how the workers share the input (tf.data's sharding policies):
+        distributed_epoch or dynamic (the dispatcher hands out shard files on request: each
+        example once per epoch across the workers), parallel_epochs or off (every worker a
+        full epoch), file (each worker a fixed set of shard files; needs a dispatcher started
+        with its workers' addresses, as python -m tfapp.data_service does).
       job_name: shared job name so several consumers read one job; empty = one job per run.
     """
 
     address: str = ""
-    processing_mode: str = choices("parallel_epochs", "distributed_epoch",
-                                   default="distributed_epoch")
+    processing_mode: str = choices("distributed_epoch", "parallel_epochs", "dynamic", "off",
+                                   "file", default="distributed_epoch")
     job_name: str = ""
 
 
@@ -107,8 +110,9 @@ class DataConfig:
     """Input files and the tf.data pipeline.
 
     Attributes:
-      train_files: path or glob of the training data (local or gs://). "demo" uses the
-        dataset shipped with tfapp for the task.
+      train_files: path or glob of the training data (local or gs://), several joined with
+        commas, or a folder written by python -m tfapp.prepare. "demo" uses the dataset
+        shipped with tfapp for the task.
       validation_files: path or glob of validation data; empty = split off validation_split.
       test_files: path or glob of test data (optional); the exported model is scored on
         it at the end of training (test_report.json).
@@ -120,6 +124,8 @@ class DataConfig:
       text_pair_column: second text column for sentence-pair tasks; empty for single texts.
       label_column: column holding the label (string or integer; for multi-label, labels
         joined by label_separator).
+      labels: the label names in id order (empty = every label of the training data, sorted;
+        integers in numeric order). Rows with other labels are bad rows.
       multi_label: each example may carry several labels (sigmoid per class).
       label_separator: separator between labels of one example when multi_label is true.
       validation_split: fraction of train_files held out for validation when
@@ -130,9 +136,11 @@ class DataConfig:
       seq_length: fixed token length; longer texts are truncated, shorter padded.
       batch_size: batch size per replica; the global batch is this times the replica count.
       shuffle_buffer: shuffle buffer size in examples (0 disables shuffling).
-      cache: "" (off), "memory", or a file path prefix for tf.data cache.
-      snapshot: directory for tf.data snapshot of the preprocessed data ("" = off). Reused
-        when the pipeline is unchanged, rebuilt when it changes.
+      cache: "" (off), "memory" (the preprocessed examples kept in RAM for the run), or a
+        path prefix (stored there, as data.snapshot).
+      snapshot: directory where the preprocessed examples are stored per shard file as the
+        first pass reads them and replayed afterwards ("" = off); keyed by the prepared
+        data and the preprocessing, so any change stores anew.
       prefetch: prefetch batches with tf.data.AUTOTUNE.
       deterministic: keep element order fixed in parallel stages.
       on_bad_rows: fail stops at the first malformed row naming file and line; skip drops such
@@ -170,6 +178,7 @@ class DataConfig:
     text_column: str = "text"
     text_pair_column: str = ""
     label_column: str = "label"
+    labels: list[str] = field(default_factory=list)
     multi_label: bool = False
     label_separator: str = "|"
     validation_split: float = bounded(0.2, min=0.0, max=0.9)

@@ -217,7 +217,7 @@ def _describe_tensorflow(report: Report, tf, distributions: list[str], hint: str
 
 
 def _caches(env: Mapping[str, str]) -> dict:
-    from tfapp.hub.handles import cache_dir  # the one definition of tfapp's cache root
+    from tfapp.cachedir import cache_dir
 
     tfapp_cache = str(cache_dir())
     # What tfapp gives tensorflow_hub when TFHUB_CACHE_DIR is unset (hub.handles).

@@ -56,6 +56,12 @@ class RunLayout:
         return self.root / "run_header.json"
 
     @property
+    def input_state(self) -> Path:
+        """How the training stream is laid out (batches per fit epoch): with the backup's
+        (epoch, step), where a resumed run's data resumes."""
+        return self.root / "input_state.json"
+
+    @property
     def lr_find_json(self) -> Path:
         return self.root / "lr_find.json"
 

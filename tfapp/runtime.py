@@ -72,6 +72,7 @@ class Runtime:
     task_type: str | None = None
     task_id: int | None = None
     config: RuntimeConfig | None = None  # what setup() was given
+    input_pipelines: int = 1  # input pipelines distribute_datasets_from_function builds
 
     def global_batch_size(self, per_replica: int) -> int:
         return per_replica * self.num_replicas
@@ -208,9 +209,11 @@ def setup(cfg: RuntimeConfig, env: Mapping[str, str] | None = None) -> Runtime:
                                    num_gpus=len(gpus), tpu_hint=hint)
 
     task_type = task_id = None
+    pipelines = 1  # one per worker (host): what distribute_datasets_from_function builds
     if kind == "tpu":
         strategy = tf.distribute.TPUStrategy(resolver)
         device_kind = "TPU"
+        pipelines = int(getattr(strategy.extended, "num_hosts", 1) or 1)
     elif kind == "mirrored":
         devices = None
         if not gpus:  # Mirrored over logical CPUs: name them, or it picks CPU:0 only
@@ -222,6 +225,7 @@ def setup(cfg: RuntimeConfig, env: Mapping[str, str] | None = None) -> Runtime:
         resolver_mw = strategy.cluster_resolver
         task_type, task_id = resolver_mw.task_type, resolver_mw.task_id
         device_kind = "GPU" if gpus else "CPU"
+        pipelines = max(1, read_tf_config(env).num_workers)
     elif kind == "one_device":
         device = "/gpu:0" if gpus else "/cpu:0"
         strategy = tf.distribute.OneDeviceStrategy(device)
@@ -240,7 +244,8 @@ def setup(cfg: RuntimeConfig, env: Mapping[str, str] | None = None) -> Runtime:
     rt = Runtime(strategy=strategy, kind=kind, reason=reason,
                  num_replicas=strategy.num_replicas_in_sync, precision=precision,
                  device_kind=device_kind, is_chief=is_chief(task_type, task_id),
-                 task_type=task_type, task_id=task_id, config=cfg)
+                 task_type=task_type, task_id=task_id, config=cfg,
+                 input_pipelines=pipelines)
     log.debug("runtime: %s", rt.describe())
     return rt
 

@@ -34,7 +34,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 __all__ = ["BertPreprocessor", "FastBertPacker", "make_bert_preprocess_fn", "pack_segments",
-           "FEATURE_KEYS"]
+           "FEATURE_KEYS", "vocab_tokens"]
 
 FEATURE_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
 
@@ -185,6 +185,7 @@ class FastBertPacker(tf.Module):
 
     def __init__(self, vocab_file: str | os.PathLike, lower_case: bool = True):
         super().__init__(name="fast_bert_packer")
+        self.vocab_path = str(vocab_file)
         vocab, special = read_bert_vocab(vocab_file)
         self._ids = {k: special[k] for k in ("start_of_sequence_id", "end_of_segment_id",
                                              "padding_id")}
@@ -247,6 +248,7 @@ def make_bert_preprocess_fn(*, hub_preprocessor: str = "", vocab_file: str = "",
                 for k in FEATURE_KEYS}
 
     preprocess.module = module  # keep the (loaded) module alive as long as the fn
+    preprocess.vocab_size = len(vocab_tokens(module)) or None
     # What decides the output ids: snapshots and caches of the preprocessed data are keyed
     # by it, so a changed vocab, casing, length or preprocessor never reuses stale ids.
     source = (_file_digest(os.path.join(hub_preprocessor, "saved_model.pb"), hub_preprocessor)
@@ -254,6 +256,20 @@ def make_bert_preprocess_fn(*, hub_preprocessor: str = "", vocab_file: str = "",
     preprocess.fingerprint = (f"bert:{'hub' if hub_preprocessor else 'vocab'}:{source}:"
                               f"lower={bool(lower_case)}:seq={seq_length}")
     return preprocess
+
+
+def vocab_tokens(module: Any) -> list[str]:
+    """The word pieces of a preprocessor (tfapp's or an official one) from its vocab
+    asset, or its vocab file; empty when it has none."""
+    path = getattr(module, "vocab_path", None)
+    asset = getattr(module, "vocab_file", None)
+    if path is None and asset is not None:
+        path = getattr(asset, "asset_path", None)
+        path = path.numpy().decode() if path is not None else None
+    if path is None:
+        return []
+    with tf.io.gfile.GFile(path) as fh:
+        return [line.rstrip("\n") for line in fh]
 
 
 def _file_digest(path: str, fallback: str) -> str:

@@ -1,53 +1,58 @@
-"""Text-classification inputs: splits from files, and the tf.data pipeline that feeds BERT.
+"""Text-classification inputs: labelled rows streamed from prepared shards into BERT batches.
 
 The classifier task calls, in order::
 
-    splits = load_classification_splits(cfg.data, seed=cfg.runtime.seed,
-                                        label_vocab_path=run_dir / "labels.json")
-    preprocess = make_bert_preprocess_fn(hub_preprocessor=..., vocab_file=..., seq_length=...)
+    splits = load_classification_splits(cfg.data, seed=..., label_vocab_path=...)
+    preprocess = make_bert_preprocess_fn(hub_preprocessor=..., seq_length=...)
     train = distribute(strategy, lambda ctx: make_classification_dataset(
-        splits.train, preprocess, cfg.data, batch_size=global_batch, training=True,
-        seed=cfg.runtime.seed, input_context=ctx))
+        splits, splits.train, preprocess, cfg.data, batch_size=global_batch, training=True,
+        seed=seed, input_context=ctx, start=start))
 
-Elements are ``(features, labels)``: ``features`` a dict of int32 ``[batch, seq_length]``
-``input_word_ids`` / ``input_mask`` / ``input_type_ids``; ``labels`` int32 ``[batch]`` or,
-for multi-label data, float32 multi-hot ``[batch, num_classes]``. Strings never leave the
-host: tokenisation runs in tf.data (no strings on TPU).
+The rows come from prepared shards (``tfapp.data.splits``); they are parsed, selected
+(held-out splits) and label-encoded in tf.data, tokenised on the host in whole batches,
+and never held in memory or in the graph. Elements are ``(features, labels)``:
+``features`` a dict of int32 ``[batch, seq_length]`` ``input_word_ids`` /
+``input_mask`` / ``input_type_ids``; ``labels`` int32 ``[batch]`` or, for multi-label
+data, float32 multi-hot ``[batch, num_classes]``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tfapp.config import DataConfig
 from tfapp.data import pipeline as stages
+from tfapp.data import stream
 from tfapp.data.errors import DataError
+from tfapp.data.manifest import BUCKETS
+from tfapp.data.prepare import RowSpec
 from tfapp.data.sources import (
+    BadRow,
     BadRowReport,
-    ExampleSet,
     LabelVocab,
     demo_file,
-    encode_examples,
-    held_out,
-    read_examples,
     read_label_vocab,
     write_label_vocab,
 )
+from tfapp.data.splits import PreparedSplits, SplitData, prepared_splits
+from tfapp.data.store import CHUNK, Store
 
 import numpy as np
 import tensorflow as tf
 
 __all__ = ["ClassificationSplits", "load_classification_splits", "make_classification_dataset",
-           "resolve_demo"]
+           "resolve_demo", "raw_batches"]
 
 log = logging.getLogger("tfapp.data")
 
-# Examples tokenised per map call (rounded to whole batches): amortises per-call overhead.
-PREPROCESS_CHUNK = 256
+# Rows parsed per call: per-call overhead amortised, then unbatched into examples.
+PARSE_BATCH = 256
 
 
 @dataclass
@@ -55,26 +60,44 @@ class ClassificationSplits:
     """The splits of a classification dataset and facts about its labels.
 
     Attributes:
-      train: training examples.
-      validation: validation examples (own files or a seeded split of train), or None.
-      test: test examples, or None.
+      prepared: the prepared data of each split (``tfapp.data.splits``).
       label_names: label names in id order (also in labels.json).
       multi_label: labels are multi-hot rows (sigmoid per class) instead of class ids.
+      class_counts: rows carrying each label in the training files (class weights).
+      counts: split -> examples of it in each shard file.
       report: rows dropped with on_bad_rows=skip (count and first few).
       label_vocab_path: where labels.json was written or read, if anywhere.
     """
 
-    train: ExampleSet
-    validation: ExampleSet | None
-    test: ExampleSet | None
+    prepared: PreparedSplits
     label_names: list[str]
     multi_label: bool
+    class_counts: np.ndarray
+    counts: dict[str, list[int]] = field(default_factory=dict)
     report: BadRowReport = field(default_factory=BadRowReport)
     label_vocab_path: Path | None = None
 
     @property
     def num_classes(self) -> int:
         return len(self.label_names)
+
+    @property
+    def train(self) -> SplitData:
+        return self.prepared.train
+
+    @property
+    def validation(self) -> SplitData | None:
+        return self.prepared.validation
+
+    @property
+    def test(self) -> SplitData | None:
+        return self.prepared.test
+
+    def size(self, split: SplitData | None) -> int:
+        return sum(self.counts[split.name]) if split is not None else 0
+
+    def source(self, split: SplitData) -> stream.Source:
+        return split.source(self.counts[split.name])
 
 
 def resolve_demo(data_cfg: DataConfig) -> tuple[str, str, str]:
@@ -93,18 +116,44 @@ def resolve_demo(data_cfg: DataConfig) -> tuple[str, str, str]:
     return train, validation, test
 
 
+def _vocab(data_cfg: DataConfig, train: SplitData, path: Path | None, keep: bool
+           ) -> tuple[LabelVocab, str]:
+    """The label vocabulary and where it comes from (for messages): ``data.labels``,
+    a resumed run's labels.json, or the training files' labels."""
+    if data_cfg.labels:
+        names = [str(n) for n in data_cfg.labels]
+        if len(set(names)) != len(names):
+            raise DataError(f"data.labels: {names} names a label twice")
+        if len(names) < 2 and not data_cfg.multi_label:
+            raise DataError("data.labels: a classifier needs at least two labels")
+        return LabelVocab(names, data_cfg.multi_label), "data.labels"
+    if path is not None and keep and path.exists():
+        vocab = read_label_vocab(path)
+        if vocab.multi_label != data_cfg.multi_label:
+            raise DataError(f"{path}: multi_label={vocab.multi_label} but data.multi_label="
+                            f"{data_cfg.multi_label}; use a new run name or delete labels.json")
+        return vocab, str(path)
+    seen = set(train.manifest.labels)
+    names = sorted(seen, key=int) if seen and all(re.fullmatch(r"-?\d+", s) for s in seen) \
+        else sorted(seen)
+    if not names:
+        raise DataError("the training data has no labels at all; check data.label_column")
+    if len(names) < 2 and not data_cfg.multi_label:
+        raise DataError(f"the training data has only one label ('{names[0]}'); a "
+                        "classifier needs at least two")
+    return LabelVocab(names, data_cfg.multi_label), "the training data"
+
+
 def load_classification_splits(data_cfg: DataConfig, seed: int,
                                label_vocab_path: Path | str | None = None, *,
                                keep_vocab: bool = True) -> ClassificationSplits:
-    """Read, check and label-encode the train/validation/test splits.
+    """Prepare (or reuse) the splits and settle the label vocabulary.
 
-    The label vocabulary comes from ``label_vocab_path`` when that file exists and
-    ``keep_vocab`` (a resumed run keeps its label ids), else it is built from the training
-    labels and written there (a run that starts over takes its data's labels, not those an
-    earlier run left).
-    Without validation files, a seeded ``validation_split`` fraction of train is held out.
-    Bad rows fail or are skipped per ``data.on_bad_rows``; the skip report is logged here,
-    at the end of the data pass, and returned in ``.report``.
+    The vocabulary comes from ``data.labels``, else from ``label_vocab_path`` when that
+    file exists and ``keep_vocab`` (a resumed run keeps its label ids), else from the
+    training labels (written there). Rows whose label is not in it are bad rows: under
+    ``fail`` one line names the first (file:line), under ``skip`` they are left out and
+    counted. Without validation (test) files a seeded fraction of train is held out.
     """
     if data_cfg.format == "tfds" and data_cfg.train_files == "demo":
         raise DataError("data.format=tfds needs data.train_files=NAME[:SPLIT], not 'demo'")
@@ -114,55 +163,179 @@ def load_classification_splits(data_cfg: DataConfig, seed: int,
         name = train_spec.split(":")[0]
         val_spec = val_spec if not val_spec or ":" in val_spec else f"{name}:{val_spec}"
         test_spec = test_spec if not test_spec or ":" in test_spec else f"{name}:{test_spec}"
-    mode, report = data_cfg.on_bad_rows, BadRowReport()
-
-    raw_train = read_examples(train_spec, data_cfg, split="train", mode=mode, report=report)
+    row = RowSpec.from_config("labelled", data_cfg)
+    prepared = prepared_splits(train_spec, val_spec, test_spec, row, data_cfg, seed=seed)
     path = Path(label_vocab_path) if label_vocab_path else None
-    if path is not None and keep_vocab and path.exists():
-        vocab = read_label_vocab(path)
-        if vocab.multi_label != data_cfg.multi_label:
-            raise DataError(f"{path}: multi_label={vocab.multi_label} but data.multi_label="
-                            f"{data_cfg.multi_label}; use a new run name or delete labels.json")
-        known_from = f"{path}"
-    else:
-        vocab = LabelVocab.from_examples(raw_train, data_cfg.multi_label)
-        if path is not None:
-            write_label_vocab(vocab, path)
-        known_from = "the training data"
-    train = encode_examples(raw_train, vocab, split="train", mode=mode, report=report,
-                            known_from=known_from)
-
-    validation = test = None
-    if not test_spec and data_cfg.test_split > 0:  # carved first: validation never sees it
-        train, test = _split(train, data_cfg.test_split, seed + 1, "test")
-    if val_spec:
-        raw = read_examples(val_spec, data_cfg, split="validation", mode=mode, report=report)
-        validation = encode_examples(raw, vocab, split="validation", mode=mode, report=report,
-                                     known_from="the training data")
-    elif data_cfg.validation_split > 0:
-        train, validation = _split(train, data_cfg.validation_split, seed, "validation")
-    if test_spec:
-        raw = read_examples(test_spec, data_cfg, split="test", mode=mode, report=report)
-        test = encode_examples(raw, vocab, split="test", mode=mode, report=report,
-                               known_from="the training data")
-
+    vocab, known_from = _vocab(data_cfg, prepared.train, path, keep_vocab)
+    if path is not None and known_from == "the training data":
+        write_label_vocab(vocab, path)
+    report = prepared.report
+    out = ClassificationSplits(prepared, vocab.names, vocab.multi_label,
+                               np.array([prepared.train.manifest.labels.get(n, 0)
+                                         for n in vocab.names], np.int64),
+                               report=report, label_vocab_path=path)
+    for split in prepared.splits():
+        out.counts[split.name] = _split_counts(out, split, data_cfg, known_from)
+    for split in prepared.splits():
+        if not out.size(split) and split.name == "train":
+            raise DataError(f"data.train_files: no usable examples in '{split.spec}' "
+                            f"({report.per_split.get('train', 0)} bad row(s) skipped: "
+                            f"{report.summary()})")
     if report.count:
         log.warning("data: %s", report.summary())
     log.info("data: %d train / %d validation / %d test examples, %d labels%s",
-             len(train), len(validation) if validation else 0, len(test) if test else 0,
+             out.size(out.train), out.size(out.validation), out.size(out.test),
              len(vocab.names), " (multi-label)" if vocab.multi_label else "")
-    return ClassificationSplits(train, validation, test, vocab.names, vocab.multi_label,
-                                report, path)
+    return out
 
 
-def _split(examples: ExampleSet, fraction: float, seed: int, split: str
-           ) -> tuple[ExampleSet, ExampleSet]:
-    """(rest of train, a seeded ``fraction`` of it as ``split``)."""
-    kept, held = held_out(len(examples), fraction, seed, split)
-    return examples.subset(kept, "train"), examples.subset(held, split)
+def _split_counts(splits: ClassificationSplits, split: SplitData, data_cfg: DataConfig,
+                  known_from: str) -> list[int]:
+    """Examples of ``split`` per file: its rows, less those with labels outside the
+    vocabulary (a DataError naming the first under on_bad_rows=fail; under skip they are
+    counted by a pass over the split's labels)."""
+    unknown = [n for n in split.manifest.labels if n not in set(splits.label_names)]
+    if not unknown:
+        return split.manifest.counts(split.selector)
+    names = splits.label_names
+    shown = ", ".join(names[:10]) + (" ..." if len(names) > 10 else "")
+    origin = min((split.manifest.first_seen[n] for n in unknown), key=_origin_order)
+    label = next(n for n in unknown if split.manifest.first_seen[n] == origin)
+    where, _, line = origin.rpartition(":")
+    from_what = "the training data" if split.name != "train" else known_from
+    problem = (f"unknown label {_show(label)} (not among the labels of {from_what}: "
+               f"{shown})")
+    if data_cfg.on_bad_rows == "fail":
+        raise DataError(f"{BadRow(where, line, problem)} (fix the data, or set "
+                        "data.on_bad_rows=skip to drop such rows)")
+    counts = []
+    examples = _examples_fn(split, splits, data_cfg, with_text=False)
+    for j, path in enumerate(split.manifest.files()):
+        counts.append(int(examples(tf.constant(path), tf.constant(j, tf.int64)).reduce(
+            np.int64(0), lambda n, _: n + 1)))
+    dropped = split.rows - sum(counts)
+    splits.report.count += dropped
+    splits.report.per_split[split.name] = splits.report.per_split.get(split.name, 0) + dropped
+    if len(splits.report.examples) < 5:
+        splits.report.examples.append(BadRow(where, line, problem))
+    return counts
 
 
-def _preprocess_fingerprint(preprocess_fn: Callable) -> str:
+def _origin_order(origin: str) -> tuple[str, int]:
+    where, _, line = origin.rpartition(":")
+    return where, int(line) if line.isdigit() else 0
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 4] + "...'"
+
+
+def _examples_fn(split: SplitData, splits: ClassificationSplits, data_cfg: DataConfig, *,
+                 with_text: bool = True, chunk: int = PARSE_BATCH,
+                 unbatch: bool = True) -> Callable[[tf.Tensor, tf.Tensor], tf.data.Dataset]:
+    """``examples(file, index)``: the rows of one shard file that belong to ``split`` and
+    whose labels are known, as ``{"text"[, "text_pair"], "label", "id"}``; whole parsed
+    batches of ``chunk`` rows when not ``unbatch``."""
+    pair = bool(splits.train.manifest.settings.get("text_pair_column"))
+    spec = {"labels": tf.io.RaggedFeature(tf.string), "id": tf.io.FixedLenFeature([], tf.int64),
+            "bucket": tf.io.FixedLenFeature([], tf.int64)}
+    if with_text:
+        spec["text"] = tf.io.FixedLenFeature([], tf.string)
+        if pair:
+            spec["text_pair"] = tf.io.FixedLenFeature([], tf.string)
+    names = splits.label_names
+    table = tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(tf.constant(names), tf.range(len(names))), -1)
+    selector = split.selector
+    multi, classes = splits.multi_label, len(names)
+
+    def parse(records: tf.Tensor) -> dict[str, tf.Tensor]:
+        rows = tf.io.parse_example(records, spec)
+        ids = tf.ragged.map_flat_values(table.lookup, rows["labels"])
+        keep = tf.reduce_all(ids >= 0, axis=1)
+        if not selector.everything:
+            rotated = (rows["bucket"] + selector.rotation) % BUCKETS
+            keep &= (rotated >= selector.low) & (rotated < selector.high)
+        if multi:
+            label = tf.reduce_sum(tf.one_hot(ids, classes, dtype=tf.float32), axis=1)
+        else:
+            label = tf.cast(ids[:, :1].to_tensor(default_value=0)[:, 0], tf.int32)
+        out = {"label": label, "id": rows["id"]}
+        if with_text:
+            out["text"] = rows["text"]
+            if pair:
+                out["text_pair"] = rows["text_pair"]
+        return {k: tf.boolean_mask(v, keep) for k, v in out.items()}
+
+    def examples(file: tf.Tensor, index: tf.Tensor) -> tf.data.Dataset:
+        del index
+        # Dataset.map, not host_map: the single-device function path cannot run this
+        # parse (a table and ragged labels; "Expected only one fetch node"), and it is
+        # instantiated once per file, not per batch.
+        batches = tf.data.TFRecordDataset(file).batch(chunk).map(
+            parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return batches.unbatch() if unbatch else batches
+
+    return examples
+
+
+def _tokenize(preprocess_fn: Callable, seq_length: int) -> Callable:
+    def tokenize(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        if "text_pair" in batch:
+            features = preprocess_fn(batch["text"], batch["text_pair"])
+        else:
+            features = preprocess_fn(batch["text"])
+        # Tokenisers lose the static batch size; restore it (and check seq_length).
+        shape = [tf.shape(batch["label"])[0], seq_length]
+        out = {k: tf.ensure_shape(tf.reshape(v, shape), [None, seq_length])
+               for k, v in features.items()}
+        return {**out, "label": batch["label"], "id": batch["id"]}
+    return tokenize
+
+
+def _split_batch(batch: dict[str, tf.Tensor]) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+    features = {k: v for k, v in batch.items() if k not in ("label", "id")}
+    return features, batch["label"]
+
+
+def store_root(data_cfg: DataConfig) -> str:
+    """Where ``data.snapshot`` / ``data.cache`` keep preprocessed examples ("": nowhere)."""
+    if data_cfg.snapshot:
+        return data_cfg.snapshot
+    if data_cfg.cache == "memory":
+        return "ram://tfapp-cache"
+    return data_cfg.cache
+
+
+def _store(splits: ClassificationSplits, split: SplitData, preprocess_fn: Callable,
+           data_cfg: DataConfig, *, write: bool) -> Store:
+    """The store of ``split``'s tokenised examples, keyed by everything that decides them."""
+    manifest = split.manifest
+    key = hashlib.sha256(repr((
+        "classifier", 1, manifest.root, manifest.to_json(), split.selector,
+        splits.label_names, splits.multi_label, _fingerprint(preprocess_fn),
+        data_cfg.seq_length, CHUNK)).encode()).hexdigest()[:16]
+    vocab = getattr(preprocess_fn, "vocab_size", None) or 1 << 31
+    ids = tf.uint16 if vocab <= 1 << 16 else tf.int32
+    seq = data_cfg.seq_length
+    spec = {"input_word_ids": tf.TensorSpec([None, seq], tf.int32),
+            "input_mask": tf.TensorSpec([None, seq], tf.int32),
+            "input_type_ids": tf.TensorSpec([None, seq], tf.int32),
+            "label": (tf.TensorSpec([None, splits.num_classes], tf.float32)
+                      if splits.multi_label else tf.TensorSpec([None], tf.int32)),
+            "id": tf.TensorSpec([None], tf.int64)}
+    label = tf.uint8 if splits.multi_label or splits.num_classes <= 256 else tf.int32
+    storage = {"input_word_ids": ids, "input_mask": tf.uint8, "input_type_ids": tf.uint8,
+               "label": label, "id": tf.int64}
+    root = store_root(data_cfg).rstrip("/")
+    return Store(f"{root}/{split.name}-{key}", spec, split.chunks(CHUNK), storage=storage,
+                 write=write, describe={"task": "classifier", "split": split.name,
+                                        "prepared": manifest.root,
+                                        "seq_length": seq, "labels": splits.label_names})
+
+
+def _fingerprint(preprocess_fn: Callable) -> str:
     fp = getattr(preprocess_fn, "fingerprint", None)
     if fp:
         return str(fp)
@@ -172,88 +345,88 @@ def _preprocess_fingerprint(preprocess_fn: Callable) -> str:
     return f"{module}.{getattr(preprocess_fn, '__qualname__', repr(preprocess_fn))}"
 
 
-_NARROW_KEYS = ("input_mask", "input_type_ids")
-
-
-def _narrow(features, labels):
-    return {k: tf.cast(v, tf.uint8) if k in _NARROW_KEYS else v
-            for k, v in features.items()}, labels
-
-
-def make_classification_dataset(examples: ExampleSet, preprocess_fn: Callable[..., dict],
-                                data_cfg: DataConfig, *, batch_size: int, training: bool,
-                                seed: int,
-                                input_context: tf.distribute.InputContext | None = None
-                                ) -> tf.data.Dataset:
+def make_classification_dataset(splits: ClassificationSplits, split: SplitData,
+                                preprocess_fn: Callable[..., dict], data_cfg: DataConfig, *,
+                                batch_size: int, training: bool, seed: int,
+                                input_context: tf.distribute.InputContext | None = None,
+                                start: stream.Start | None = None) -> tf.data.Dataset:
     """The tf.data pipeline of one split: ``(features, labels)`` batches.
 
-    ``batch_size`` is the *global* batch. With an ``input_context`` (from
-    ``distribute``), this pipeline reads only shard ``input_pipeline_id`` of
-    ``num_input_pipelines`` and batches ``get_per_replica_batch_size(batch_size)``.
-    Training batches drop the remainder (static shapes for XLA/TPU) and are shuffled with
-    ``seed``; evaluation batches keep every example in order.
+    ``batch_size`` is the *global* batch. With an ``input_context`` (from ``distribute``)
+    this pipeline reads its own files (``tfapp.data.stream.partition``) and batches
+    ``get_per_replica_batch_size(batch_size)``. Training streams pass after pass from
+    ``start`` (``tfapp.data.stream.training_stream``: seeded, resumable), batches drop
+    the remainder (static shapes for XLA/TPU); evaluation keeps every example in order.
     """
-    part = stages.local_shard(input_context, len(examples), batch_size, training=training,
-                              what=f"the {examples.name} split")
-    n_shards, shard, local_batch, n_local = part.count, part.index, part.batch, part.size
+    start = start or stream.Start()
+    pipelines, index, local_batch = 1, 0, batch_size
+    if input_context is not None:
+        pipelines, index = input_context.num_input_pipelines, input_context.input_pipeline_id
+        local_batch = input_context.get_per_replica_batch_size(batch_size)
+    source = splits.source(split)
+    part = stream.partition(source, index, pipelines, seed)
+    per_step = batch_size // pipelines
+    root = store_root(data_cfg)
+    tokenize = _tokenize(preprocess_fn, data_cfg.seq_length)
+    store = None
+    if root:
+        store = _store(splits, split, preprocess_fn, data_cfg,
+                       write=part.element_shard is None or index == 0)
+        cold = _examples_fn(split, splits, data_cfg, chunk=CHUNK, unbatch=False)
 
-    # Tokenise several batches per call: per-call overhead amortised, then ``rebatch``
-    # splits the chunk into batches without touching single examples.
-    stored = bool(data_cfg.snapshot or data_cfg.cache)
-    chunk = local_batch * max(1, (stages.STORE_BLOCK if stored else PREPROCESS_CHUNK)
-                              // local_batch)
-    shuffle = training and data_cfg.shuffle_buffer > 0
-    # Evaluation keeps example order (predictions line up with the rows); training may
-    # trade order for throughput unless data.deterministic asks for reproducibility.
-    ordered = data_cfg.deterministic or not training
-    deterministic = True if ordered else None
+        def tokenized(file, file_index):
+            return stages.host_map(cold(file, file_index), tokenize,
+                                   num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
-    order = np.arange(len(examples))
-    if stored and training:
-        # Stored blocks are fixed; a fixed permutation (seed 0, part of the key) makes each
-        # block a random sample of the data even when the file is sorted by label.
-        order = np.random.default_rng(0).permutation(len(examples))
-    order = order[shard::n_shards]
-    columns: dict[str, Any] = {"text": tf.constant([examples.texts[i] for i in order],
-                                                   tf.string)}
-    if examples.text_pairs is not None:
-        columns["text_pair"] = tf.constant([examples.text_pairs[i] for i in order], tf.string)
-    columns["label"] = tf.constant(examples.labels[order])
-    dataset = tf.data.Dataset.from_tensor_slices(columns)
-
-    def preprocess(batch: dict[str, tf.Tensor]) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
-        if "text_pair" in batch:
-            features = preprocess_fn(batch["text"], batch["text_pair"])
-        else:
-            features = preprocess_fn(batch["text"])
-        # Tokenisers lose the static batch size; restore it (and check seq_length).
-        shape = [batch["label"].shape[0], data_cfg.seq_length]
-        return {k: tf.ensure_shape(v, shape) for k, v in features.items()}, batch["label"]
-
-    if stored:
-        # Preprocess once into blocks of `chunk` examples and store those: replaying
-        # whole blocks is what makes a snapshot/cache much faster than tokenising again.
-        dataset = stages.host_map(dataset.batch(chunk), preprocess,
-                                  num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        key = stages.pipeline_key(
-            examples=examples.fingerprint(), preprocess=_preprocess_fingerprint(preprocess_fn),
-            seq_length=data_cfg.seq_length, shard=[shard, n_shards], chunk=chunk,
-            permuted=training, pair=examples.text_pairs is not None)
-        # input_mask and input_type_ids are 0/1: stored as uint8 they shrink what a replay
-        # reads by half; widened back to int32 when the batches are cut.
-        dataset = stages.stored_batches(
-            stages.host_map(dataset, _narrow), data_cfg, examples.name, key, block=chunk,
-            batch=local_batch, examples=n_local, training=training, seed=seed,
-            describe={"examples": len(examples), "shard": [shard, n_shards],
-                      "seq_length": data_cfg.seq_length, "block": chunk})
+        examples = store.examples(tokenized)
     else:
-        if shuffle:
-            # Shuffle the (cheap) raw strings, then tokenise whole chunks at once.
-            dataset = dataset.shuffle(min(data_cfg.shuffle_buffer, n_local), seed=seed,
-                                      reshuffle_each_iteration=True)
-        dataset = stages.host_map(dataset.batch(chunk), preprocess,
-                                  num_parallel_calls=tf.data.AUTOTUNE,
-                                  deterministic=deterministic)
-        dataset = dataset.rebatch(local_batch, drop_remainder=training)
-    return stages.finalize(dataset, data_cfg, examples.name,
-                           sharded_by_context=input_context is not None, deterministic=ordered)
+        examples = _examples_fn(split, splits, data_cfg)
+    if training:
+        steps = stream.steps_per_pass(source, pipelines, per_step, seed)
+        if steps < 1:
+            raise DataError(
+                f"the {split.name} split has {source.size} example(s)"
+                + (f" ({part.size} in input pipeline {index} of {pipelines})"
+                   if pipelines > 1 else "")
+                + f", fewer than one batch of {per_step}; training drops incomplete batches, "
+                "so lower data.batch_size or add data")
+        dataset = stream.training_stream(
+            source, part, examples, seed=seed, block=data_cfg.shuffle_buffer,
+            examples_per_pass=steps * per_step, start=start,
+            read_to_end=store is not None and store.done() < len(source.files))
+        dataset = dataset.batch(local_batch, drop_remainder=True)
+    else:
+        dataset = stream.eval_stream(source, part, examples).batch(local_batch)
+    if store is None:
+        dataset = stages.host_map(dataset, tokenize, num_parallel_calls=tf.data.AUTOTUNE,
+                                  deterministic=True)
+    if training:
+        first = (start.epoch * steps * per_step + start.consumed) // local_batch
+        dataset = stages.log_ids(dataset, first_batch=first, pipeline=index)
+    dataset = stages.host_map(dataset, _split_batch)
+    return stages.finalize(dataset, data_cfg, split.name,
+                           sharded_by_context=input_context is not None,
+                           deterministic=True)
+
+
+def raw_batches(splits: ClassificationSplits, split: SplitData, data_cfg: DataConfig,
+                batch: int = 256) -> Iterator[dict[str, np.ndarray]]:
+    """The examples of ``split`` in order, as NumPy batches of text(s), label and id (for
+    reports: no tokenising, one pipeline)."""
+    source = splits.source(split)
+    part = stream.partition(source, 0, 1, 0)
+    dataset = stream.eval_stream(source, part, _examples_fn(split, splits, data_cfg))
+    yield from dataset.batch(batch).prefetch(2).as_numpy_iterator()
+
+
+def labels_of(splits: ClassificationSplits, split: SplitData, data_cfg: DataConfig
+              ) -> np.ndarray:
+    """The labels of ``split`` in order (one pass that parses labels only)."""
+    source = splits.source(split)
+    dataset = stream.eval_stream(source, stream.partition(source, 0, 1, 0),
+                                 _examples_fn(split, splits, data_cfg, with_text=False))
+    out = [b["label"] for b in dataset.batch(4096).as_numpy_iterator()]
+    if out:
+        return np.concatenate(out)
+    width = (0, splits.num_classes) if splits.multi_label else (0,)
+    return np.zeros(width, np.float32 if splits.multi_label else np.int32)

@@ -425,6 +425,34 @@ def finalize(dataset: tf.data.Dataset, data_cfg: DataConfig, name: str, *,
                                              deterministic=deterministic))
 
 
+#: a file prefix: every training pipeline appends the example ids of each batch it makes to
+#: PREFIX.<pipeline>, one line "<batch> <id> <id> ...": a diagnostic of what the input
+#: delivered (tests check exact resume with it)
+INPUT_LOG = "TFAPP_INPUT_LOG"
+
+
+def log_ids(dataset: tf.data.Dataset, *, first_batch: int = 0, pipeline: int = 0
+            ) -> tf.data.Dataset:
+    """With ``$TFAPP_INPUT_LOG`` set, append each batch's ``id`` s to the log (see
+    ``INPUT_LOG``); batches are numbered from ``first_batch``. Without it, ``dataset``."""
+    prefix = os.environ.get(INPUT_LOG)
+    if not prefix:
+        return dataset
+    target = f"{prefix}.{pipeline}"
+
+    def append(number, ids):
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(f"{int(number)} {' '.join(str(int(i)) for i in ids.numpy())}\n")
+        return np.int64(0)
+
+    def record(number, batch):
+        done = tf.py_function(append, [number, batch["id"]], tf.int64)
+        with tf.control_dependencies([done]):
+            return tf.nest.map_structure(tf.identity, batch)
+
+    return dataset.enumerate(start=first_batch).map(record)
+
+
 def distribute(strategy: tf.distribute.Strategy,
                dataset_fn: Callable[[tf.distribute.InputContext], tf.data.Dataset]) -> Any:
     """One input pipeline per input worker, sharded by its ``InputContext``.

@@ -33,6 +33,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from tfapp.cachedir import cache_dir
 from tfapp.config import ConfigError
 from tfapp.demo import DEMO_DIR
 from tfapp.hub.builder import BuildParams
@@ -52,11 +53,6 @@ BUILTIN_MODULES: dict[str, tuple[BuildParams, str, str]] = {
                          seq_length=128),
              "reviews_train.csv", "text"),
 }
-
-
-def cache_dir() -> Path:
-    """tfapp's cache root: ``$TFAPP_CACHE_DIR`` or ``~/.cache/tfapp``."""
-    return Path(os.environ.get("TFAPP_CACHE_DIR") or Path.home() / ".cache" / "tfapp")
 
 
 def hub_cache_dir() -> Path:

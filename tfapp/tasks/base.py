@@ -42,11 +42,14 @@ class Inputs:
       num_validation_examples: examples in the validation data.
       validation_steps: batches per validation pass when the dataset is distributed
         (fit needs it then; None lets Keras run the dataset to its end).
+      batches_per_pass: global batches in one pass of the training stream (None: the
+        examples over the global batch); a resumed run's input resumes by it.
     """
 
     train: Any
     validation: Any = None
     num_train_examples: int = 0
+    batches_per_pass: int | None = None
     num_validation_examples: int = 0
     validation_steps: int | None = None
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from tfapp import killpoints
+from tfapp import compat, killpoints
 from tfapp import runtime as runtime_lib
 from tfapp.atomic import read_state, remove_leftovers
 from tfapp.config import (
@@ -130,6 +130,25 @@ class RunContext:
             self.release()
             raise
         return params
+
+    def resumed_batches(self) -> int:
+        """Global batches the training stream had delivered when the backup this run
+        resumes was written (0 when it starts afresh): its input resumes after them.
+
+        The backup gives (epoch, step); ``input_state.json`` of the interrupted run gives
+        how many batches its fit epochs had (they may differ from this run's when
+        ``trainer.max_steps`` changed)."""
+        if not self.resuming:
+            return 0
+        position = compat.saved_backup_position(self.run.backup)
+        state = read_state(self.run.input_state, "input state") or {}
+        per_epoch = state.get("fit_steps_per_epoch")
+        if position is None or not per_epoch:
+            log.warning("the backup does not say where its input stopped; the resumed run "
+                        "reads its data from the start of a pass")
+            return 0
+        epoch, step = position
+        return (epoch + 1) * per_epoch if step < 0 else epoch * per_epoch + step + 1
 
     @property
     def resuming(self) -> bool:

@@ -15,6 +15,7 @@ worker must take part in collective saves.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import tempfile
@@ -22,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tfapp.atomic import read_state
+from tfapp.atomic import read_state, write_text
 from tfapp.config import ConfigError, ExperimentConfig
 from tfapp.run_layout import RunLayout
 from tfapp.tasks import get_task
@@ -135,7 +136,13 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, restart: bool,
         inputs = task.build_inputs()
         # Epochs, or max_steps / eval_every_steps as "virtual epochs" (see plan.py).
         plan = plan_training(cfg, inputs.num_train_examples,
-                             ctx.runtime.global_batch_size(cfg.data.batch_size))
+                             ctx.runtime.global_batch_size(cfg.data.batch_size),
+                             inputs.batches_per_pass)
+        # With the backup's (epoch, step), where a resumed run's input resumes.
+        write_text(run.input_state, json.dumps({
+            "fit_steps_per_epoch": plan.fit_steps_per_epoch,
+            "batches_per_pass": plan.batches_per_pass, "global_batch": plan.global_batch,
+            "seed": cfg.runtime.seed}) + "\n")
         callbacks, nan_stop = standard_callbacks(
             cfg, run, backup=ctx.run.backup, monitor=cfg.trainer.monitor or task.default_monitor,
             has_validation=inputs.validation is not None)

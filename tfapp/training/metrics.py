@@ -151,11 +151,13 @@ class WeightedCrossEntropy(tf.keras.losses.Loss):
                 "label_smoothing": self.label_smoothing, "class_weights": self.class_weights}
 
 
-def class_weights_for(setting, labels: np.ndarray, label_names: list[str],
+def class_weights_for(setting, counts: np.ndarray, rows: int, label_names: list[str],
                       multi_label: bool) -> np.ndarray | None:
     """``data.class_weight`` as one weight per label: None for "none"; "balanced" from the
-    training labels (sklearn's ``compute_class_weight`` for single-label; negatives /
-    positives per label for multi-label); a {label: weight} mapping (others weigh 1)."""
+    training label ``counts`` (rows carrying each label, of ``rows``): scikit-learn's
+    "balanced" rule ``rows / (labels x count)`` for single-label (its
+    ``compute_class_weight``, without a row array), negatives / positives per label for
+    multi-label; a {label: weight} mapping (others weigh 1)."""
     if setting == "none":
         return None
     if isinstance(setting, dict):
@@ -166,14 +168,16 @@ def class_weights_for(setting, labels: np.ndarray, label_names: list[str],
             raise ConfigError(f"data.class_weight names label(s) {', '.join(unknown)} that the "
                               f"training data does not have (labels: {', '.join(label_names)})")
         return np.array([setting.get(name, 1.0) for name in label_names], np.float64)
-    labels = np.asarray(labels)
+    counts = np.asarray(counts, np.float64)
     if multi_label:
-        positives = labels.sum(axis=0).astype(np.float64)
-        return (len(labels) - positives) / np.maximum(positives, 1.0)
-    from sklearn.utils.class_weight import compute_class_weight
+        return (rows - counts) / np.maximum(counts, 1.0)
+    if (counts == 0).any():
+        from tfapp.config import ConfigError
 
-    classes = np.arange(len(label_names))
-    return compute_class_weight("balanced", classes=classes, y=labels.reshape(-1))
+        missing = [n for n, c in zip(label_names, counts, strict=True) if not c]
+        raise ConfigError(f"data.class_weight=balanced: label(s) {', '.join(missing)} have no "
+                          "training rows; give the weights as a mapping")
+    return counts.sum() / (len(label_names) * counts)
 
 
 def class_probabilities(y_pred: np.ndarray, mode: str) -> np.ndarray:

@@ -50,12 +50,14 @@ class TrainingPlan:
         return self.global_batch * self.accumulation
 
 
-def plan_training(cfg: ExperimentConfig, num_train_examples: int, global_batch: int
-                  ) -> TrainingPlan:
-    """The fit arguments for ``cfg``; ConfigError when the numbers cannot work."""
+def plan_training(cfg: ExperimentConfig, num_train_examples: int, global_batch: int,
+                  batches_per_pass: int | None = None) -> TrainingPlan:
+    """The fit arguments for ``cfg``; ConfigError when the numbers cannot work.
+    ``batches_per_pass``: the training stream's pass, when the inputs know it (several
+    input pipelines take the batches their smallest part holds)."""
     t = cfg.trainer
     acc = t.gradient_accumulation_steps
-    per_pass = t.steps_per_epoch or num_train_examples // global_batch
+    per_pass = t.steps_per_epoch or batches_per_pass or num_train_examples // global_batch
     if per_pass < 1:
         raise ConfigError(f"data.batch_size: the training split has {num_train_examples} "
                           f"examples, fewer than one global batch ({global_batch}); lower "

@@ -135,9 +135,11 @@ class ConfusionMatrixImage(tf.keras.callbacks.Callback):
     """
 
     def __init__(self, dataset_fn: Callable[[], tf.data.Dataset], labels: np.ndarray,
-                 label_names: list[str], log_dir: str | Path, png_path: str | Path):
+                 label_names: list[str], log_dir: str | Path, png_path: str | Path,
+                 batch_size: int = 0):
         super().__init__()
         self.dataset_fn = dataset_fn
+        self.batch_size = batch_size
         self.labels = np.asarray(labels).reshape(-1).astype(int)
         self.label_names = list(label_names)
         self.log_dir = str(log_dir)
@@ -148,11 +150,12 @@ class ConfusionMatrixImage(tf.keras.callbacks.Callback):
         self.matrix: np.ndarray | None = None
 
     def on_epoch_end(self, epoch, logs=None):
-        if self._dataset is None:
-            self._dataset = self.dataset_fn().map(lambda x, y: x).cache()
+        if self._dataset is None:  # streamed each time: validation is never held in memory
+            self._dataset = self.dataset_fn().map(lambda x, y: x)
             # predict needs the batch count when steps_per_execution > 1 and the pipeline's
-            # cardinality is unknown (rebatch); counting also fills the cache.
-            self._steps = int(self._dataset.reduce(0, lambda n, _: n + 1))
+            # cardinality is unknown.
+            self._steps = (-(-len(self.labels) // self.batch_size) if self.batch_size
+                           else int(self._dataset.reduce(0, lambda n, _: n + 1)))
         probs = np.asarray(self.model.predict(self._dataset, steps=self._steps, verbose=0),
                            dtype=np.float64)
         from sklearn.metrics import confusion_matrix

@@ -9,17 +9,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfapp.atomic import write_text
-from tfapp.data.bert_preprocess import make_bert_preprocess_fn
+from tfapp.data.bert_preprocess import make_bert_preprocess_fn, vocab_tokens
 from tfapp.data.classification import (
     ClassificationSplits,
+    labels_of,
     load_classification_splits,
     make_classification_dataset,
+    raw_batches,
 )
-from tfapp.data.pipeline import distribute_split
+from tfapp.data.pipeline import distribute
+from tfapp.data.stream import start_at, steps_per_pass
 from tfapp.hub.handles import resolve_hub_handle
 from tfapp.model_card import ModelCard, vocabulary_scripts
 from tfapp.models.classifier import build_classifier
-from tfapp.serving import predict_in_batches
 from tfapp.tasks.base import Inputs, Task, TaskOutput
 from tfapp.tasks.classifier.export import ClassifierServing, export_classifier
 from tfapp.training.metrics import (
@@ -32,24 +34,9 @@ from tfapp.training.metrics import (
 )
 from tfapp.training.tb_logging import log_scalars
 
+import numpy as np
+
 log = logging.getLogger("tfapp")
-
-def _vocab_tokens(module) -> list[str]:
-    """The word pieces of a preprocessor (tfapp's or an official one) from its vocab asset;
-    empty when it has none."""
-    asset = getattr(module, "vocab_file", None)
-    path = getattr(asset, "asset_path", None)
-    if path is None:
-        return []
-    import tensorflow as tf
-
-    with tf.io.gfile.GFile(path.numpy().decode()) as fh:
-        return [line.rstrip("\n") for line in fh]
-
-
-def _vocab_size(module) -> int | None:
-    """Vocabulary size of a preprocessor, or None when it has no vocab asset."""
-    return len(_vocab_tokens(module)) or None
 
 
 @dataclass
@@ -57,7 +44,7 @@ class ClassifierInputs(Inputs):
     """The classifier's inputs and what its model, loss and export need to know.
 
     Attributes:
-      splits: the examples of each split, the label names, single or multi-label.
+      splits: the prepared splits, the label names, single or multi-label.
       preprocess: the BERT preprocessing function (``make_bert_preprocess_fn``).
       encoder_handle: the resolved encoder (``model.hub_handle``).
       preprocessor_handle: the resolved preprocessor.
@@ -90,29 +77,35 @@ class ClassifierTask(Task):
         preprocessor = m.hub_preprocessor or bundled_pre
         preprocess = make_bert_preprocess_fn(hub_preprocessor=preprocessor,
                                              seq_length=d.seq_length)
-        s = load_classification_splits(d, self.cfg.runtime.seed,
-                                       label_vocab_path=self.layout.labels,
+        seed = self.cfg.runtime.seed
+        s = load_classification_splits(d, seed, label_vocab_path=self.layout.labels,
                                        keep_vocab=self.ctx.resuming)
-        global_batch = self.runtime.global_batch_size(d.batch_size)
+        rt = self.runtime
+        global_batch = rt.global_batch_size(d.batch_size)
+        pipelines = rt.input_pipelines
+        per_step = global_batch // pipelines
+        train_source = s.source(s.train)
+        steps = steps_per_pass(train_source, pipelines, per_step, seed)
+        start = start_at(self.ctx.resumed_batches(), steps, per_step)
 
-        def dataset(examples, training):
-            return distribute_split(self.runtime.strategy, lambda input_context: (
+        def dataset(split, training):
+            return distribute(rt.strategy, lambda input_context: (
                 make_classification_dataset(
-                    examples, preprocess, d, batch_size=global_batch, training=training,
-                    seed=self.cfg.runtime.seed, input_context=input_context)),
-                training=training)
+                    s, split, preprocess, d, batch_size=global_batch, training=training,
+                    seed=seed, input_context=input_context, start=start)))
 
-        validation = s.validation if s.validation is not None and len(s.validation) else None
+        validation = s.validation if s.size(s.validation) else None
         return ClassifierInputs(
             train=dataset(s.train, True),
             validation=dataset(validation, False) if validation is not None else None,
-            num_train_examples=len(s.train),
-            num_validation_examples=len(validation) if validation is not None else 0,
-            # Replicas past the end of their shard get empty batches (get_next_as_optional),
+            num_train_examples=s.size(s.train),
+            batches_per_pass=steps,
+            num_validation_examples=s.size(validation),
+            # Replicas past the end of their part get empty batches (get_next_as_optional),
             # so every replica runs the same number of validation steps. Always given: a
             # distributed dataset has no known size, and fit needs one for validation with
             # steps_per_execution > 1 even on one replica.
-            validation_steps=(math.ceil(len(validation) / global_batch)
+            validation_steps=(math.ceil(s.size(validation) / global_batch)
                               if validation is not None else None),
             splits=s, preprocess=preprocess, encoder_handle=encoder,
             preprocessor_handle=preprocessor)
@@ -121,12 +114,12 @@ class ClassifierTask(Task):
         return build_classifier(
             self.cfg.model, num_classes=inputs.num_classes,
             multi_label=inputs.splits.multi_label, seq_length=self.cfg.data.seq_length,
-            vocab_size=_vocab_size(inputs.preprocess.module), hub_handle=inputs.encoder_handle)
+            vocab_size=inputs.preprocess.vocab_size, hub_handle=inputs.encoder_handle)
 
     def build_losses(self, inputs: ClassifierInputs):
         s = inputs.splits
-        weights = class_weights_for(self.cfg.data.class_weight, s.train.labels,
-                                    s.label_names, s.multi_label)
+        weights = class_weights_for(self.cfg.data.class_weight, s.class_counts,
+                                    s.train.manifest.rows, s.label_names, s.multi_label)
         if weights is not None:
             log.info("class weights: %s", ", ".join(
                 f"{name} {w:.3g}" for name, w in zip(s.label_names, weights, strict=True)))
@@ -148,13 +141,14 @@ class ClassifierTask(Task):
 
         def validation_dataset():
             return make_classification_dataset(
-                s.validation, inputs.preprocess, d,
+                s, s.validation, inputs.preprocess, d,
                 batch_size=self.runtime.global_batch_size(d.batch_size), training=False,
                 seed=self.cfg.runtime.seed)
 
-        return [ConfusionMatrixImage(validation_dataset, s.validation.labels, s.label_names,
-                                     self.layout.task_logs("validation"),
-                                     self.layout.confusion_matrix)]
+        return [ConfusionMatrixImage(validation_dataset, labels_of(s, s.validation, d),
+                                     s.label_names, self.layout.task_logs("validation"),
+                                     self.layout.confusion_matrix,
+                                     batch_size=self.runtime.global_batch_size(d.batch_size))]
 
     def finish(self, model, inputs: ClassifierInputs, history: dict) -> TaskOutput:
         """Score the serving model on validation and test, then export it with its card."""
@@ -166,19 +160,16 @@ class ClassifierTask(Task):
                                     text_pair=bool(d.text_pair_column))
         # The reports score the model being exported (the loop restored the best weights).
         scores: dict[str, dict[str, float]] = {}
-        for split, examples, path, prefix in (
-                ("validation", s.validation, self.layout.validation_report, "val_report_"),
-                ("test", s.test, self.layout.test_report, "test_")):
-            if examples is None or not len(examples):
+        for split, path, prefix in (
+                ("validation", self.layout.validation_report, "val_report_"),
+                ("test", self.layout.test_report, "test_")):
+            data = getattr(s, split)
+            if not s.size(data):
                 continue
-            probs, _ = predict_in_batches(serving, list(examples.texts),
-                                          None if examples.text_pairs is None
-                                          else list(examples.text_pairs),
-                                          num_labels=inputs.num_classes)
+            labels, probs = self._predict(serving, s, data)
             if mode == "binary":
                 probs = probs[:, 1:]
-            report = classification_report(examples.labels, probs, s.label_names,
-                                           s.multi_label)
+            report = classification_report(labels, probs, s.label_names, s.multi_label)
             out.paths[f"{split}_report"] = write_text(path, json.dumps(report, indent=1))
             out.lines += [f"{split} report:", format_report(report)]
             scores[split] = {k: report[k] for k in ("accuracy", "macro_f1", "auc")}
@@ -197,11 +188,22 @@ class ClassifierTask(Task):
                 "preprocessor": inputs.preprocessor_handle}, card=card.render())
         return out
 
+    def _predict(self, serving, s: ClassificationSplits, split) -> tuple[np.ndarray, np.ndarray]:
+        """(labels, probabilities) of ``split`` through the serving functions, streamed."""
+        labels, probs = [], []
+        pair = bool(self.cfg.data.text_pair_column)
+        for batch in raw_batches(s, split, self.cfg.data):
+            out = (serving.serve_pair(batch["text"], batch["text_pair"]) if pair
+                   else serving.serve(batch["text"]))
+            probs.append(out["probabilities"].numpy())
+            labels.append(batch["label"])
+        return np.concatenate(labels), np.concatenate(probs)
+
     def _card(self, inputs: ClassifierInputs, scores: dict) -> ModelCard:
         s, d, m = inputs.splits, self.cfg.data, self.cfg.model
-        examples = {"train": len(s.train)}
-        examples.update({k: len(v) for k, v in (("validation", s.validation),
-                                                ("test", s.test)) if v is not None and len(v)})
+        examples = {"train": s.size(s.train)}
+        examples.update({k: s.size(v) for k, v in (("validation", s.validation),
+                                                   ("test", s.test)) if s.size(v)})
         demo = d.train_files.strip() == "demo"
         files = {"train": "the demo reviews shipped with tfapp" if demo else f"`{d.train_files}`",
                  "validation": f"`{d.validation_files}`" if d.validation_files else
@@ -212,7 +214,7 @@ class ClassifierTask(Task):
         limits = [f"Texts are cut to {d.seq_length} word pieces"
                   + (" (each text of a pair gets a share)" if d.text_pair_column else "")
                   + "; anything after that is not read."]
-        vocab = _vocab_tokens(inputs.preprocess.module)
+        vocab = vocab_tokens(inputs.preprocess.module)
         if vocab:
             limits.append(f"Vocabulary: {len(vocab)} word pieces; scripts: "
                           f"{vocabulary_scripts(vocab)}. Text in other scripts reads as "

@@ -4,7 +4,7 @@ MODEL_KINDS = ("seq2seq",)
 
 #: keys of the classifier and the masked-LM task; setting one for a generator run is refused
 UNUSED = (
-    "data.tag_column", "data.tag_scheme",
+    "data.labels", "data.tag_column", "data.tag_scheme",
     "data.text_pair_column", "data.label_column", "data.multi_label", "data.label_separator",
     "data.seq_length", "model.hub_handle", "model.hub_preprocessor", "model.trainable",
     "model.pooling", "mlm", "data.test_files", "data.test_split", "data.class_weight",

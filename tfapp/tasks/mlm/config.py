@@ -12,7 +12,7 @@ MODEL_KINDS = ("bert",)
 #: keys the masked-LM loop cannot honour: no labels, no validation split, masks drawn anew
 #: every step (so no snapshot or cache of the masked batches), one text column
 UNUSED = (
-    "data.tag_column", "data.tag_scheme",
+    "data.labels", "data.tag_column", "data.tag_scheme",
     "data.validation_files", "data.test_files", "data.test_split", "data.validation_split",
     "data.class_weight", "model.label_smoothing",
     "data.text_pair_column", "data.label_column", "data.multi_label", "data.label_separator",

@@ -1,0 +1,156 @@
+"""A task's splits as prepared data: which files, prepared where, which rows each split
+takes.
+
+Every task's inputs start here. ``prepared_splits`` turns ``data.train_files`` /
+``validation_files`` / ``test_files`` (raw files, or folders written by ``python -m
+tfapp.prepare``) into manifests (``tfapp.data.prepare.prepared``: reused from tfapp's
+cache, or prepared once now), and a missing validation or test split into a held-out
+fraction of the training rows (``tfapp.data.manifest.held_out_selectors``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+from tfapp.cachedir import cache_dir
+from tfapp.data import sources
+from tfapp.data.errors import DataError
+from tfapp.data.manifest import (
+    Manifest,
+    SplitSelector,
+    find_manifest,
+    held_out_selectors,
+    read_manifest,
+)
+from tfapp.data.prepare import Prepared, RowSpec, prepared
+from tfapp.data.stream import Source
+
+__all__ = ["SplitData", "PreparedSplits", "prepared_splits", "prepared_cache"]
+
+log = logging.getLogger("tfapp.data")
+
+def prepared_cache() -> str:
+    """Where runs prepare raw files: ``$TFAPP_CACHE_DIR/prepared``."""
+    return str(cache_dir() / "prepared")
+
+
+@dataclass
+class SplitData:
+    """One split: the prepared data it reads and which of its rows.
+
+    Attributes:
+      name: train, validation or test.
+      manifest: the prepared data.
+      selector: the rows of it that belong to this split (all, or a held-out range).
+      spec: the data setting it came from, for messages.
+    """
+
+    name: str
+    manifest: Manifest
+    selector: SplitSelector = field(default_factory=SplitSelector)
+    spec: str = ""
+
+    @property
+    def rows(self) -> int:
+        return sum(self.manifest.counts(self.selector))
+
+    def source(self, counts: list[int] | None = None) -> Source:
+        """The split as a stream reads it; ``counts``: examples per file when a row is
+        not one example (windows), else its rows."""
+        return Source(self.name, tuple(self.manifest.files()),
+                      tuple(counts if counts is not None else self.manifest.counts(self.selector)))
+
+    def chunks(self, chunk: int) -> list[int]:
+        """Chunks of ``chunk`` rows in each file (what a store keeps per file)."""
+        return [math.ceil(s.count / chunk) for s in self.manifest.shards]
+
+
+@dataclass
+class PreparedSplits:
+    """The train split and, when there are, validation and test (see ``SplitData``)."""
+
+    train: SplitData
+    validation: SplitData | None
+    test: SplitData | None
+    report: sources.BadRowReport = field(default_factory=sources.BadRowReport)
+
+    def splits(self) -> list[SplitData]:
+        return [s for s in (self.train, self.validation, self.test) if s is not None]
+
+
+def _manifest(spec: str, row: RowSpec, data_cfg, split: str) -> tuple[Manifest, Prepared | None]:
+    """The prepared data of one setting: a prepared folder as it is, raw files prepared
+    (or found) in the cache."""
+    what = f"data.{split}_files"
+    named = find_manifest(spec) if data_cfg.format != "tfds" else None
+    if named is not None:
+        manifest = read_manifest(named)
+        _check_prepared(manifest, row, what, spec)
+        return manifest, None
+    if data_cfg.format == "tfds":
+        files = [spec]
+    else:
+        files = sources.resolve_files(spec, what)
+    done = prepared(files, row, cache=prepared_cache(), mode=data_cfg.on_bad_rows, split=split)
+    return done.manifest, done
+
+
+def _check_prepared(manifest: Manifest, row: RowSpec, what: str, spec: str) -> None:
+    if manifest.kind != row.kind:
+        raise DataError(f"{what}: {spec} holds prepared {manifest.kind} rows; this task reads "
+                        f"{row.kind} rows (prepare with this task's config: python -m "
+                        "tfapp.prepare --config ...)")
+    wanted = row.settings()
+    for key, value in manifest.settings.items():
+        if key in ("kind", "format"):
+            continue
+        if wanted.get(key) != value:
+            raise DataError(f"{what}: {spec} was prepared with data.{key}={value!r}, the config "
+                            f"says {wanted.get(key)!r}; prepare it again with this config or "
+                            f"set data.{key}={value!r}")
+
+
+def prepared_splits(train: str, validation: str, test: str, row: RowSpec, data_cfg, *,
+                    seed: int, unit: str = "examples") -> PreparedSplits:
+    """The splits of a task (specs already resolved from ``demo``); see the module
+    docstring. A held-out split that would be empty, or leave training empty, is one
+    DataError line."""
+    train_m, done = _manifest(train, row, data_cfg, "train")
+    made = [done] if done else []
+    selectors = held_out_selectors(seed, 0.0 if validation else data_cfg.validation_split,
+                                   0.0 if test else data_cfg.test_split)
+    out = PreparedSplits(SplitData("train", train_m, selectors["train"], train), None, None)
+    for split, spec in (("validation", validation), ("test", test)):
+        fraction = getattr(data_cfg, f"{split}_split")
+        if spec:
+            manifest, done = _manifest(spec, row, data_cfg, split)
+            made += [done] if done else []
+            setattr(out, split, SplitData(split, manifest, SplitSelector(), spec))
+        elif fraction > 0:
+            setattr(out, split, SplitData(split, train_m, selectors[split], train))
+    for split in out.splits():
+        if split.rows == 0 and split.selector.everything:
+            continue  # said by the task, which knows what its rows are
+        held = split.name != "train" and not split.selector.everything
+        if held and (split.rows == 0 or out.train.rows == 0):
+            fraction = getattr(data_cfg, f"{split.name}_split")
+            raise DataError(f"data.{split.name}_split={fraction} of {train_m.rows} training "
+                            f"{unit} leaves {split.rows} for {split.name} and "
+                            f"{out.train.rows} for training; give data.{split.name}_files or "
+                            "change the fraction")
+    for manifest_split in {id(s.manifest): s for s in out.splits()}.values():
+        bad = manifest_split.manifest.bad_rows
+        for example in bad.get("examples", []):
+            if len(out.report.examples) < sources.MAX_REPORTED:
+                out.report.examples.append(sources.BadRow(**example))
+        for name, count in bad.get("per_split", {}).items():
+            out.report.per_split[name] = out.report.per_split.get(name, 0) + count
+        out.report.count += bad.get("count", 0)
+    for done in made:
+        m = done.manifest
+        message = (f"data: prepared {m.rows} rows of {len(m.sources)} file(s) into "
+                   f"{m.root} in {done.seconds:.1f}s (once: later runs read it from there)")
+        log.info("%s", message)
+    return out

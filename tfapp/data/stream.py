@@ -1,0 +1,216 @@
+"""Input streams over prepared shards: sharding by file, the order of each pass, exact
+resume, evaluation passes.
+
+Every task's training input is one infinite stream per input pipeline, a sequence of
+*passes* over that pipeline's examples. What a pass reads is decided here, once for all
+tasks; what an example is (a parsed row, a window of a sentence...) is the task's
+``examples(file, file_index)`` function.
+
+* **Sharding.** Files are the unit: the shard list is permuted once with the run's seed
+  (the same permutation on every worker) and pipeline ``i`` of ``N`` reads files ``i::N``
+  of it, as Model Garden's input reader does. With fewer files than pipelines every
+  pipeline reads every file and keeps elements ``i::N`` (said once in the log).
+* **A pass.** Pass ``e`` reads the pipeline's files in an order drawn from ``(seed, e)``,
+  cuts the examples into consecutive blocks of ``data.shuffle_buffer`` and permutes each
+  block with a seed of ``(seed, e, block)``: the mixing of ``shuffle(buffer)`` over a
+  stream, but a pure function of the position. Every pipeline takes the same number of
+  examples per pass (``examples_per_pass``: whole global batches of the smallest part),
+  so all workers run the same steps.
+* **Exact resume.** Because the order is a function of the position, a stream can start
+  anywhere: at example ``p`` of pass ``e`` it skips the files wholly before the block of
+  ``p`` (their counts are in the manifest), skips to the block's first example, permutes
+  the block exactly as the first run did and drops the examples before ``p``. A run killed
+  mid-epoch resumes at its next unseen batch, reading at most one file part and one block
+  it does not use.
+* **Evaluation** reads its files in order, all examples, once per pass.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = ["Source", "Part", "partition", "steps_per_pass", "training_stream", "eval_stream",
+           "Start", "start_at"]
+
+log = logging.getLogger("tfapp.data")
+
+ExamplesFn = Callable[[tf.Tensor, tf.Tensor], tf.data.Dataset]
+_warned: set[str] = set()
+
+
+@dataclass(frozen=True)
+class Source:
+    """One split as pipelines read it: its shard files and how many examples each gives.
+
+    Attributes:
+      name: the split (train/validation/test), for messages.
+      files: shard paths, in manifest order.
+      counts: examples of this split in each file (after the task's filters).
+    """
+
+    name: str
+    files: tuple[str, ...]
+    counts: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return int(sum(self.counts))
+
+
+@dataclass(frozen=True)
+class Part:
+    """What one input pipeline reads of a ``Source``.
+
+    Attributes:
+      files: indices (into ``Source.files``) of the files it reads, in a fixed order.
+      element_shard: ``(index, count)`` when it reads every file and keeps elements
+        ``index::count`` (fewer files than pipelines), else None.
+      size: examples it gets per full pass.
+    """
+
+    files: tuple[int, ...]
+    element_shard: tuple[int, int] | None
+    size: int
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a training stream begins: ``consumed`` examples into pass ``epoch``."""
+
+    epoch: int = 0
+    consumed: int = 0
+
+
+def start_at(batches: int, steps: int, examples_per_step: int) -> Start:
+    """Where a pipeline resumes after ``batches`` global batches (``steps`` per pass,
+    ``examples_per_step`` of them from this pipeline per step)."""
+    return Start(batches // steps, batches % steps * examples_per_step) if steps else Start()
+
+
+def partition(source: Source, index: int, count: int, seed: int) -> Part:
+    """The part pipeline ``index`` of ``count`` reads (see the module docstring)."""
+    n = len(source.files)
+    if count <= 1:
+        return Part(tuple(range(n)), None, source.size)
+    if n >= count:
+        order = np.random.default_rng(seed).permutation(n)
+        mine = tuple(int(j) for j in order[index::count])
+        return Part(mine, None, int(sum(source.counts[j] for j in mine)))
+    if source.name not in _warned:
+        _warned.add(source.name)
+        log.warning("data: the %s split has %d file(s) for %d input pipelines; each reads "
+                    "every file and keeps every %d-th example (prepare more shards to shard "
+                    "by file)", source.name, n, count, count)
+    return Part(tuple(range(n)), (index, count), len(range(index, source.size, count)))
+
+
+def steps_per_pass(source: Source, pipelines: int, examples_per_step: int, seed: int) -> int:
+    """Training steps in one pass: whole steps of the smallest pipeline's part (every
+    pipeline takes part in every step)."""
+    return min(partition(source, i, pipelines, seed).size for i in range(pipelines)) \
+        // examples_per_step
+
+
+def _files(source: Source, part: Part) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    files = tf.constant([source.files[j] for j in part.files] or [""], tf.string)[
+        :len(part.files)]
+    index = tf.constant(list(part.files) or [0], tf.int64)[:len(part.files)]
+    counts = tf.constant([source.counts[j] for j in part.files] or [0], tf.int64)[
+        :len(part.files)]
+    return files, index, counts
+
+
+def _read(files: tf.Tensor, index: tf.Tensor, examples: ExamplesFn) -> tf.data.Dataset:
+    return tf.data.Dataset.from_tensor_slices((files, index)).flat_map(examples)
+
+
+def _keep_elements(dataset: tf.data.Dataset, shard: tuple[int, int],
+                   first: tf.Tensor) -> tf.data.Dataset:
+    """Elements ``i::N`` of the pass, ``dataset`` starting at the pass's element ``first``."""
+    i, n = shard
+    return (dataset.enumerate(start=first)
+            .filter(lambda k, _: tf.equal(k % n, i))
+            .map(lambda _, x: x))
+
+
+def _permute_blocks(dataset: tf.data.Dataset, block: int, first_block: tf.Tensor,
+                    seed: int, epoch: tf.Tensor) -> tf.data.Dataset:
+    """Each run of ``block`` consecutive examples permuted with a seed of (seed, epoch,
+    block number); block numbers count from ``first_block``."""
+    def permute(examples, number):
+        rows = tf.shape(tf.nest.flatten(examples)[0])[0]
+        key = tf.stack([epoch * 1_000_003 + seed, number])
+        order = tf.random.experimental.stateless_shuffle(tf.range(rows), seed=key)
+        return tf.nest.map_structure(lambda t: tf.gather(t, order), examples)
+
+    numbers = tf.data.Dataset.range(first_block, tf.int64.max)
+    return tf.data.Dataset.zip((dataset.batch(block), numbers)).map(permute).unbatch()
+
+
+def training_stream(source: Source, part: Part, examples: ExamplesFn, *, seed: int,
+                    block: int, examples_per_pass: int, start: Start = Start(),
+                    read_to_end: bool = False) -> tf.data.Dataset:
+    """The endless example stream of one pipeline: pass after pass from ``start``.
+
+    ``block`` is the shuffle block (0: no shuffling, files in order); each pass yields
+    ``examples_per_pass`` examples. ``examples(file, file_index)`` gives the examples of
+    one shard file, in file order, the same on every call. ``read_to_end`` reads the
+    rest of each pass's files (what a pass does not use, less than a global batch on one
+    pipeline) instead of stopping: a store (``tfapp.data.store``) then completes every
+    file in the first pass.
+    """
+    files, index, counts = _files(source, part)
+    n = len(part.files)
+    shuffle = block > 0
+    span = block if shuffle else 1
+    start_epoch = tf.constant(start.epoch, tf.int64)
+    start_at = tf.constant(start.consumed, tf.int64)
+    total = tf.constant(examples_per_pass, tf.int64)
+
+    def one_pass(epoch):
+        if shuffle and n > 1:
+            order = tf.random.experimental.stateless_shuffle(
+                tf.range(n, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64),
+                                                            epoch]))
+        else:
+            order = tf.range(n, dtype=tf.int64)
+        f, ix, c = tf.gather(files, order), tf.gather(index, order), tf.gather(counts, order)
+        at = tf.where(epoch == start_epoch, start_at, 0)
+        block_start = at // span * span
+        cum = tf.cumsum(c)
+        if part.element_shard is not None:
+            i, count = part.element_shard
+            mine = tf.maximum(cum - i + count - 1, 0) // count  # my elements in the first cum
+            skip = tf.reduce_sum(tf.cast(mine <= block_start, tf.int64))
+            before_all = tf.concat([[0], cum], 0)[skip]
+            before = tf.concat([[0], mine], 0)[skip]
+            dataset = _keep_elements(_read(f[skip:], ix[skip:], examples), part.element_shard,
+                                     before_all)
+        else:
+            skip = tf.reduce_sum(tf.cast(cum <= block_start, tf.int64))
+            before = tf.concat([[0], cum], 0)[skip]
+            dataset = _read(f[skip:], ix[skip:], examples)
+        dataset = dataset.skip(block_start - before)
+        if shuffle:
+            dataset = _permute_blocks(dataset, block, block_start // block, seed, epoch)
+        dataset = dataset.skip(at - block_start)
+        if read_to_end:
+            return (dataset.enumerate().filter(lambda k, _: k < total - at)
+                    .map(lambda _, x: x))
+        return dataset.take(total - at)
+
+    return tf.data.Dataset.range(start.epoch, tf.int64.max).flat_map(one_pass)
+
+
+def eval_stream(source: Source, part: Part, examples: ExamplesFn) -> tf.data.Dataset:
+    """One pass of a pipeline's part in file order, every example."""
+    files, index, _ = _files(source, part)
+    dataset = _read(files, index, examples)
+    if part.element_shard is not None:
+        dataset = _keep_elements(dataset, part.element_shard, tf.constant(0, tf.int64))
+    return dataset
