@@ -41,7 +41,7 @@ from tfapp.data.sources import (
     write_label_vocab,
 )
 from tfapp.data.splits import PreparedSplits, SplitData, prepared_splits
-from tfapp.data.store import CHUNK, Store
+from tfapp.data.store import CHUNK, Store, store_root
 
 import numpy as np
 import tensorflow as tf
@@ -238,7 +238,8 @@ def _examples_fn(split: SplitData, splits: ClassificationSplits, data_cfg: DataC
     whose labels are known, as ``{"text"[, "text_pair"], "label", "id"}``; whole parsed
     batches of ``chunk`` rows when not ``unbatch``."""
     pair = bool(splits.train.manifest.settings.get("text_pair_column"))
-    spec = {"labels": tf.io.RaggedFeature(tf.string), "id": tf.io.FixedLenFeature([], tf.int64),
+    spec = {"labels": tf.io.RaggedFeature(tf.string, row_splits_dtype=tf.int64),
+            "id": tf.io.FixedLenFeature([], tf.int64),
             "bucket": tf.io.FixedLenFeature([], tf.int64)}
     if with_text:
         spec["text"] = tf.io.FixedLenFeature([], tf.string)
@@ -297,15 +298,6 @@ def _tokenize(preprocess_fn: Callable, seq_length: int) -> Callable:
 def _split_batch(batch: dict[str, tf.Tensor]) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
     features = {k: v for k, v in batch.items() if k not in ("label", "id")}
     return features, batch["label"]
-
-
-def store_root(data_cfg: DataConfig) -> str:
-    """Where ``data.snapshot`` / ``data.cache`` keep preprocessed examples ("": nowhere)."""
-    if data_cfg.snapshot:
-        return data_cfg.snapshot
-    if data_cfg.cache == "memory":
-        return "ram://tfapp-cache"
-    return data_cfg.cache
 
 
 def _store(splits: ClassificationSplits, split: SplitData, preprocess_fn: Callable,

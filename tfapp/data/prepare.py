@@ -302,7 +302,7 @@ def _tagged_rows(path: str, spec: RowSpec, log_: _SourceLog, batcher: _Batcher
             log_.bad(problem[0], problem[1])
             continue
         iob2 = to_iob2(tags, spec.tag_scheme)
-        log_.count_labels(iob2, [start + i if conll else start for i in range(len(iob2))])
+        log_.count_labels(iob2, [start] * len(iob2))  # a sentence is one row: its line
         done = batcher.add(start, (words, iob2))
         if done is not None:
             yield done

@@ -33,12 +33,23 @@ from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["Store", "CHUNK"]
+__all__ = ["Store", "CHUNK", "store_root"]
 
 log = logging.getLogger("tfapp.data")
 
 #: source rows per stored chunk (replay reads whole chunks: 1024 read ~2x faster than 256)
 CHUNK = 1024
+
+
+def store_root(data_cfg: Any) -> str:
+    """Where ``data.snapshot`` / ``data.cache`` keep preprocessed examples ("": nowhere):
+    the snapshot folder, TensorFlow's in-memory file system for ``cache=memory``, or the
+    cache's path prefix."""
+    if data_cfg.snapshot:
+        return data_cfg.snapshot
+    if data_cfg.cache == "memory":
+        return "ram://tfapp-cache"
+    return data_cfg.cache
 
 
 class Store:

@@ -21,14 +21,15 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tfapp.atomic import write_text
 from tfapp.config import DataConfig
 from tfapp.data.errors import DataError
 from tfapp.data.sources import (  # the classifier reader's file handling and bad-row policy
+    BadRow,
     BadRowPolicy,
     BadRowReport,
-    held_out,
     open_source,
     resolve_files,
 )
@@ -167,19 +168,21 @@ def read_tagged(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
 # ------------------------------------------------------------------------------ splits
 @dataclass
 class NerSplits:
-    """The sentences of each split and the tag vocabulary (IOB2, from the training data).
+    """The prepared splits of a tagged dataset and its tag vocabulary (IOB2, from the
+    training data).
 
     Attributes:
-      train / validation / test: sentences (validation and test may be None).
+      prepared: the prepared train / validation / test splits (``tfapp.data.splits``).
       tag_names: the model's labels in id order: O, then B-/I- of each entity type.
       report: sentences dropped with on_bad_rows=skip.
+      unknown: split -> tags of its data that are not in ``tag_names`` (its sentences
+        with one are left out).
     """
 
-    train: list[TaggedSentence]
-    validation: list[TaggedSentence] | None
-    test: list[TaggedSentence] | None
+    prepared: Any
     tag_names: list[str]
     report: BadRowReport = field(default_factory=BadRowReport)
+    unknown: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def entity_types(self) -> list[str]:
@@ -220,55 +223,58 @@ def keep_known_tags(sentences: list[TaggedSentence], names: list[str], *, split:
     return kept
 
 
-def _split(sentences: list[TaggedSentence], fraction: float, seed: int, split: str
-           ) -> tuple[list[TaggedSentence], list[TaggedSentence]]:
-    kept, held = held_out(len(sentences), fraction, seed, split, "sentences")
-    return [sentences[i] for i in kept], [sentences[i] for i in held]
-
-
 def load_ner_splits(data_cfg: DataConfig, seed: int, tag_vocab_path: Path | str | None = None,
                     *, keep_vocab: bool = True) -> NerSplits:
-    """Read the train/validation/test sentences and the tag vocabulary.
+    """Prepare (or reuse) the train/validation/test sentences and settle the tags.
 
     ``train_files: demo`` reads the shipped demo (and its validation and test files when
     none are given). The tag vocabulary is read from ``tag_vocab_path`` when it exists and
     ``keep_vocab`` (a resumed run), else built from the training tags and written there.
-    Without validation (test) files a seeded fraction of train is held out, as for the
-    classifier.
+    A sentence holding a tag outside it is a bad row (under fail: one line naming its
+    file and line; under skip: left out). Without validation (test) files a seeded
+    fraction of train is held out, as for the classifier.
     """
+    from tfapp.data.prepare import RowSpec
+    from tfapp.data.splits import prepared_splits
+
     train_spec, val_spec, test_spec = (data_cfg.train_files, data_cfg.validation_files,
                                        data_cfg.test_files)
     if train_spec.strip() == "demo":
         train_spec = demo_ner_file("train")
         val_spec = val_spec or demo_ner_file("validation")
         test_spec = test_spec or demo_ner_file("test")
-    mode, report = data_cfg.on_bad_rows, BadRowReport()
-    train = read_tagged(train_spec, data_cfg, split="train", mode=mode, report=report)
+    prepared = prepared_splits(train_spec, val_spec, test_spec,
+                               RowSpec.from_config("tagged", data_cfg), data_cfg, seed=seed,
+                               unit="sentences")
     path = Path(tag_vocab_path) if tag_vocab_path else None
     if path is not None and keep_vocab and path.exists():
-        names = read_tag_vocab(path)
-        train = keep_known_tags(train, names, split="train", mode=mode, report=report)
+        names, known_from = read_tag_vocab(path), f"{path}'s"
     else:
-        types = [split_tag(t)[1] for s in train for t in s.tags if t != OUTSIDE]
+        types = [split_tag(t)[1] for t in prepared.train.manifest.labels if t != OUTSIDE]
         if not types:
             raise DataError(f"data.train_files: '{train_spec}' tags no entity at all (every "
                             f"tag is O); check data.tag_column and data.tag_scheme")
-        names = tag_names(types)
+        names, known_from = tag_names(types), "the training data's"
         if path is not None:
             write_tag_vocab(names, path)
-    validation = test = None
-    if not test_spec and data_cfg.test_split > 0:
-        train, test = _split(train, data_cfg.test_split, seed + 1, "test")
-    if val_spec:
-        raw = read_tagged(val_spec, data_cfg, split="validation", mode=mode, report=report)
-        validation = keep_known_tags(raw, names, split="validation", mode=mode, report=report)
-    elif data_cfg.validation_split > 0:
-        train, validation = _split(train, data_cfg.validation_split, seed, "validation")
-    if test_spec:
-        raw = read_tagged(test_spec, data_cfg, split="test", mode=mode, report=report)
-        test = keep_known_tags(raw, names, split="test", mode=mode, report=report)
-    if report.count:
-        log.warning("data: %s", report.summary())
-    log.info("data: %d train / %d validation / %d test sentences, %d tags", len(train),
-             len(validation or ()), len(test or ()), len(names))
-    return NerSplits(train, validation, test, names, report)
+    out = NerSplits(prepared, names, prepared.report)
+    types = ", ".join(sorted({split_tag(t)[1] for t in names if t != OUTSIDE}))
+    for split in prepared.splits():
+        unknown = [t for t in split.manifest.labels if t not in set(names)]
+        if not unknown:
+            continue
+        first = min(unknown, key=lambda t: _origin_order(split.manifest.first_seen[t]))
+        where, _, line = split.manifest.first_seen[first].rpartition(":")
+        among = known_from if split.name == "train" else "the training data's"
+        problem = (f"tag '{first}' in this sentence: entity type '{split_tag(first)[1]}' "
+                   f"is not among {among} ({types})")
+        BadRowPolicy(data_cfg.on_bad_rows, BadRowReport(), split.name)(where, line, problem)
+        out.unknown[split.name] = unknown
+        if len(out.report.examples) < 5:
+            out.report.examples.append(BadRow(where, line, problem))
+    return out
+
+
+def _origin_order(origin: str) -> tuple[str, int]:
+    where, _, line = origin.rpartition(":")
+    return where, int(line) if line.isdigit() else 0

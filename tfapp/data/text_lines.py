@@ -12,8 +12,10 @@ Two example shapes feed the same encoder-decoder:
   TFRecord rows); the encoder sees the first ``context_words`` tokens of
   ``[START] + source``.
 
-The files are read by ``tfapp.data.sources`` (``read_texts``/``read_pairs``), the reader
-every task and command shares: local, ``gs://``, ``.gz``, ``data.on_bad_rows``.
+The files are prepared once (``tfapp.data.splits``: local, ``gs://``, ``.gz``,
+``data.on_bad_rows``) and streamed: each shard's lines are cleaned, looked up in the
+vocabulary and cut into windows in tf.data (``make_generator_dataset``), so no line is
+held in memory and a resumed run continues at its next unseen batch.
 
 Labels are right-padded with 0 (the loss and metrics ignore it); decoder inputs are the
 labels shifted right behind ``[START]`` (teacher forcing). Everything that touches
@@ -23,19 +25,25 @@ strings runs on the host: the device only ever sees int32 tensors of fixed shape
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
-import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from tfapp.atomic import write_text
+from tfapp.atomic import read_state, write_text
+from tfapp.cachedir import cache_dir
 from tfapp.config import DataConfig
 from tfapp.data import pipeline as stages
-from tfapp.data import sources
+from tfapp.data import stream
 from tfapp.data.errors import DataError
+from tfapp.data.manifest import BUCKETS
+from tfapp.data.prepare import RowSpec
+from tfapp.data.splits import PreparedSplits, SplitData, prepared_splits
+from tfapp.data.store import CHUNK, Store, store_root
 from tfapp.demo import DEMO_DIR
 
 import numpy as np
@@ -70,59 +78,7 @@ def standardize(texts: tf.Tensor, strip_punctuation: bool = True) -> tf.Tensor:
     return tf.strings.strip(texts)
 
 
-def clean_lines(lines: list[str], drop_regex: str = "",
-                strip_punctuation: bool = True) -> list[str]:
-    """Drop lines matching ``drop_regex`` (on the raw text), standardize, drop empties."""
-    if drop_regex:
-        try:
-            pattern = re.compile(drop_regex)
-        except re.error as err:
-            raise DataError(f"data.drop_regex: '{drop_regex}' is not a valid regular "
-                            f"expression ({err})") from None
-        lines = [line for line in lines if not pattern.search(line)]
-    if not lines:
-        return []
-    cleaned = standardize(tf.constant(lines), strip_punctuation).numpy()
-    return [c.decode("utf-8") for c in cleaned if c]
-
-
-# --------------------------------------------------------------------------- reading
-# The files are read by tfapp.data.sources (formats, gs://, .gz, bad rows); here only which
-# files ('demo') and which settings.
-
-
-def read_corpus(pattern: str, cfg: DataConfig, split: str = "train") -> list[str]:
-    """The corpus texts of ``pattern`` ('demo' = the shipped corpus): the lines of text
-    files, or ``data.text_column`` of csv/tsv/jsonl/tfrecord rows."""
-    if pattern == "demo":
-        pattern = str(DEMO_CORPUS)
-    return sources.read_texts(pattern, text_column=cfg.text_column, fmt=cfg.format,
-                              mode=cfg.on_bad_rows, split=split, what=f"data.{split}_files")
-
-
-def read_pairs(pattern: str, cfg: DataConfig, split: str = "train") -> list[tuple[str, str]]:
-    """(source, target) rows of csv/tsv/jsonl/tfrecord files ('demo' = the shipped pairs):
-    ``data.source_column`` -> ``data.target_column``."""
-    if pattern == "demo":
-        pattern = str(DEMO_PAIRS)
-    return sources.read_pairs(pattern, source_column=cfg.source_column,
-                              target_column=cfg.target_column, fmt=cfg.format,
-                              mode=cfg.on_bad_rows, split=split, what=f"data.{split}_files")
-
-
 # --------------------------------------------------------------------------- vocabulary
-
-
-def build_vocabulary(lines: list[str], vocab_size: int) -> list[str]:
-    """``TextVectorization.adapt`` on cleaned lines -> the vocabulary with specials first.
-
-    Ids: 0 padding, 1 [UNK], 2 [START], 3 [END], then words by falling frequency.
-    """
-    counter = tf.keras.layers.TextVectorization(
-        max_tokens=vocab_size, standardize=None, split="whitespace")
-    counter.adapt(tf.data.Dataset.from_tensor_slices(lines).batch(1024))
-    words = [str(w) for w in counter.get_vocabulary()[2:] if w not in SPECIAL_TOKENS]
-    return list(SPECIAL_TOKENS) + words[: max(0, vocab_size - len(SPECIAL_TOKENS))]
 
 
 def make_vectorizer(vocabulary: list[str]) -> tf.keras.layers.TextVectorization:
@@ -145,74 +101,117 @@ def load_vocabulary(path: str | Path) -> list[str]:
     return vocab
 
 
+def vocabulary_table(vocabulary: list[str]) -> tf.lookup.StaticHashTable:
+    """Word -> id of ``vocabulary`` (unknown words -> ``UNK_ID``); what ``make_vectorizer``
+    does, as a table the input pipeline and the export both use."""
+    words = vocabulary[1:]  # the padding token "" never comes out of a split
+    return tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(
+            tf.constant(words), tf.range(1, len(vocabulary), dtype=tf.int64)),
+        default_value=UNK_ID)
+
+
+def word_ids(table: tf.lookup.StaticHashTable, texts: tf.Tensor) -> tf.RaggedTensor:
+    """Cleaned texts ``[n]`` -> word ids ``[n, (words)]`` (whitespace-split)."""
+    return tf.ragged.map_flat_values(table.lookup, tf.strings.split(texts))
+
+
+# --------------------------------------------------------------------------- cleaning
+
+
+def drop_matcher(drop_regex: str) -> Callable[[tf.Tensor], tf.Tensor] | None:
+    """``texts -> bool``: which texts ``data.drop_regex`` drops (a search anywhere in the
+    raw text, as Python's ``re.search``), run by TensorFlow's RE2; None for no regex. One
+    DataError line when the pattern is not valid, or uses what RE2 lacks (lookarounds,
+    backreferences)."""
+    if not drop_regex:
+        return None
+    try:
+        re.compile(drop_regex)
+    except re.error as err:
+        raise DataError(f"data.drop_regex: '{drop_regex}' is not a valid regular "
+                        f"expression ({err})") from None
+    pattern = f"(?s).*(?:{drop_regex}).*"
+    try:
+        tf.strings.regex_full_match(tf.constant([""]), pattern)
+    except tf.errors.InvalidArgumentError as err:
+        raise DataError(f"data.drop_regex: '{drop_regex}' uses syntax TensorFlow's regular "
+                        f"expressions (RE2) lack ({err.message.splitlines()[0]}); write it "
+                        "without lookarounds or backreferences") from None
+    return lambda texts: tf.strings.regex_full_match(texts, pattern)
+
+
+def clean_lines(lines: list[str], drop_regex: str = "",
+                strip_punctuation: bool = True) -> list[str]:
+    """Drop lines matching ``drop_regex`` (on the raw text), standardize, drop empties:
+    what the input pipeline does to each corpus line, for a list."""
+    drop = drop_matcher(drop_regex)
+    if not lines:
+        return []
+    texts = tf.constant(lines)
+    if drop is not None:
+        texts = tf.boolean_mask(texts, ~drop(texts))
+    cleaned = standardize(texts, strip_punctuation).numpy()
+    return [c.decode("utf-8") for c in cleaned if c]
+
+
 # --------------------------------------------------------------------------- examples
 
 
-@dataclass
-class Examples:
-    """Fixed-shape int32 arrays: encoder_ids [M, N], decoder_ids [M, K], labels [M, K].
+def continuation_windows(ids: tf.RaggedTensor, context_words: int, target_words: int
+                         ) -> dict[str, tf.Tensor]:
+    """Every (context -> next words) window of every line (see the module docstring).
 
-    ``name`` is the split (train/validation): it names the split's snapshot and cache.
+    ``ids``: word ids ``[lines, (words)]``. Returns int32 ``encoder_ids`` ``[W,
+    context_words]``, ``decoder_ids`` / ``labels`` ``[W, target_words]`` and ``line``
+    ``[W]`` (the line each window is of), windows in line order.
     """
+    ids = tf.cast(ids, tf.int32)
+    lines = ids.nrows()
+    edge = lambda token: tf.RaggedTensor.from_tensor(  # noqa: E731
+        tf.fill([lines, 1], tf.constant(token, tf.int32)))
+    ext = tf.concat([edge(START_ID), ids, edge(END_ID)], axis=1)  # [lines, (words + 2)]
+    counts = ids.row_lengths() + 1  # positions i = 0 .. words
+    line = tf.repeat(tf.range(lines, dtype=tf.int64), counts)
+    pos = tf.ragged.range(counts).flat_values
+    starts = tf.gather(ext.row_starts(), line)
+    size = tf.gather(ext.row_lengths(), line)
+    flat = ext.flat_values
 
-    encoder_ids: np.ndarray
-    decoder_ids: np.ndarray
-    labels: np.ndarray
-    name: str = "train"
-    _fingerprint: str | None = field(default=None, repr=False)
+    def take(first: tf.Tensor, width: int, length: tf.Tensor) -> tf.Tensor:
+        """ext[line][first : first + length], right-padded to width with 0."""
+        k = tf.range(width, dtype=tf.int64)[tf.newaxis]
+        valid = k < length[:, tf.newaxis]
+        index = tf.where(valid, starts[:, tf.newaxis] + first[:, tf.newaxis] + k, 0)
+        return tf.where(valid, tf.gather(flat, index), 0)
 
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def fingerprint(self) -> str:
-        """Content hash of the three arrays (values, shapes, dtypes): keys snapshots and
-        caches to the exact examples, so changed data never replays a stale snapshot."""
-        if self._fingerprint is None:
-            h = hashlib.sha256()
-            for array in (self.encoder_ids, self.decoder_ids, self.labels):
-                h.update(f"{array.dtype.str}{array.shape};".encode())
-                h.update(np.ascontiguousarray(array).tobytes())
-            self._fingerprint = h.hexdigest()[:16]
-        return self._fingerprint
-
-
-def _targets(labels_rows: list[list[int]], target_words: int) -> tuple[np.ndarray, np.ndarray]:
-    labels = np.zeros((len(labels_rows), target_words), np.int32)
-    for r, row in enumerate(labels_rows):
-        labels[r, : len(row)] = row
-    # Teacher forcing: the decoder reads the gold previous word, [START] first.
-    decoder = np.concatenate(
-        [np.full((len(labels_rows), 1), START_ID, np.int32), labels[:, :-1]], axis=1)
-    return decoder, labels
+    first = tf.maximum(pos + 1 - context_words, 0)
+    encoder = take(first, context_words, pos + 1 - first)
+    label_len = tf.minimum(size - (pos + 1), target_words)
+    labels = take(pos + 1, target_words, label_len)
+    return {"encoder_ids": encoder, "decoder_ids": _teacher_forcing(labels),
+            "labels": labels, "line": line}
 
 
-def continuation_windows(token_lines: list[list[int]], context_words: int,
-                         target_words: int) -> Examples:
-    """Every (context -> next words) window of every line; see the module docstring."""
-    enc_rows, label_rows = [], []
-    for tokens in token_lines:
-        ext = [START_ID, *tokens, END_ID]
-        for i in range(len(tokens) + 1):
-            enc_rows.append(ext[max(0, i + 1 - context_words): i + 1])
-            label_rows.append(ext[i + 1: i + 1 + target_words])
-    encoder = np.zeros((len(enc_rows), context_words), np.int32)
-    for r, row in enumerate(enc_rows):
-        encoder[r, : len(row)] = row
-    decoder, labels = _targets(label_rows, target_words)
-    return Examples(encoder, decoder, labels)
+def pair_windows(source: tf.RaggedTensor, target: tf.RaggedTensor, context_words: int,
+                 target_words: int) -> dict[str, tf.Tensor]:
+    """Source -> target examples, one per pair; both are truncated at the end to fit."""
+    source, target = tf.cast(source, tf.int32), tf.cast(target, tf.int32)
+    n = source.nrows()
+    start = tf.RaggedTensor.from_tensor(tf.fill([n, 1], START_ID))
+    end = tf.RaggedTensor.from_tensor(tf.fill([n, 1], END_ID))
+    encoder = tf.concat([start, source], 1)[:, :context_words].to_tensor(
+        0, shape=[None, context_words])
+    labels = tf.concat([target, end], 1)[:, :target_words].to_tensor(
+        0, shape=[None, target_words])
+    return {"encoder_ids": encoder, "decoder_ids": _teacher_forcing(labels),
+            "labels": labels, "line": tf.range(n, dtype=tf.int64)}
 
 
-def pair_examples(pairs: list[tuple[list[int], list[int]]], context_words: int,
-                  target_words: int) -> Examples:
-    """Source -> target examples; both are truncated at the end to fit."""
-    encoder = np.zeros((len(pairs), context_words), np.int32)
-    label_rows = []
-    for r, (src, tgt) in enumerate(pairs):
-        row = [START_ID, *src][:context_words]
-        encoder[r, : len(row)] = row
-        label_rows.append([*tgt, END_ID][:target_words])
-    decoder, labels = _targets(label_rows, target_words)
-    return Examples(encoder, decoder, labels)
+def _teacher_forcing(labels: tf.Tensor) -> tf.Tensor:
+    """The decoder reads the gold previous word, [START] first."""
+    start = tf.fill([tf.shape(labels)[0], 1], tf.constant(START_ID, tf.int32))
+    return tf.concat([start, labels[:, :-1]], axis=1)
 
 
 def prompt_encoder_ids(ids: tf.RaggedTensor, context_words: int,
@@ -229,174 +228,281 @@ def prompt_encoder_ids(ids: tf.RaggedTensor, context_words: int,
     return ext.to_tensor(default_value=PAD_ID, shape=[None, context_words])
 
 
-def make_generator_dataset(examples: Examples, data_cfg: DataConfig, *, batch_size: int,
-                           training: bool, seed: int,
-                           input_context: tf.distribute.InputContext | None = None
-                           ) -> tf.data.Dataset:
-    """One pass of ``({"encoder_ids", "decoder_ids"}, labels)`` int32 batches.
+# --------------------------------------------------------------------------- the splits
 
-    The same stages as the classifier's pipeline (``tfapp.data.pipeline``): shard by
-    ``input_context`` (shard ``input_pipeline_id`` of ``num_input_pipelines``, batches of
-    ``get_per_replica_batch_size(batch_size)``; ``batch_size`` is the *global* batch), then
-    with ``data.snapshot``/``data.cache`` store the examples once in blocks and replay them
-    (``stored_batches``), else shuffle the examples; then ``data.service``,
-    ``data.prefetch`` and the options (``finalize``). Training batches drop the remainder
-    (one static shape: XLA compiles once) and are shuffled with ``seed``; evaluation keeps
-    every example, in order. The caller repeats the training stream.
-    """
-    part = stages.local_shard(input_context, len(examples), batch_size, training=training,
-                              what=f"the generator's {examples.name} split")
-    n_shards, shard, local_batch, n_local = part.count, part.index, part.batch, part.size
-    stored = bool(data_cfg.snapshot or data_cfg.cache)
-    order = np.arange(len(examples))
-    if stored and training:
-        # Stored blocks are fixed and the windows of one line sit side by side; a fixed
-        # permutation (seed 0, part of the key) makes each block a random sample instead.
-        order = np.random.default_rng(0).permutation(len(examples))
-    order = order[shard::n_shards]
-    dataset = tf.data.Dataset.from_tensor_slices(
-        ({"encoder_ids": examples.encoder_ids[order], "decoder_ids": examples.decoder_ids[order]},
-         examples.labels[order]))
-    if stored:
-        block = local_batch * max(1, stages.STORE_BLOCK // local_batch)
-        key = stages.pipeline_key(
-            examples=examples.fingerprint(), context_words=examples.encoder_ids.shape[1],
-            target_words=examples.labels.shape[1], shard=[shard, n_shards], block=block,
-            permuted=training)
-        dataset = stages.stored_batches(
-            dataset.batch(block), data_cfg, examples.name, key, block=block,
-            batch=local_batch, examples=n_local, training=training, seed=seed,
-            describe={"examples": len(examples), "shard": [shard, n_shards], "block": block,
-                      "context_words": examples.encoder_ids.shape[1],
-                      "target_words": examples.labels.shape[1]})
-    else:
-        if training and data_cfg.shuffle_buffer > 0:
-            dataset = dataset.shuffle(min(data_cfg.shuffle_buffer, n_local), seed=seed,
-                                      reshuffle_each_iteration=True)
-        dataset = dataset.batch(local_batch, drop_remainder=training)
-    # Evaluation order is fixed; training trades order for throughput unless
-    # data.deterministic asks for reproducibility.
-    return stages.finalize(dataset, data_cfg, examples.name,
-                           sharded_by_context=input_context is not None,
-                           deterministic=data_cfg.deterministic or not training)
+#: parsed rows per call when turning lines into windows
+LINE_BATCH = 256
 
 
-# --------------------------------------------------------------------------- assembly
+def generator_rows(cfg: DataConfig) -> RowSpec:
+    """What a row of the generator's files is: a text (continuation) or a pair."""
+    return RowSpec.from_config("pairs" if cfg.example_shape == "pairs" else "texts", cfg)
 
 
-DatasetFn = Callable[[tf.distribute.InputContext | None], tf.data.Dataset]
+def _cleaned_lines(split: SplitData, cfg: DataConfig, chunk: int
+                   ) -> Callable[[tf.Tensor, tf.Tensor], tf.data.Dataset]:
+    """``lines(file, index)``: batches of the file's rows of ``split`` (``chunk`` rows
+    read per batch), cleaned: ``{"text", "id"}`` (continuation; lines ``drop_regex``
+    drops and lines empty after cleaning left out) or ``{"source", "target", "id"}``
+    (pairs; pairs whose target is empty left out)."""
+    pairs = cfg.example_shape == "pairs"
+    names = ("source", "target") if pairs else ("text",)
+    spec = {n: tf.io.FixedLenFeature([], tf.string) for n in names}
+    spec.update(id=tf.io.FixedLenFeature([], tf.int64), bucket=tf.io.FixedLenFeature([], tf.int64))
+    selector, drop = split.selector, drop_matcher(cfg.drop_regex)
+    strip = cfg.strip_punctuation
+
+    def clean(records):
+        rows = tf.io.parse_example(records, spec)
+        keep = tf.ones_like(rows["id"], tf.bool)
+        if not selector.everything:
+            rotated = (rows["bucket"] + selector.rotation) % BUCKETS
+            keep &= (rotated >= selector.low) & (rotated < selector.high)
+        if drop is not None:  # on the raw text, as the filter's docs say
+            raw = (tf.strings.join([rows["source"], rows["target"]], "\t") if pairs
+                   else rows["text"])
+            keep &= ~drop(raw)
+        out = {n: standardize(rows[n], strip) for n in names}
+        keep &= tf.strings.length(out["target" if pairs else "text"]) > 0
+        out["id"] = rows["id"]
+        return {k: tf.boolean_mask(v, keep) for k, v in out.items()}
+
+    def lines(file, index):
+        del index
+        return tf.data.TFRecordDataset(file).batch(chunk).map(
+            clean, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+    return lines
+
+
+def _windows(table, cfg: DataConfig) -> Callable[[dict], dict]:
+    """A batch of cleaned lines -> its examples (``continuation_windows`` or
+    ``pair_windows``), each with the id of its line times 2**16 plus its position."""
+    pairs = cfg.example_shape == "pairs"
+
+    def windows(batch):
+        if pairs:
+            out = pair_windows(word_ids(table, batch["source"]),
+                               word_ids(table, batch["target"]), cfg.context_words,
+                               cfg.target_words)
+        else:
+            out = continuation_windows(word_ids(table, batch["text"]), cfg.context_words,
+                                       cfg.target_words)
+        line = out.pop("line")
+        first = tf.concat([[0], tf.cast(tf.math.cumsum(tf.math.bincount(
+            tf.cast(line, tf.int32), minlength=tf.size(batch["id"]))), tf.int64)], 0)
+        position = tf.range(tf.size(line, out_type=tf.int64)) - tf.gather(first, line)
+        out["id"] = tf.gather(batch["id"], line) * (1 << 16) + position
+        return out
+
+    return windows
 
 
 @dataclass
 class GeneratorData:
-    """What ``build_generator_data`` made: the examples, their pipelines, the vocabulary.
+    """The generator's prepared splits, vocabulary and example counts.
 
-    ``train`` and ``validation`` are dataset functions for ``pipeline.distribute``:
-    ``fn(input_context)`` (or ``fn(None)``: one pipeline over every example) builds one
-    pass of that split's pipeline (``make_generator_dataset``) at the global batch.
+    Attributes:
+      splits: the prepared train / validation split (``tfapp.data.splits``).
+      vocabulary: the word vocabulary (specials first).
+      counts: split -> examples (windows or pairs) in each shard file.
+      sample_prompts: prompts decoded after each epoch.
+      info: facts for the run header and model card.
     """
 
-    train: DatasetFn
-    validation: DatasetFn | None
+    splits: PreparedSplits
     vocabulary: list[str]
-    num_train_examples: int
-    num_validation_examples: int
+    counts: dict[str, list[int]]
     sample_prompts: list[str] = field(default_factory=list)
     info: dict = field(default_factory=dict)
 
+    def size(self, split: SplitData | None) -> int:
+        return sum(self.counts[split.name]) if split is not None else 0
 
-def _tokenize(vectorizer, texts: list[str]) -> list[list[int]]:
-    if not texts:
-        return []
-    return [list(row) for row in vectorizer(tf.constant(texts)).to_list()]
-
-
-def _split(items: list, fraction: float, seed: int) -> tuple[list, list]:
-    """Seeded split of whole lines/pairs, so no window of a validation line is trained on."""
-    order = list(range(len(items)))
-    random.Random(seed).shuffle(order)
-    n_val = int(round(len(items) * fraction))
-    val = sorted(order[:n_val])
-    train = sorted(order[n_val:])
-    return [items[i] for i in train], [items[i] for i in val]
+    def source(self, split: SplitData) -> stream.Source:
+        return split.source(self.counts[split.name])
 
 
-def build_generator_data(cfg: DataConfig, *, global_batch_size: int, seed: int
-                         ) -> GeneratorData:
-    """Read, clean, split, adapt the vocabulary on the training part, window, batch."""
-    strip = cfg.strip_punctuation
-    if cfg.example_shape == "pairs":
-        raw = read_pairs(cfg.train_files, cfg)
-        val_raw = (read_pairs(cfg.validation_files, cfg, "validation")
-                   if cfg.validation_files else None)
-        if val_raw is None:
-            raw, val_raw = _split(raw, cfg.validation_split, seed)
+def resolve_demo(cfg: DataConfig) -> tuple[str, str]:
+    """(train, validation) file specs, ``demo`` mapped to the shipped corpus or pairs."""
+    demo = str(DEMO_PAIRS if cfg.example_shape == "pairs" else DEMO_CORPUS)
+    train = demo if cfg.train_files.strip() == "demo" else cfg.train_files
+    validation = demo if cfg.validation_files.strip() == "demo" else cfg.validation_files
+    return train, validation
 
-        def clean(rows):
-            kept = [r for r in rows
-                    if not (cfg.drop_regex and re.search(cfg.drop_regex, r[0] + "\t" + r[1]))]
-            if not kept:
-                return [], []
-            src = standardize(tf.constant([s for s, _ in kept]), strip).numpy()
-            tgt = standardize(tf.constant([t for _, t in kept]), strip).numpy()
-            both = [(s.decode(), t.decode()) for s, t in zip(src, tgt, strict=True) if t]
-            return [s for s, _ in both], [t for _, t in both]
 
-        clean_lines([], cfg.drop_regex)  # validates the regex with a clear message
-        src, tgt = clean(raw)
-        val_src, val_tgt = clean(val_raw)
-        if not src:
-            raise DataError(f"data.train_files: no usable pairs in '{cfg.train_files}' after "
-                            "filtering (check data.drop_regex and the columns)")
-        vocabulary = build_vocabulary(src + tgt, cfg.vocab_size)
-        vec = make_vectorizer(vocabulary)
-        train_ex = pair_examples(list(zip(_tokenize(vec, src), _tokenize(vec, tgt),
-                                          strict=True)), cfg.context_words, cfg.target_words)
-        val_ex = pair_examples(list(zip(_tokenize(vec, val_src), _tokenize(vec, val_tgt),
-                                        strict=True)), cfg.context_words, cfg.target_words)
-        prompts = (val_src or src)[:3]
-        n_texts, n_val_texts = len(src), len(val_src)
+def build_vocabulary(texts: list[str] | tf.data.Dataset, vocab_size: int) -> list[str]:
+    """``TextVectorization.adapt`` on cleaned texts (a list, or a dataset of text
+    batches: streamed) -> the vocabulary with specials first.
+
+    Ids: 0 padding, 1 [UNK], 2 [START], 3 [END], then words by falling frequency.
+    """
+    counter = tf.keras.layers.TextVectorization(
+        max_tokens=vocab_size, standardize=None, split="whitespace")
+    if isinstance(texts, list):
+        texts = tf.data.Dataset.from_tensor_slices(tf.constant(texts, tf.string)).batch(1024)
+    counter.adapt(texts)
+    words = [str(w) for w in counter.get_vocabulary()[2:] if w not in SPECIAL_TOKENS]
+    return list(SPECIAL_TOKENS) + words[: max(0, vocab_size - len(SPECIAL_TOKENS))]
+
+
+def _split_lines(split: SplitData, cfg: DataConfig) -> tf.data.Dataset:
+    """Batches of the cleaned lines of ``split``, its files in order."""
+    source = split.source()
+    lines = _cleaned_lines(split, cfg, 1024)
+    return stream.eval_stream(source, stream.partition(source, 0, 1, 0), lines)
+
+
+def _count(split: SplitData, cfg: DataConfig, table) -> dict[str, Any]:
+    """Examples per file of ``split``, its cleaned lines, and the [UNK] share of its
+    labels: one pass, cached by what decides them (see ``_counts_path``)."""
+    path = _counts_path(split, cfg, table.vocabulary)
+    cached = read_state(path, "generator counts") if path.is_file() else None
+    if cached is not None:
+        return cached
+    lines, windows = _cleaned_lines(split, cfg, 1024), _windows(table.table, cfg)
+    counts, texts, unk, labels = [], 0, 0, 0
+    for j, file in enumerate(split.manifest.files()):
+        n = np.zeros(4, np.int64)
+        for batch in lines(tf.constant(file), tf.constant(j, tf.int64)).map(
+                lambda b: (b, windows(b))).prefetch(2).as_numpy_iterator():
+            rows, examples = batch
+            n += [len(examples["labels"]), len(rows["id"]),
+                  int((examples["labels"] == UNK_ID).sum()), examples["labels"].size]
+        counts.append(int(n[0]))
+        texts, unk, labels = texts + int(n[1]), unk + int(n[2]), labels + int(n[3])
+    out = {"counts": counts, "texts": texts, "unk_rate": unk / labels if labels else 0.0}
+    write_text(path, json.dumps(out) + "\n")
+    return out
+
+
+class _Table:
+    """A vocabulary and its lookup table (what the counts are keyed by)."""
+
+    def __init__(self, vocabulary: list[str]):
+        self.vocabulary = vocabulary
+        self.table = vocabulary_table(vocabulary)
+
+
+def _counts_path(split: SplitData, cfg: DataConfig, vocabulary: list[str]) -> Path:
+    key = hashlib.sha256(repr((
+        "generator-counts", 1, split.manifest.root, split.manifest.to_json(), split.selector,
+        cfg.example_shape, cfg.drop_regex, cfg.strip_punctuation, cfg.context_words,
+        cfg.target_words, vocabulary)).encode()).hexdigest()[:16]
+    return cache_dir() / "counts" / f"generator-{split.name}-{key}.json"
+
+
+def build_generator_data(cfg: DataConfig, *, seed: int, vocab_path: Path | None = None,
+                         keep_vocab: bool = False) -> GeneratorData:
+    """Prepare (or reuse) the splits, adapt the vocabulary on the training lines (or read
+    a resumed run's ``vocab_path``), and count the examples of each file."""
+    drop_matcher(cfg.drop_regex)  # a bad pattern is one line before any data is read
+    train_spec, val_spec = resolve_demo(cfg)
+    prepared = prepared_splits(train_spec, val_spec, "", generator_rows(cfg), cfg, seed=seed,
+                               unit="lines" if cfg.example_shape != "pairs" else "pairs")
+    if vocab_path is not None and keep_vocab and Path(vocab_path).is_file():
+        vocabulary = load_vocabulary(vocab_path)
     else:
-        lines = clean_lines(read_corpus(cfg.train_files, cfg), cfg.drop_regex, strip)
-        if cfg.validation_files:
-            val_lines = clean_lines(
-                read_corpus(cfg.validation_files, cfg, "validation"),
-                cfg.drop_regex, strip)
-        else:
-            lines, val_lines = _split(lines, cfg.validation_split, seed)
-        if not lines:
-            raise DataError(f"data.train_files: no text lines left in '{cfg.train_files}' "
-                            "after cleaning (check data.drop_regex)")
-        vocabulary = build_vocabulary(lines, cfg.vocab_size)
-        vec = make_vectorizer(vocabulary)
-        train_ex = continuation_windows(_tokenize(vec, lines), cfg.context_words,
-                                        cfg.target_words)
-        val_ex = continuation_windows(_tokenize(vec, val_lines), cfg.context_words,
-                                      cfg.target_words)
-        # Sample prompts for the per-epoch TensorBoard text: the opening words of a few
-        # held-out lines, and the empty prompt (a line opening).
-        prompts = ["", *(" ".join(line.split()[:2]) for line in (val_lines or lines)[:3])]
-        n_texts, n_val_texts = len(lines), len(val_lines)
-
-    val_ex.name = "validation"
-
-    def pipeline(examples: Examples, training: bool) -> DatasetFn:
-        def dataset_fn(input_context: tf.distribute.InputContext | None = None
-                       ) -> tf.data.Dataset:
-            return make_generator_dataset(examples, cfg, batch_size=global_batch_size,
-                                          training=training, seed=seed,
-                                          input_context=input_context)
-        return dataset_fn
-
-    info = {"vocab_size": len(vocabulary), "example_shape": cfg.example_shape,
-            "context_words": cfg.context_words, "target_words": cfg.target_words,
-            "texts": n_texts, "validation_texts": n_val_texts,
-            "unk_rate": float(np.mean(train_ex.labels == UNK_ID))}
+        lines = _split_lines(prepared.train, cfg)
+        texts = (lines.map(lambda b: tf.concat([b["source"], b["target"]], 0))
+                 if cfg.example_shape == "pairs" else lines.map(lambda b: b["text"]))
+        vocabulary = build_vocabulary(texts, cfg.vocab_size)
+    table = _Table(vocabulary)
+    counted = {s.name: _count(s, cfg, table) for s in prepared.splits()}
+    if not counted["train"]["texts"]:
+        raise DataError(f"data.train_files: no text lines left in '{cfg.train_files}' after "
+                        "cleaning (check data.drop_regex and the columns)")
+    data = GeneratorData(prepared, vocabulary, {k: v["counts"] for k, v in counted.items()})
+    sample = prepared.validation if counted.get("validation", {}).get("texts") else \
+        prepared.train
+    first = [b for b in _split_lines(sample, cfg).unbatch().take(3).as_numpy_iterator()]
+    if cfg.example_shape == "pairs":
+        data.sample_prompts = [b["source"].decode("utf-8") for b in first]
+    else:
+        # The opening words of a few held-out lines, and the empty prompt (a line opening).
+        data.sample_prompts = ["", *(" ".join(b["text"].decode("utf-8").split()[:2])
+                                     for b in first)]
+    val = counted.get("validation", {})
+    data.info = {"vocab_size": len(vocabulary), "example_shape": cfg.example_shape,
+                 "context_words": cfg.context_words, "target_words": cfg.target_words,
+                 "texts": counted["train"]["texts"], "validation_texts": val.get("texts", 0),
+                 "unk_rate": counted["train"]["unk_rate"]}
     log.info("generator data: %d %s -> %d examples (validation %d -> %d), vocabulary %d",
-             n_texts, "pairs" if cfg.example_shape == "pairs" else "lines", len(train_ex),
-             n_val_texts, len(val_ex), len(vocabulary))
-    return GeneratorData(train=pipeline(train_ex, True),
-                         validation=pipeline(val_ex, False) if len(val_ex) else None,
-                         vocabulary=vocabulary,
-                         num_train_examples=len(train_ex), num_validation_examples=len(val_ex),
-                         sample_prompts=prompts, info=info)
+             data.info["texts"], "pairs" if cfg.example_shape == "pairs" else "lines",
+             data.size(prepared.train), val.get("texts", 0), data.size(prepared.validation),
+             len(vocabulary))
+    return data
+
+
+def _store(data: GeneratorData, split: SplitData, cfg: DataConfig, *, write: bool) -> Store:
+    key = hashlib.sha256(repr((
+        "generator", 1, split.manifest.root, split.manifest.to_json(), split.selector,
+        cfg.example_shape, cfg.drop_regex, cfg.strip_punctuation, cfg.context_words,
+        cfg.target_words, data.vocabulary, CHUNK)).encode()).hexdigest()[:16]
+    c, t = cfg.context_words, cfg.target_words
+    spec = {"encoder_ids": tf.TensorSpec([None, c], tf.int32),
+            "decoder_ids": tf.TensorSpec([None, t], tf.int32),
+            "labels": tf.TensorSpec([None, t], tf.int32), "id": tf.TensorSpec([None], tf.int64)}
+    ids = tf.uint16 if len(data.vocabulary) <= 1 << 16 else tf.int32
+    storage = {"encoder_ids": ids, "decoder_ids": ids, "labels": ids, "id": tf.int64}
+    root = store_root(cfg).rstrip("/")
+    return Store(f"{root}/{split.name}-{key}", spec, split.chunks(CHUNK), storage=storage,
+                 write=write, describe={"task": "generator", "split": split.name,
+                                        "prepared": split.manifest.root,
+                                        "context_words": c, "target_words": t})
+
+
+def make_generator_dataset(data: GeneratorData, split: SplitData, cfg: DataConfig, *,
+                           batch_size: int, training: bool, seed: int,
+                           input_context: tf.distribute.InputContext | None = None,
+                           start: stream.Start | None = None) -> tf.data.Dataset:
+    """``({"encoder_ids", "decoder_ids"}, labels)`` int32 batches of one split.
+
+    The stream of ``tfapp.data.stream`` (the pipeline's own files, a seeded resumable
+    order, ``start``); ``batch_size`` is the *global* batch. Training batches drop the
+    remainder (one static shape: XLA compiles once); evaluation keeps every example, in
+    order. With ``data.snapshot``/``data.cache`` the windows of each file are stored as
+    the first pass makes them and replayed after.
+    """
+    start = start or stream.Start()
+    pipelines, index, local_batch = 1, 0, batch_size
+    if input_context is not None:
+        pipelines, index = input_context.num_input_pipelines, input_context.input_pipeline_id
+        local_batch = input_context.get_per_replica_batch_size(batch_size)
+    source = data.source(split)
+    part = stream.partition(source, index, pipelines, seed)
+    per_step = batch_size // pipelines
+    windows = _windows(vocabulary_table(data.vocabulary), cfg)
+    store = None
+    if store_root(cfg):
+        store = _store(data, split, cfg, write=part.element_shard is None or index == 0)
+        lines = _cleaned_lines(split, cfg, CHUNK)
+        examples = store.examples(lambda file, j: lines(file, j).map(windows))
+    else:
+        lines = _cleaned_lines(split, cfg, LINE_BATCH)
+
+        def examples(file, j):
+            return lines(file, j).map(windows, num_parallel_calls=tf.data.AUTOTUNE,
+                                      deterministic=True).unbatch()
+    if training:
+        steps = stream.steps_per_pass(source, pipelines, per_step, seed)
+        if steps < 1:
+            raise DataError(
+                f"the generator's {split.name} split has {source.size} example(s)"
+                + (f" ({part.size} in input pipeline {index} of {pipelines})"
+                   if pipelines > 1 else "")
+                + f", fewer than one batch of {per_step}; training drops incomplete batches, "
+                "so lower data.batch_size or add data")
+        dataset = stream.training_stream(
+            source, part, examples, seed=seed, block=cfg.shuffle_buffer,
+            examples_per_pass=steps * per_step, start=start,
+            read_to_end=store is not None and store.done() < len(source.files))
+        dataset = dataset.batch(local_batch, drop_remainder=True)
+        first = (start.epoch * steps * per_step + start.consumed) // local_batch
+        dataset = stages.log_ids(dataset, first_batch=first, pipeline=index)
+    else:
+        dataset = stream.eval_stream(source, part, examples).batch(local_batch)
+    dataset = dataset.map(lambda b: ({"encoder_ids": b["encoder_ids"],
+                                      "decoder_ids": b["decoder_ids"]}, b["labels"]))
+    return stages.finalize(dataset, cfg, split.name, sharded_by_context=input_context is not None,
+                           deterministic=True)

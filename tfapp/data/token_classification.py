@@ -8,37 +8,46 @@ and the metrics leave out (``tfapp.tasks.ner.model``).
 A sentence whose pieces do not fit ``seq_length - 2`` is cut into windows of
 ``L = seq_length - 2`` consecutive pieces (piece ``j`` lies in window ``j // L`` at
 position ``1 + j % L``, after ``[CLS]``). Windows do not overlap, so every word's first
-piece is in exactly one window and the predictions re-join by reading each word at its
-first piece (``first_pieces``, ``rejoin``); a word cut at a window's end has its tag in
-the window where it starts. The serving export windows the same way, in TensorFlow.
+piece is in exactly one window and predictions re-join by reading each word at its
+first piece (the windows carry each position's word index); a word cut at a window's
+end has its tag in the window where it starts. The serving export windows the same way.
 
-The number of windows of each sentence is decided on the host, from the piece counts of
-its words (``piece_counts``), so each window is one example of known count, and the
-pipeline stages of ``tfapp.data.pipeline`` (sharding, snapshot, cache, service,
-prefetch) apply exactly as for the classifier.
+The sentences stream from prepared shards (``tfapp.data.splits``) and are cut into
+windows in tf.data, batch by batch; a window is one example of the stream
+(``tfapp.data.stream``), whose counts per file come from one pass that tokenises the
+words, cached by what decides them.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from tfapp.atomic import read_state, write_text
+from tfapp.cachedir import cache_dir
 from tfapp.config import DataConfig
 from tfapp.data import pipeline as stages
+from tfapp.data import stream
 from tfapp.data.bert_preprocess import FEATURE_KEYS
-from tfapp.data.tagged import TaggedSentence
+from tfapp.data.errors import DataError
+from tfapp.data.manifest import BUCKETS
+from tfapp.data.splits import SplitData
+from tfapp.data.store import CHUNK, Store, store_root
+from tfapp.data.tagged import NerSplits
 
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["IGNORE", "WindowedSentences", "window_sentences", "piece_counts", "first_pieces",
-           "rejoin", "make_ner_dataset", "word_pieces", "window_features"]
+__all__ = ["IGNORE", "NerData", "build_ner_data", "make_ner_dataset", "predict_tags",
+           "gold_tags", "word_pieces", "window_features"]
 
 IGNORE = -1
-_BATCH = 4096  # distinct words tokenised per eager call
+#: sentences tokenised per call
+SENTENCE_BATCH = 256
 
 
 def word_pieces(tokenize: Callable, words: tf.Tensor) -> tf.RaggedTensor:
@@ -50,103 +59,19 @@ def word_pieces(tokenize: Callable, words: tf.Tensor) -> tf.RaggedTensor:
     return tf.cast(pieces, tf.int32)
 
 
-def piece_counts(tokenize: Callable, words: list[str]) -> dict[str, int]:
-    """How many pieces each distinct word of ``words`` gives."""
-    distinct = sorted(set(words))
-    counts: dict[str, int] = {}
-    for start in range(0, len(distinct), _BATCH):
-        chunk = distinct[start:start + _BATCH]
-        lengths = word_pieces(tokenize, tf.constant(chunk)).row_lengths().numpy()
-        counts.update(zip(chunk, map(int, lengths), strict=True))
-    return counts
-
-
-def first_pieces(counts: list[int], window: int) -> list[tuple[int, int] | None]:
-    """(window, position) of each word's first piece (position 0 is ``[CLS]``), or None
-    for a word without pieces."""
-    out, j = [], 0
-    for c in counts:
-        out.append((j // window, 1 + j % window) if c else None)
-        j += c
-    return out
-
-
-@dataclass
-class WindowedSentences:
-    """Sentences cut into windows: one example per window, sentence by sentence.
-
-    Attributes:
-      sentences: the tagged sentences (IOB2).
-      counts: pieces per word of each sentence.
-      windows: windows per sentence; ``offsets[i]`` is sentence i's first example.
-      window: pieces per window (``seq_length - 2``).
-      name: split name, for messages.
-    """
-
-    sentences: list[TaggedSentence]
-    counts: list[list[int]]
-    windows: list[int]
-    window: int
-    name: str = "train"
-    _fingerprint: str | None = field(default=None, repr=False)
-
-    def __len__(self) -> int:  # examples (windows)
-        return sum(self.windows)
-
-    @property
-    def offsets(self) -> np.ndarray:
-        return np.concatenate([[0], np.cumsum(self.windows)[:-1]]).astype(np.int64)
-
-    def fingerprint(self) -> str:
-        if self._fingerprint is None:
-            h = hashlib.sha256()
-            for s in self.sentences:
-                h.update("\x1f".join(s.words).encode("utf-8", "surrogatepass") + b"\x00")
-                h.update("\x1f".join(s.tags).encode() + b"\x01")
-            h.update(str(self.window).encode())
-            self._fingerprint = h.hexdigest()[:16]
-        return self._fingerprint
-
-
-def window_sentences(sentences: list[TaggedSentence], tokenize: Callable, seq_length: int,
-                     name: str) -> WindowedSentences:
-    """Count each sentence's pieces and the windows of ``seq_length - 2`` pieces it needs."""
-    counts_of = piece_counts(tokenize, [w for s in sentences for w in s.words])
-    counts = [[counts_of[w] for w in s.words] for s in sentences]
-    window = seq_length - 2
-    windows = [max(1, math.ceil(sum(c) / window)) for c in counts]
-    return WindowedSentences(sentences, counts, windows, window, name)
-
-
-def rejoin(data: WindowedSentences, window_ids: np.ndarray) -> list[list[int]]:
-    """Each sentence's per-word label ids read from ``window_ids`` ``[examples, seq_length]``
-    (the argmax of a prediction, or the labels) at each word's first piece; 0 (``O``) for
-    a word without pieces."""
-    out, offsets = [], data.offsets
-    for i, counts in enumerate(data.counts):
-        base = offsets[i]
-        out.append([int(window_ids[base + wp[0], wp[1]]) if wp else 0
-                    for wp in first_pieces(counts, data.window)])
-    return out
-
-
-def _columns(data: WindowedSentences, order: np.ndarray, tag_index: dict[str, int]
-             ) -> dict[str, Any]:
-    """The examples ``order`` (indices of windows) as tensors for ``from_tensor_slices``."""
-    sentence = np.repeat(np.arange(len(data.sentences)), data.windows)
-    within = np.arange(len(data)) - data.offsets[sentence]
-    picked = [data.sentences[i] for i in sentence[order]]
-    return {"words": tf.ragged.constant([s.words for s in picked], tf.string, ragged_rank=1),
-            "tags": tf.ragged.constant([[tag_index[t] for t in s.tags] for s in picked],
-                                       tf.int32, ragged_rank=1),
-            "window": tf.constant(within[order], tf.int32)}
-
-
 def window_features(tokenize: Callable, pack: Callable, words: tf.RaggedTensor,
                     window: tf.Tensor, seq_length: int, tags: tf.RaggedTensor | None = None
                     ) -> tuple[dict[str, tf.Tensor], tf.Tensor | None]:
     """BERT features of window ``window[b]`` of each sentence ``words[b]``, and its labels
     (the tag id on first pieces, ``IGNORE`` elsewhere) when ``tags`` are given."""
+    out = _windows(tokenize, pack, words, window, seq_length, tags)
+    return out["features"], out.get("labels")
+
+
+def _windows(tokenize: Callable, pack: Callable, words: tf.RaggedTensor, window: tf.Tensor,
+             seq_length: int, tags: tf.RaggedTensor | None = None) -> dict[str, Any]:
+    """``window_features``, plus ``word_index`` ``[b, seq_length]``: the index (in its
+    sentence) of the word whose first piece is at each position, ``IGNORE`` elsewhere."""
     size = seq_length - 2
     pieces = word_pieces(tokenize, words.flat_values)  # [words, (pieces)]
     per_sentence = tf.RaggedTensor.from_row_lengths(pieces, words.row_lengths())
@@ -157,70 +82,280 @@ def window_features(tokenize: Callable, pack: Callable, words: tf.RaggedTensor,
     features = pack([tf.ragged.boolean_mask(tokens, keep)], seq_length=seq_length)
     features = {k: tf.ensure_shape(tf.cast(features[k], tf.int32), [None, seq_length])
                 for k in FEATURE_KEYS}
-    if tags is None:
-        return features, None
     first = tf.equal(tf.ragged.range(tf.cast(pieces.row_lengths(), tf.int32)), 0)
     first = tf.RaggedTensor.from_row_lengths(first, words.row_lengths()).merge_dims(1, 2)
-    piece_tags = tf.RaggedTensor.from_row_lengths(
-        tf.repeat(tags.flat_values, pieces.row_lengths()), tokens.row_lengths())
-    labels = tf.ragged.map_flat_values(tf.where, first, piece_tags,
-                                       tf.fill(tf.shape(piece_tags.flat_values), IGNORE))
-    labels = tf.ragged.boolean_mask(labels, keep)
-    labels = tf.concat([tf.fill([labels.nrows(), 1], IGNORE), labels], axis=1)
-    labels = labels.to_tensor(default_value=IGNORE, shape=[None, seq_length])
-    return features, labels
+
+    def on_first_pieces(per_word: tf.Tensor) -> tf.Tensor:
+        """A value per word (flat, int32) at its first piece's position, IGNORE elsewhere."""
+        per_piece = tf.RaggedTensor.from_row_lengths(
+            tf.repeat(per_word, pieces.row_lengths()), tokens.row_lengths())
+        values = tf.ragged.map_flat_values(tf.where, first, per_piece,
+                                           tf.fill(tf.shape(per_piece.flat_values), IGNORE))
+        values = tf.ragged.boolean_mask(values, keep)
+        values = tf.concat([tf.fill([values.nrows(), 1], IGNORE), values], axis=1)
+        return values.to_tensor(default_value=IGNORE, shape=[None, seq_length])
+
+    out: dict[str, Any] = {"features": features, "word_index": on_first_pieces(
+        tf.ragged.range(tf.cast(words.row_lengths(), tf.int32)).flat_values)}
+    if tags is not None:
+        out["labels"] = on_first_pieces(tf.cast(tags.flat_values, tf.int32))
+    return out
 
 
-def _narrow(features, labels):
-    return {k: tf.cast(v, tf.uint8) if k in ("input_mask", "input_type_ids") else v
-            for k, v in features.items()}, labels
+# ------------------------------------------------------------------------------ streams
 
 
-def make_ner_dataset(data: WindowedSentences, preprocess_fn: Callable, tag_names: list[str],
-                     data_cfg: DataConfig, *, batch_size: int, training: bool, seed: int,
-                     input_context: tf.distribute.InputContext | None = None
-                     ) -> tf.data.Dataset:
-    """The pipeline of one split: ``(features, labels)`` batches, labels int32
-    ``[batch, seq_length]`` with ``IGNORE`` off first pieces. Sharding, batching,
-    shuffling and the stored (snapshot/cache) path follow ``make_classification_dataset``.
+def _sentences(split: SplitData, names: list[str], chunk: int
+               ) -> Callable[[tf.Tensor, tf.Tensor], tf.data.Dataset]:
+    """``sentences(file, index)``: batches of ``chunk`` rows of one shard file, the
+    sentences of ``split`` among them whose tags are all in ``names``, as ``{"words",
+    "tags"}`` (ragged; tag ids) and ``id``."""
+    ragged = tf.io.RaggedFeature(tf.string, row_splits_dtype=tf.int64)
+    spec = {"words": ragged, "tags": ragged,
+            "id": tf.io.FixedLenFeature([], tf.int64),
+            "bucket": tf.io.FixedLenFeature([], tf.int64)}
+    table = tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(tf.constant(names), tf.range(len(names))), -1)
+    selector = split.selector
+
+    def parse(records):
+        rows = tf.io.parse_example(records, spec)
+        tags = tf.ragged.map_flat_values(table.lookup, rows["tags"])
+        keep = tf.reduce_all(tags >= 0, axis=1)
+        if not selector.everything:
+            rotated = (rows["bucket"] + selector.rotation) % BUCKETS
+            keep &= (rotated >= selector.low) & (rotated < selector.high)
+        return {"words": tf.ragged.boolean_mask(rows["words"], keep),
+                "tags": tf.ragged.boolean_mask(tags, keep),
+                "id": tf.boolean_mask(rows["id"], keep)}
+
+    def sentences(file, index):
+        del index
+        return tf.data.TFRecordDataset(file).batch(chunk).map(
+            parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+    return sentences
+
+
+def _cut(module: Any, seq_length: int, *, eval_fields: bool = False) -> Callable[[dict], dict]:
+    """A batch of sentences -> the batch of its windows: features, labels, the id of the
+    window (sentence id x 2**16 + window) and, for evaluation, each position's word
+    index and the sentence's word count."""
+    size = seq_length - 2
+
+    def cut(batch):
+        words, tags = batch["words"], batch["tags"]
+        pieces = word_pieces(module.tokenize, words.flat_values).row_lengths()
+        totals = tf.math.unsorted_segment_sum(pieces, words.value_rowids(), words.nrows())
+        windows = tf.maximum(tf.constant(1, tf.int64), -(-totals // size))
+        sentence = tf.repeat(tf.range(words.nrows(), dtype=tf.int64), windows)
+        window = tf.ragged.range(windows).flat_values
+        out = _windows(module.tokenize, module.bert_pack_inputs, tf.gather(words, sentence),
+                       window, seq_length, tf.gather(tags, sentence))
+        example = {**out["features"], "labels": out["labels"],
+                   "id": tf.gather(batch["id"], sentence) * (1 << 16) + tf.cast(window,
+                                                                                tf.int64)}
+        if eval_fields:
+            example["word_index"] = out["word_index"]
+            example["words"] = tf.cast(tf.gather(words.row_lengths(), sentence), tf.int32)
+            example["sentence"] = tf.gather(batch["id"], sentence)
+        return example
+
+    return cut
+
+
+@dataclass
+class NerData:
+    """The tagger's splits and how many windows each shard file gives.
+
+    Attributes:
+      splits: the prepared splits and tag vocabulary (``tfapp.data.tagged``).
+      counts: split -> windows of it in each shard file.
+      sentences: split -> its sentences (whose tags are known).
     """
-    part = stages.local_shard(input_context, len(data), batch_size, training=training,
-                              what=f"the {data.name} split")
-    stored = bool(data_cfg.snapshot or data_cfg.cache)
-    chunk = part.batch * max(1, (stages.STORE_BLOCK if stored else 256) // part.batch)
-    ordered = data_cfg.deterministic or not training
-    order = np.arange(len(data))
-    if stored and training:
-        order = np.random.default_rng(0).permutation(len(data))
-    order = order[part.index::part.count]
-    dataset = tf.data.Dataset.from_tensor_slices(
-        _columns(data, order, {t: i for i, t in enumerate(tag_names)}))
+
+    splits: NerSplits
+    counts: dict[str, list[int]] = field(default_factory=dict)
+    sentences: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def tag_names(self) -> list[str]:
+        return self.splits.tag_names
+
+    def split(self, name: str) -> SplitData | None:
+        return getattr(self.splits.prepared, name)
+
+    def size(self, split: SplitData | None) -> int:
+        return sum(self.counts[split.name]) if split is not None else 0
+
+    def source(self, split: SplitData) -> stream.Source:
+        return split.source(self.counts[split.name])
+
+
+def _counts_path(split: SplitData, names: list[str], fingerprint: str, seq_length: int
+                 ) -> Path:
+    key = hashlib.sha256(repr(("ner-counts", 1, split.manifest.root, split.manifest.to_json(),
+                               split.selector, names, fingerprint, seq_length)).encode())
+    return cache_dir() / "counts" / f"ner-{split.name}-{key.hexdigest()[:16]}.json"
+
+
+def build_ner_data(splits: NerSplits, preprocess_fn: Any, seq_length: int) -> NerData:
+    """Count the windows of every shard file of every split (one pass that tokenises the
+    words, cached by the prepared data, the tags, the preprocessing and ``seq_length``);
+    sentences dropped for unknown tags are counted in the bad-row report."""
+    data = NerData(splits)
+    size = seq_length - 2
     module = preprocess_fn.module
-    seq_length = data_cfg.seq_length
+    for split in splits.prepared.splits():
+        path = _counts_path(split, splits.tag_names, str(preprocess_fn.fingerprint), seq_length)
+        cached = read_state(path, "NER counts") if path.is_file() else None
+        if cached is None:
+            sentences = _sentences(split, splits.tag_names, 1024)
 
-    def preprocess(batch):
-        return window_features(module.tokenize, module.bert_pack_inputs, batch["words"],
-                               batch["window"], seq_length, batch["tags"])
+            def windows(batch):
+                words = batch["words"]
+                pieces = word_pieces(module.tokenize, words.flat_values).row_lengths()
+                totals = tf.math.unsorted_segment_sum(pieces, words.value_rowids(),
+                                                      words.nrows())
+                return tf.reduce_sum(tf.maximum(tf.constant(1, tf.int64), -(-totals // size)))
 
-    if stored:
-        dataset = stages.host_map(dataset.batch(chunk), preprocess,
-                                  num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        key = stages.pipeline_key(
-            examples=data.fingerprint(), preprocess=str(preprocess_fn.fingerprint),
-            seq_length=seq_length, shard=[part.index, part.count], chunk=chunk,
-            permuted=training, tags=tag_names, task="ner")
-        dataset = stages.stored_batches(
-            stages.host_map(dataset, _narrow), data_cfg, data.name, key, block=chunk,
-            batch=part.batch, examples=part.size, training=training, seed=seed,
-            describe={"windows": len(data), "shard": [part.index, part.count],
-                      "seq_length": seq_length, "block": chunk})
+            counts, total = [], 0
+            for j, file in enumerate(split.manifest.files()):
+                batches = sentences(tf.constant(file), tf.constant(j, tf.int64))
+                n = np.zeros(2, np.int64)
+                for w, rows in batches.map(lambda b: (windows(b), tf.size(b["id"]))) \
+                        .as_numpy_iterator():
+                    n += [w, rows]
+                counts.append(int(n[0]))
+                total += int(n[1])
+            cached = {"counts": counts, "sentences": total}
+            write_text(path, json.dumps(cached) + "\n")
+        data.counts[split.name] = cached["counts"]
+        data.sentences[split.name] = cached["sentences"]
+        dropped = split.rows - cached["sentences"]
+        if dropped and split.name in splits.unknown:
+            splits.report.count += dropped
+            splits.report.per_split[split.name] = \
+                splits.report.per_split.get(split.name, 0) + dropped
+    if not data.sentences.get("train"):
+        raise DataError(f"data.train_files: no usable sentences ({splits.report.count} bad "
+                        f"row(s) skipped: {splits.report.summary()})")
+    return data
+
+
+def _store(data: NerData, split: SplitData, preprocess_fn: Any, cfg: DataConfig, *,
+           write: bool) -> Store:
+    seq = cfg.seq_length
+    key = hashlib.sha256(repr(("ner", 1, split.manifest.root, split.manifest.to_json(),
+                               split.selector, data.tag_names, str(preprocess_fn.fingerprint),
+                               seq, CHUNK)).encode()).hexdigest()[:16]
+    spec = {k: tf.TensorSpec([None, seq], tf.int32) for k in (*FEATURE_KEYS, "labels")}
+    spec["id"] = tf.TensorSpec([None], tf.int64)
+    vocab = getattr(preprocess_fn, "vocab_size", None) or 1 << 31
+    storage = {"input_word_ids": tf.uint16 if vocab <= 1 << 16 else tf.int32,
+               "input_mask": tf.uint8, "input_type_ids": tf.uint8, "labels": tf.int16,
+               "id": tf.int64}
+    root = store_root(cfg).rstrip("/")
+    return Store(f"{root}/{split.name}-{key}", spec, split.chunks(CHUNK), storage=storage,
+                 write=write, describe={"task": "ner", "split": split.name,
+                                        "prepared": split.manifest.root, "seq_length": seq})
+
+
+def make_ner_dataset(data: NerData, split: SplitData, preprocess_fn: Any, cfg: DataConfig, *,
+                     batch_size: int, training: bool, seed: int,
+                     input_context: tf.distribute.InputContext | None = None,
+                     start: stream.Start | None = None) -> tf.data.Dataset:
+    """``(features, labels)`` batches of one split's windows, labels int32 ``[batch,
+    seq_length]`` with ``IGNORE`` off first pieces: the stream of ``tfapp.data.stream``
+    (own files, a seeded resumable order from ``start``), as for the classifier."""
+    start = start or stream.Start()
+    pipelines, index, local_batch = 1, 0, batch_size
+    if input_context is not None:
+        pipelines, index = input_context.num_input_pipelines, input_context.input_pipeline_id
+        local_batch = input_context.get_per_replica_batch_size(batch_size)
+    source = data.source(split)
+    part = stream.partition(source, index, pipelines, seed)
+    per_step = batch_size // pipelines
+    cut = _cut(preprocess_fn.module, cfg.seq_length)
+    store = None
+    if store_root(cfg):
+        store = _store(data, split, preprocess_fn, cfg,
+                       write=part.element_shard is None or index == 0)
+        sentences = _sentences(split, data.tag_names, CHUNK)
+        examples = store.examples(lambda f, j: sentences(f, j).map(cut))
     else:
-        if training and data_cfg.shuffle_buffer > 0:
-            dataset = dataset.shuffle(min(data_cfg.shuffle_buffer, part.size), seed=seed,
-                                      reshuffle_each_iteration=True)
-        dataset = stages.host_map(dataset.batch(chunk), preprocess,
-                                  num_parallel_calls=tf.data.AUTOTUNE,
-                                  deterministic=True if ordered else None)
-        dataset = dataset.rebatch(part.batch, drop_remainder=training)
-    return stages.finalize(dataset, data_cfg, data.name,
-                           sharded_by_context=input_context is not None, deterministic=ordered)
+        sentences = _sentences(split, data.tag_names, SENTENCE_BATCH)
+
+        def examples(file, j):
+            return sentences(file, j).map(cut, num_parallel_calls=tf.data.AUTOTUNE,
+                                          deterministic=True).unbatch()
+    if training:
+        steps = stream.steps_per_pass(source, pipelines, per_step, seed)
+        if steps < 1:
+            raise DataError(
+                f"the {split.name} split has {source.size} window(s)"
+                + (f" ({part.size} in input pipeline {index} of {pipelines})"
+                   if pipelines > 1 else "")
+                + f", fewer than one batch of {per_step}; training drops incomplete batches, "
+                "so lower data.batch_size or add data")
+        dataset = stream.training_stream(
+            source, part, examples, seed=seed, block=cfg.shuffle_buffer,
+            examples_per_pass=steps * per_step, start=start,
+            read_to_end=store is not None and store.done() < len(source.files))
+        dataset = dataset.batch(local_batch, drop_remainder=True)
+        first = (start.epoch * steps * per_step + start.consumed) // local_batch
+        dataset = stages.log_ids(dataset, first_batch=first, pipeline=index)
+    else:
+        dataset = stream.eval_stream(source, part, examples).batch(local_batch)
+    dataset = dataset.map(lambda b: ({k: b[k] for k in FEATURE_KEYS}, b["labels"]))
+    return stages.finalize(dataset, cfg, split.name, sharded_by_context=input_context is not None,
+                           deterministic=True)
+
+
+def _eval_windows(data: NerData, split: SplitData, preprocess_fn: Any, seq_length: int,
+                  batch_size: int) -> tf.data.Dataset:
+    source = data.source(split)
+    sentences = _sentences(split, data.tag_names, SENTENCE_BATCH)
+    cut = _cut(preprocess_fn.module, seq_length, eval_fields=True)
+    return stream.eval_stream(source, stream.partition(source, 0, 1, 0),
+                              lambda f, j: sentences(f, j).map(cut).unbatch()
+                              ).batch(batch_size).prefetch(2)
+
+
+def predict_tags(call: Callable, data: NerData, split: SplitData, preprocess_fn: Any,
+                 seq_length: int, *, batch_size: int) -> list[list[str]]:
+    """The predicted IOB2 tags of every sentence of ``split``, in order: ``call`` (a
+    tagger: features -> tag ids) on its windows, each word read at its first piece (O for
+    a word without pieces)."""
+    names = data.tag_names
+    out: list[list[str]] = []
+    current, tags = None, None
+    for batch in _eval_windows(data, split, preprocess_fn, seq_length, batch_size
+                               ).as_numpy_iterator():
+        predicted = np.asarray(call({k: batch[k] for k in FEATURE_KEYS}))
+        for row in range(len(predicted)):
+            sentence = int(batch["sentence"][row])
+            if sentence != current:
+                if tags is not None:
+                    out.append([names[i] for i in tags])
+                current, tags = sentence, [0] * int(batch["words"][row])
+            where = batch["word_index"][row] >= 0
+            for word, tag in zip(batch["word_index"][row][where], predicted[row][where],
+                                 strict=True):
+                tags[int(word)] = int(tag)
+    if tags is not None:
+        out.append([names[i] for i in tags])
+    return out
+
+
+def gold_tags(data: NerData, split: SplitData) -> list[list[str]]:
+    """The tags of every sentence of ``split``, in order (what ``predict_tags`` is scored
+    against)."""
+    source = split.source()
+    sentences = _sentences(split, data.tag_names, SENTENCE_BATCH)
+    names = data.tag_names
+    out: list[list[str]] = []
+    for batch in stream.eval_stream(source, stream.partition(source, 0, 1, 0),
+                                    sentences).as_numpy_iterator():
+        out += [[names[int(i)] for i in row] for row in batch["tags"]]
+    return out

@@ -28,7 +28,8 @@ import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp.atomic import save_model
 from tfapp.config import GenerationConfig
 from tfapp.data import text_lines
-from tfapp.data.pipeline import distribute_split
+from tfapp.data.pipeline import distribute
+from tfapp.data.stream import start_at, steps_per_pass
 from tfapp.model_card import CARD_FILE, ModelCard, vocabulary_scripts
 from tfapp.models import decoding, seq2seq
 from tfapp.runtime import host_xla_available
@@ -67,11 +68,7 @@ class TextGenerator(tf.Module):
         self._model = lambda: model
         self.model_variables = list(model.variables)
         # The vectorizer: the adapted vocabulary as a lookup table (word -> id, else [UNK]).
-        words = vocabulary[1:]  # the padding token "" never comes out of a split
-        self.table = tf.lookup.StaticHashTable(
-            tf.lookup.KeyValueTensorInitializer(
-                tf.constant(words), tf.range(1, len(vocabulary), dtype=tf.int64)),
-            default_value=text_lines.UNK_ID)
+        self.table = text_lines.vocabulary_table(vocabulary)
         self._vocabulary = tf.constant(vocabulary)
         self.context_words, self.keep, self.strip = context_words, keep, strip_punctuation
         self.generation = gen
@@ -230,18 +227,29 @@ class GeneratorTask(Task):
     """Seq2seq text generation (``task: generator``, ``model.kind: seq2seq``)."""
 
     def build_inputs(self) -> GeneratorInputs:
-        d = self.cfg.data
-        global_batch = self.runtime.global_batch_size(d.batch_size)
-        data = text_lines.build_generator_data(d, global_batch_size=global_batch,
-                                               seed=self.cfg.runtime.seed)
+        d, rt, seed = self.cfg.data, self.runtime, self.cfg.runtime.seed
+        global_batch = rt.global_batch_size(d.batch_size)
+        data = text_lines.build_generator_data(d, seed=seed, vocab_path=self.layout.vocab,
+                                               keep_vocab=self.ctx.resuming)
         text_lines.save_vocabulary(data.vocabulary, self.layout.vocab)
-        strategy = self.runtime.strategy
-        n_val = data.num_validation_examples if data.validation is not None else 0
+        per_step = global_batch // rt.input_pipelines
+        steps = steps_per_pass(data.source(data.splits.train), rt.input_pipelines, per_step,
+                               seed)
+        start = start_at(self.ctx.resumed_batches(), steps, per_step)
+
+        def dataset(split, training):
+            return distribute(rt.strategy, lambda input_context: (
+                text_lines.make_generator_dataset(
+                    data, split, d, batch_size=global_batch, training=training, seed=seed,
+                    input_context=input_context, start=start)))
+
+        validation = data.splits.validation if data.size(data.splits.validation) else None
+        n_val = data.size(validation)
         return GeneratorInputs(
-            train=distribute_split(strategy, data.train, training=True),
-            validation=(distribute_split(strategy, data.validation, training=False)
-                        if data.validation is not None else None),
-            num_train_examples=data.num_train_examples, num_validation_examples=n_val,
+            train=dataset(data.splits.train, True),
+            validation=dataset(validation, False) if validation is not None else None,
+            num_train_examples=data.size(data.splits.train), batches_per_pass=steps,
+            num_validation_examples=n_val,
             # A distributed dataset has no known size: fit needs the step count.
             validation_steps=math.ceil(n_val / global_batch) if n_val else None,
             vocabulary=data.vocabulary, sample_prompts=data.sample_prompts)

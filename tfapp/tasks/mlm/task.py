@@ -20,6 +20,7 @@ TensorBoard, W&B), then exports the adapted encoder as a new module pair:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -77,10 +78,12 @@ class MaskedLMTask(Task):
         return Path(self.cfg.mlm.output) if self.cfg.mlm.output else self.layout.export
 
     def build_inputs(self) -> MlmInputs:
+        from tfapp.data import stream
         from tfapp.data.bert_preprocess import make_bert_preprocess_fn, read_bert_vocab
         from tfapp.data.masking import MlmMasker, default_max_predictions
         from tfapp.data.pipeline import distribute
-        from tfapp.data.sources import read_texts
+        from tfapp.data.prepare import RowSpec
+        from tfapp.data.splits import prepared_splits
         from tfapp.demo import DEMO_DIR
         from tfapp.hub.export import check_out_dir
         from tfapp.models.bert import BertConfig
@@ -106,10 +109,10 @@ class MaskedLMTask(Task):
         # "demo": the shipped unlabelled reviews (docs/hub.md's masked-LM corpus).
         spec = str(DEMO_DIR / "reviews_unlabelled.txt") if d.train_files == "demo" \
             else d.train_files
-        texts = read_texts(spec, text_column=d.text_column, fmt=d.format, mode=d.on_bad_rows,
-                           what="data.train_files (pretrain --corpus)",
-                           column_hint="set data.text_column (pretrain --text-column)")
-        if not texts:
+        whole = dataclasses.replace(d, validation_split=0.0, test_split=0.0)  # no held-out
+        corpus = prepared_splits(spec, "", "", RowSpec.from_config("texts", d), whole,
+                                 seed=cfg.runtime.seed, unit="texts").train
+        if not corpus.rows:
             raise ConfigError(f"data.train_files: the corpus '{d.train_files}' holds no text")
         vocab, _ = read_bert_vocab(root / meta.get("vocab_file", "vocab.txt"))
         seed = cfg.runtime.seed
@@ -120,26 +123,46 @@ class MaskedLMTask(Task):
             raise ConfigError(f"model.hub_handle {cfg.model.hub_handle}: {err}") from None
         preprocess = make_bert_preprocess_fn(hub_preprocessor=str(preprocessor),
                                              seq_length=seq_length)
-        global_batch = self.runtime.global_batch_size(d.batch_size)
-        shuffle = max(1, min(d.shuffle_buffer, len(texts)))
+        rt = self.runtime
+        global_batch = rt.global_batch_size(d.batch_size)
+        source = corpus.source()
+        per_step = global_batch // rt.input_pipelines
+        steps = stream.steps_per_pass(source, rt.input_pipelines, per_step, seed)
+        if steps < 1:
+            raise ConfigError(f"data.train_files: the corpus has {source.size} texts, fewer "
+                              f"than one batch of {per_step}; lower data.batch_size")
+        resumed = self.ctx.resumed_batches()
+        start = stream.start_at(resumed, steps, per_step)
+        text = {"text": tf.io.FixedLenFeature([], tf.string)}
+
+        def texts(file, index):
+            del index
+            return tf.data.TFRecordDataset(file).batch(1024).map(
+                lambda records: tf.io.parse_example(records, text)["text"]).unbatch()
 
         def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
-            ds = tf.data.Dataset.from_tensor_slices(texts)
-            ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
-            ds = ds.shuffle(shuffle, seed=seed, reshuffle_each_iteration=True).repeat()
-            ds = ds.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
-            ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
-            # The step index seeds the masks: new masks every step, the same run for the
-            # same seed. Each input pipeline gets its own stream.
-            ds = ds.enumerate().map(
+            part = stream.partition(source, ctx.input_pipeline_id, ctx.num_input_pipelines,
+                                    seed)
+            local = ctx.get_per_replica_batch_size(global_batch)
+            ds = stream.training_stream(source, part, texts, seed=seed,
+                                        block=max(1, d.shuffle_buffer),
+                                        examples_per_pass=steps * per_step, start=start)
+            ds = ds.batch(local, drop_remainder=True)
+            ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            # The batch index seeds the masks: new masks every step, the same run for the
+            # same seed, and a resumed run draws the masks the first run would have. Each
+            # input pipeline gets its own stream.
+            first = (start.epoch * steps * per_step + start.consumed) // local
+            ds = ds.enumerate(start=first).map(
                 lambda step, f: masker(step * ctx.num_input_pipelines + ctx.input_pipeline_id,
                                        f),
-                num_parallel_calls=tf.data.AUTOTUNE)
+                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
             return ds.prefetch(tf.data.AUTOTUNE) if d.prefetch else ds
 
         return MlmInputs(train=distribute(self.runtime.strategy, dataset_fn),
-                         num_train_examples=len(texts), module=root, meta=meta,
-                         seq_length=seq_length, max_predictions=max_predictions)
+                         num_train_examples=source.size, batches_per_pass=steps,
+                         module=root, meta=meta, seq_length=seq_length,
+                         max_predictions=max_predictions)
 
     def build_model(self, inputs: MlmInputs):
         from tfapp.models.bert import dummy_inputs

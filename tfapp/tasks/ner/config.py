@@ -8,7 +8,8 @@ MODEL_KINDS = ("bert",)
 #: JSONL rows are the keys ``tokens`` and ``tags``; CoNLL files take ``data.tag_column``.
 UNUSED = (
     "data.labels", "data.text_column", "data.text_pair_column", "data.label_column",
-    "data.multi_label", "data.label_separator", "data.class_weight", "data.drop_regex", "data.strip_punctuation",
+    "data.multi_label", "data.label_separator", "data.class_weight", "data.drop_regex",
+    "data.strip_punctuation",
     "data.vocab_size", "data.example_shape", "data.context_words", "data.target_words",
     "data.source_column", "data.target_column", "model.pooling", "model.label_smoothing",
     "model.embedding_dim", "model.units", "model.bidirectional", "model.attention",

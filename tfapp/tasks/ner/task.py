@@ -10,13 +10,15 @@ from typing import Any
 
 from tfapp.atomic import write_text
 from tfapp.data.bert_preprocess import make_bert_preprocess_fn
-from tfapp.data.pipeline import distribute_split
-from tfapp.data.tagged import NerSplits, load_ner_splits
+from tfapp.data.pipeline import distribute
+from tfapp.data.stream import start_at, steps_per_pass
+from tfapp.data.tagged import load_ner_splits
 from tfapp.data.token_classification import (
-    WindowedSentences,
+    NerData,
+    build_ner_data,
+    gold_tags,
     make_ner_dataset,
-    rejoin,
-    window_sentences,
+    predict_tags,
 )
 from tfapp.hub.handles import resolve_hub_handle
 from tfapp.model_card import ModelCard
@@ -31,7 +33,6 @@ from tfapp.tasks.ner.scores import entity_report, format_entity_report
 from tfapp.training.callbacks import averaged_weights
 from tfapp.training.tb_logging import log_scalars
 
-import numpy as np
 import tensorflow as tf
 
 log = logging.getLogger("tfapp")
@@ -43,17 +44,18 @@ SUMMARY = {"entity_f1": "f1", "entity_precision": "precision", "entity_recall": 
 
 @dataclass
 class NerInputs(Inputs):
-    """The tagger's inputs: sentences, their windows per split, the preprocessing.
+    """The tagger's inputs: the prepared splits and their window counts, the
+    preprocessing.
 
     Attributes:
-      splits: the sentences of each split and the tag names.
-      windowed: split name -> its sentences cut into windows (``window_sentences``).
+      data: the splits, tag names and windows per shard file (``build_ner_data``).
+      gold: split name -> its sentences' tags (what the entity scores compare against).
       preprocess: the BERT preprocessing function (its ``.module`` tokenises and packs).
       encoder_handle / preprocessor_handle: the resolved Hub handles.
     """
 
-    splits: NerSplits | None = None
-    windowed: dict[str, WindowedSentences] = field(default_factory=dict)
+    data: NerData | None = None
+    gold: dict[str, list[list[str]]] = field(default_factory=dict)
     preprocess: Any = None
     encoder_handle: str = ""
     preprocessor_handle: str = ""
@@ -74,16 +76,6 @@ def tagger(model: tf.keras.Model):
         return strategy.experimental_local_results(strategy.run(tag, args=(features,)))[0]
 
     return call
-
-
-def predict_tags(call, data: WindowedSentences, preprocess: Any, tag_names: list[str],
-                 data_cfg, *, batch_size: int) -> list[list[str]]:
-    """The predicted IOB2 tags of every sentence of ``data``: ``call`` (a ``tagger``) on
-    its windows, each word read at its first piece."""
-    dataset = make_ner_dataset(data, preprocess, tag_names, data_cfg, batch_size=batch_size,
-                               training=False, seed=0)
-    ids = np.concatenate([call(features).numpy() for features, _ in dataset])
-    return [[tag_names[i] for i in sentence] for sentence in rejoin(data, ids)]
 
 
 class EntityF1(tf.keras.callbacks.Callback):
@@ -114,37 +106,46 @@ class NerTask(Task):
         return True  # a restored TF-Hub encoder recompiles every step (docs/hub.md)
 
     def build_inputs(self) -> NerInputs:
-        d, m = self.cfg.data, self.cfg.model
+        d, m, rt = self.cfg.data, self.cfg.model, self.runtime
+        seed = self.cfg.runtime.seed
         encoder, bundled_pre = resolve_hub_handle(m.hub_handle)
         preprocessor = m.hub_preprocessor or bundled_pre
         preprocess = make_bert_preprocess_fn(hub_preprocessor=preprocessor,
                                              seq_length=d.seq_length)
-        s = load_ner_splits(d, self.cfg.runtime.seed, self.layout.labels,
-                            keep_vocab=self.ctx.resuming)
-        windowed = {name: window_sentences(sentences, preprocess.module.tokenize,
-                                           d.seq_length, name)
-                    for name, sentences in (("train", s.train), ("validation", s.validation),
-                                            ("test", s.test)) if sentences}
-        global_batch = self.runtime.global_batch_size(d.batch_size)
+        splits = load_ner_splits(d, seed, self.layout.labels, keep_vocab=self.ctx.resuming)
+        data = build_ner_data(splits, preprocess, d.seq_length)
+        if splits.report.count:
+            log.warning("data: %s", splits.report.summary())
+        log.info("data: %d train / %d validation / %d test sentences, %d tags",
+                 data.sentences.get("train", 0), data.sentences.get("validation", 0),
+                 data.sentences.get("test", 0), len(splits.tag_names))
+        global_batch = rt.global_batch_size(d.batch_size)
+        per_step = global_batch // rt.input_pipelines
+        train = data.split("train")
+        steps = steps_per_pass(data.source(train), rt.input_pipelines, per_step, seed)
+        start = start_at(self.ctx.resumed_batches(), steps, per_step)
 
-        def dataset(data, training):
-            return distribute_split(self.runtime.strategy, lambda input_context: (
-                make_ner_dataset(data, preprocess, s.tag_names, d, batch_size=global_batch,
-                                 training=training, seed=self.cfg.runtime.seed,
-                                 input_context=input_context)), training=training)
+        def dataset(split, training):
+            return distribute(rt.strategy, lambda input_context: (
+                make_ner_dataset(data, split, preprocess, d, batch_size=global_batch,
+                                 training=training, seed=seed, input_context=input_context,
+                                 start=start)))
 
-        validation = windowed.get("validation")
+        validation = data.split("validation") if data.size(data.split("validation")) else None
+        gold = {name: gold_tags(data, data.split(name)) for name in ("validation", "test")
+                if data.size(data.split(name))}
         return NerInputs(
-            train=dataset(windowed["train"], True),
+            train=dataset(train, True),
             validation=dataset(validation, False) if validation else None,
-            num_train_examples=len(windowed["train"]),
-            num_validation_examples=len(validation) if validation else 0,
-            validation_steps=math.ceil(len(validation) / global_batch) if validation else None,
-            splits=s, windowed=windowed, preprocess=preprocess, encoder_handle=encoder,
+            num_train_examples=data.size(train), batches_per_pass=steps,
+            num_validation_examples=data.size(validation),
+            validation_steps=(math.ceil(data.size(validation) / global_batch)
+                              if validation else None),
+            data=data, gold=gold, preprocess=preprocess, encoder_handle=encoder,
             preprocessor_handle=preprocessor)
 
     def build_model(self, inputs: NerInputs):
-        return build_token_classifier(self.cfg.model, num_tags=len(inputs.splits.tag_names),
+        return build_token_classifier(self.cfg.model, num_tags=len(inputs.data.tag_names),
                                       seq_length=self.cfg.data.seq_length,
                                       hub_handle=inputs.encoder_handle)
 
@@ -155,14 +156,13 @@ class NerTask(Task):
         return [MaskedTokenAccuracy()]
 
     def _report(self, call, inputs: NerInputs, split: str) -> dict:
-        data = inputs.windowed[split]
-        pred = predict_tags(call, data, inputs.preprocess, inputs.splits.tag_names,
-                            self.cfg.data,
+        pred = predict_tags(call, inputs.data, inputs.data.split(split), inputs.preprocess,
+                            self.cfg.data.seq_length,
                             batch_size=self.runtime.global_batch_size(self.cfg.data.batch_size))
-        return entity_report([s.tags for s in data.sentences], pred)
+        return entity_report(inputs.gold[split], pred)
 
     def metric_callbacks(self, model, inputs: NerInputs) -> list:
-        if "validation" not in inputs.windowed:
+        if "validation" not in inputs.gold:
             return []
         return [EntityF1(lambda m: self._report(m, inputs, "validation"))]
 
@@ -171,7 +171,7 @@ class NerTask(Task):
         out, scores, call = TaskOutput(), {}, tagger(model)
         for split, path, prefix in (("validation", self.layout.validation_report, "val_report_"),
                                     ("test", self.layout.test_report, "test_")):
-            if split not in inputs.windowed:
+            if split not in inputs.gold:
                 continue
             report = self._report(call, inputs, split)
             out.paths[f"{split}_report"] = write_text(path, json.dumps(report, indent=1))
@@ -184,19 +184,19 @@ class NerTask(Task):
         if self.cfg.trainer.export:
             d = self.cfg.data
             serving = NerServing(model, inputs.preprocess.module, seq_length=d.seq_length,
-                                 tag_names=inputs.splits.tag_names)
+                                 tag_names=inputs.data.tag_names)
             out.paths["exported"] = export_ner(serving, self.layout.export, metadata={
-                "task": "ner", "tag_names": inputs.splits.tag_names,
-                "entity_types": inputs.splits.entity_types, "seq_length": d.seq_length,
+                "task": "ner", "tag_names": inputs.data.tag_names,
+                "entity_types": inputs.data.splits.entity_types, "seq_length": d.seq_length,
                 "hub_handle": self.cfg.model.hub_handle,
                 "preprocessor": inputs.preprocessor_handle},
                 card=self._card(inputs, scores).render())
         return out
 
     def _card(self, inputs: NerInputs, scores: dict) -> ModelCard:
-        s, d, m = inputs.splits, self.cfg.data, self.cfg.model
+        s, d, m = inputs.data.splits, self.cfg.data, self.cfg.model
         demo = d.train_files.strip() == "demo"
-        examples = {k: len(v.sentences) for k, v in inputs.windowed.items()}
+        examples = {k: v for k, v in inputs.data.sentences.items() if v}
         files = {"train": "the NER demo shipped with tfapp" if demo else f"`{d.train_files}`",
                  "validation": f"`{d.validation_files}`" if d.validation_files else
                  "the demo's" if demo else f"{d.validation_split:g} of train (seeded)",
