@@ -30,6 +30,7 @@ COMMANDS = {
     "generate": "tfapp.generate",
     "hub": "tfapp.hub.__main__",
     "pretrain": "tfapp.pretrain",
+    "prepare": "tfapp.prepare",
     "data_service": "tfapp.data_service",
     "profile": "tfapp.profile",
     "share": "tfapp.share",

@@ -757,6 +757,8 @@ def validate(cfg: ExperimentConfig) -> None:
     """Value checks beyond types; raises ConfigError naming the first bad key."""
     _normalize_learning_rate(cfg.optimizer)
     _check_class_weight(cfg.data)
+    if cfg.data.service.processing_mode in ("False", "false"):  # YAML 1.1 reads off as false
+        cfg.data.service.processing_mode = "off"
     _check_fields(cfg, "")
     # The run directory is output_dir/name: a name is one plain folder name, never a path
     # (".." would put the run, or tune --overwrite's deletion, outside output_dir).

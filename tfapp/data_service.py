@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import socket
 import sys
 import threading
 
@@ -68,8 +69,12 @@ class LocalDataService:
         if workers < 1:
             raise ConfigError(f"--workers {workers}: need at least one worker")
         service = tf.data.experimental.service
-        config = service.DispatcherConfig(port=port, work_dir=work_dir or None,
-                                          fault_tolerant_mode=bool(work_dir))
+        # The workers' ports are chosen now and given to the dispatcher: sharding by file
+        # (data.service.processing_mode=file) needs the dispatcher to know its workers.
+        ports = _free_ports(workers)
+        config = service.DispatcherConfig(
+            port=port, work_dir=work_dir or None, fault_tolerant_mode=bool(work_dir),
+            worker_addresses=[f"{host}:{p}" for p in ports])
         try:
             self.dispatcher = service.DispatchServer(config)
         except Exception as err:  # e.g. port in use: gRPC's message is a multi-line dump
@@ -82,12 +87,12 @@ class LocalDataService:
         self.port = int(self.dispatcher_address.rsplit(":", 1)[1])
         self.workers = [
             service.WorkerServer(service.WorkerConfig(
-                dispatcher_address=self.dispatcher_address,
-                worker_address=f"{host}:%port%",
+                dispatcher_address=self.dispatcher_address, port=worker_port,
+                worker_address=f"{host}:{worker_port}",
                 # Workers learn of finished jobs by heartbeat; a short one lets a worker drop
                 # a released job's tasks (and stop) in about a second, not tens of seconds.
                 heartbeat_interval_ms=heartbeat_ms))
-            for _ in range(workers)
+            for worker_port in ports
         ]
 
     @property
@@ -99,6 +104,18 @@ class LocalDataService:
         for worker in self.workers:
             worker.stop()
         self.dispatcher.stop()
+
+
+def _free_ports(n: int) -> list[int]:
+    """``n`` ports free now (held open together, so they differ)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for sock in sockets:
+            sock.bind(("", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     print(f"tf.data service: dispatcher {service.address}, {len(service.workers)} worker(s)",
           flush=True)
+    ports = ", ".join(w.target.rsplit(":", 1)[-1] for w in service.workers)
     print(f"listening on all interfaces, unauthenticated: dispatcher port {service.port}, "
-          "workers on free ports", flush=True)
+          f"workers on ports {ports}", flush=True)
     print(f"use: data.service.address={service.address}", flush=True)
     stop.wait()
     service.stop()

@@ -350,18 +350,14 @@ def make_classification_dataset(splits: ClassificationSplits, split: SplitData,
     ``start`` (``tfapp.data.stream.training_stream``: seeded, resumable), batches drop
     the remainder (static shapes for XLA/TPU); evaluation keeps every example in order.
     """
-    start = start or stream.Start()
-    pipelines, index, local_batch = 1, 0, batch_size
+    pipelines, index = 1, 0
     if input_context is not None:
         pipelines, index = input_context.num_input_pipelines, input_context.input_pipeline_id
-        local_batch = input_context.get_per_replica_batch_size(batch_size)
     source = splits.source(split)
     part = stream.partition(source, index, pipelines, seed)
-    per_step = batch_size // pipelines
-    root = store_root(data_cfg)
     tokenize = _tokenize(preprocess_fn, data_cfg.seq_length)
     store = None
-    if root:
+    if store_root(data_cfg):
         store = _store(splits, split, preprocess_fn, data_cfg,
                        write=part.element_shard is None or index == 0)
         cold = _examples_fn(split, splits, data_cfg, chunk=CHUNK, unbatch=False)
@@ -373,32 +369,16 @@ def make_classification_dataset(splits: ClassificationSplits, split: SplitData,
         examples = store.examples(tokenized)
     else:
         examples = _examples_fn(split, splits, data_cfg)
-    if training:
-        steps = stream.steps_per_pass(source, pipelines, per_step, seed)
-        if steps < 1:
-            raise DataError(
-                f"the {split.name} split has {source.size} example(s)"
-                + (f" ({part.size} in input pipeline {index} of {pipelines})"
-                   if pipelines > 1 else "")
-                + f", fewer than one batch of {per_step}; training drops incomplete batches, "
-                "so lower data.batch_size or add data")
-        dataset = stream.training_stream(
-            source, part, examples, seed=seed, block=data_cfg.shuffle_buffer,
-            examples_per_pass=steps * per_step, start=start,
-            read_to_end=store is not None and store.done() < len(source.files))
-        dataset = dataset.batch(local_batch, drop_remainder=True)
-    else:
-        dataset = stream.eval_stream(source, part, examples).batch(local_batch)
+    dataset = stream.batches(source, examples, data_cfg, training=training, seed=seed,
+                             batch_size=batch_size, input_context=input_context, start=start,
+                             store=store)
     if store is None:
         dataset = stages.host_map(dataset, tokenize, num_parallel_calls=tf.data.AUTOTUNE,
                                   deterministic=True)
-    if training:
-        first = (start.epoch * steps * per_step + start.consumed) // local_batch
-        dataset = stages.log_ids(dataset, first_batch=first, pipeline=index)
     dataset = stages.host_map(dataset, _split_batch)
     return stages.finalize(dataset, data_cfg, split.name,
                            sharded_by_context=input_context is not None,
-                           deterministic=True)
+                           deterministic=True, training=training)
 
 
 def raw_batches(splits: ClassificationSplits, split: SplitData, data_cfg: DataConfig,

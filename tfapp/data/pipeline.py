@@ -391,34 +391,52 @@ def make_options(data_cfg: DataConfig, *, sharded_by_context: bool,
     return options
 
 
+#: data.service.processing_mode -> tf.data's sharding policy
+SERVICE_MODES = {"distributed_epoch": "DYNAMIC", "dynamic": "DYNAMIC",
+                 "parallel_epochs": "OFF", "off": "OFF", "file": "FILE"}
+
+
+def serialized_graph_bytes(dataset: tf.data.Dataset) -> int:
+    """Size of the graph ``dataset`` is sent to a tf.data dispatcher as (its serialised
+    GraphDef: what ``register_dataset`` transmits)."""
+    graph = tf.raw_ops.DatasetToGraphV2(input_dataset=tf.data.experimental.to_variant(dataset),
+                                        external_state_policy=0, strip_device_assignment=True)
+    return int(tf.strings.length(graph))
+
+
 def apply_service(dataset: tf.data.Dataset, service: DataServiceConfig,
                   name: str) -> tf.data.Dataset:
     """Send the pipeline built so far to a tf.data service dispatcher, if configured.
 
-    ``distributed_epoch`` splits one epoch across the workers (each element once);
-    ``parallel_epochs`` lets every worker produce a full epoch.
+    ``processing_mode`` picks tf.data's sharding policy (``SERVICE_MODES``): DYNAMIC hands
+    shard files out to the workers on request (each example once per epoch), OFF gives
+    every worker a full epoch, FILE gives each worker a fixed set of files.
     """
     if not service.address:
         return dataset
     address = service.address
     if "://" not in address:
         address = "grpc://" + address
-    mode = (tf.data.experimental.service.ShardingPolicy.DYNAMIC
-            if service.processing_mode == "distributed_epoch"
-            else tf.data.experimental.service.ShardingPolicy.OFF)
+    policy = getattr(tf.data.experimental.service.ShardingPolicy,
+                     SERVICE_MODES[service.processing_mode])
     job_name = f"{service.job_name}-{name}" if service.job_name else None
+    log.info("data: the %s pipeline goes to the tf.data service at %s (%s sharding; a graph "
+             "of %.0f KB)", name, address, policy.name, serialized_graph_bytes(dataset) / 1024)
     return dataset.apply(tf.data.experimental.service.distribute(
-        processing_mode=mode, service=address, job_name=job_name))
+        processing_mode=policy, service=address, job_name=job_name))
 
 
 def finalize(dataset: tf.data.Dataset, data_cfg: DataConfig, name: str, *,
-             sharded_by_context: bool, deterministic: bool) -> tf.data.Dataset:
+             sharded_by_context: bool, deterministic: bool, training: bool = False
+             ) -> tf.data.Dataset:
     """The last stages of every pipeline: ``data.service``, ``data.prefetch``, options.
 
-    ``deterministic`` is the element order the caller needs (evaluation keeps its rows in
-    order; training follows ``data.deterministic``).
+    ``deterministic`` is the element order the caller needs. Under the service a training
+    pipeline is one pass, repeated here (a new job epoch per pass).
     """
     dataset = apply_service(dataset, data_cfg.service, name)
+    if training and data_cfg.service.address:
+        dataset = dataset.repeat()
     if data_cfg.prefetch:
         dataset = dataset.prefetch(tf.data.AUTOTUNE)
     return dataset.with_options(make_options(data_cfg, sharded_by_context=sharded_by_context,

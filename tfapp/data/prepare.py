@@ -618,8 +618,9 @@ class _ShardWriter:
     """Records of one source into shards of about ``SHARD_BYTES``, each written under a
     temporary name and renamed when complete."""
 
-    def __init__(self, out: str, source: int, token: str):
+    def __init__(self, out: str, source: int, token: str, shard_bytes: int = SHARD_BYTES):
         self.out, self.source, self.token = out, source, token
+        self.shard_bytes = shard_bytes
         self.shards: list[ShardInfo] = []
         self._writer = None
         self._bytes = 0
@@ -637,7 +638,7 @@ class _ShardWriter:
             if self._writer is None:
                 self._tmp = f"{self.out}/.{self._name()}.tmp-{self.token}"
                 self._writer = tf.io.TFRecordWriter(self._tmp)
-            room = SHARD_BYTES - self._bytes
+            room = self.shard_bytes - self._bytes
             end = start + max(1, int(np.searchsorted(np.cumsum(sizes[start:]), room)))
             end = min(end, len(data))
             for record in data[start:end]:
@@ -646,7 +647,7 @@ class _ShardWriter:
             self._count += end - start
             self._buckets += np.bincount(buckets[start:end], minlength=BUCKETS)
             start = end
-            if self._bytes >= SHARD_BYTES:
+            if self._bytes >= self.shard_bytes:
                 self._close()
 
     def _close(self) -> None:
@@ -672,7 +673,7 @@ class _ShardWriter:
         for shard in self.shards:
             with contextlib.suppress(tf.errors.OpError):
                 tf.io.gfile.remove(f"{self.out}/{shard.file}")
-        self.__init__(self.out, self.source, self.token)
+        self.__init__(self.out, self.source, self.token, self.shard_bytes)
 
 
 def _prefetch(rows: Iterator[_Rows], depth: int = 2) -> Iterator[_Rows]:
@@ -709,13 +710,14 @@ def _identity(path: str) -> SourceInfo:
 
 
 def _prepare_source(index: int, path: str, spec: RowSpec, out: str, *, mode: str,
-                    split: str, skip_option: str | None) -> dict[str, Any]:
+                    split: str, skip_option: str | None,
+                    shard_bytes: int = SHARD_BYTES) -> dict[str, Any]:
     """Read one source into shards; its part (see the module docstring)."""
     info = _identity(path)
     fmt = sources.detect_format(path, spec.format, "text" if spec.kind == "texts" else None) \
         if spec.kind != "tagged" else spec.format
     token = uuid.uuid4().hex[:8]
-    writer = _ShardWriter(out, index, token)
+    writer = _ShardWriter(out, index, token, shard_bytes)
     log_ = _SourceLog(path, mode, split, skip_option)
 
     def run(rows: Iterator[_Rows]) -> None:
@@ -786,13 +788,15 @@ def _check_part(part: dict[str, Any], path: str, spec: RowSpec, out: str) -> boo
 def prepare(files: list[str], out: str, spec: RowSpec, *, mode: str = "fail",
             split: str = "train", shard: tuple[int, int] = (0, 1), workers: int = 0,
             skip_option: str | None = sources.SKIP_OPTION,
-            progress: Callable[[str], None] | None = None) -> Manifest | None:
+            progress: Callable[[str], None] | None = None,
+            shard_bytes: int = SHARD_BYTES) -> Manifest | None:
     """Prepare ``files`` (resolved paths, in order) into ``out``; the manifest once every
     source has its part (None while other ``--shard`` hosts still have sources to do).
 
     ``shard=(i, N)`` prepares the sources ``i::N`` only; ``workers`` threads run sources
-    side by side (0: one per core, at most the sources). Bad rows fail or are skipped per
-    ``mode``; under fail the first one raises ``DataError`` with ``FILE:LINE``.
+    side by side (0: one per core, at most the sources); shards are cut near
+    ``shard_bytes``. Bad rows fail or are skipped per ``mode``; under fail the first one
+    raises ``DataError`` with ``FILE:LINE``.
     """
     tf.io.gfile.makedirs(f"{out}/{PARTS}")
     mine = [i for i in range(len(files)) if i % shard[1] == shard[0]]
@@ -806,7 +810,7 @@ def prepare(files: list[str], out: str, spec: RowSpec, *, mode: str = "fail",
 
     def one(i: int) -> dict[str, Any]:
         part = _prepare_source(i, files[i], spec, out, mode=mode, split=split,
-                               skip_option=skip_option)
+                               skip_option=skip_option, shard_bytes=shard_bytes)
         _write_json(_part_path(out, i), part)
         if progress:
             progress(f"prepared {files[i]}: {part['source']['rows']} rows in "

@@ -30,12 +30,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 __all__ = ["Source", "Part", "partition", "steps_per_pass", "training_stream", "eval_stream",
-           "Start", "start_at"]
+           "Start", "start_at", "service_stream", "batches"]
 
 log = logging.getLogger("tfapp.data")
 
@@ -214,3 +215,72 @@ def eval_stream(source: Source, part: Part, examples: ExamplesFn) -> tf.data.Dat
     if part.element_shard is not None:
         dataset = _keep_elements(dataset, part.element_shard, tf.constant(0, tf.int64))
     return dataset
+
+
+def service_stream(source: Source, examples: ExamplesFn, *, seed: int, block: int,
+                   training: bool) -> tf.data.Dataset:
+    """One pass of ``source`` in the shape the tf.data service shards: a dataset of shard
+    files, read (interleaved) by ``examples``. The dispatcher hands these files out to
+    its workers (``dynamic``: on request; ``file``: worker ``i`` of ``N`` reads files
+    ``i::N``), or each worker reads them all (``off``). Training reads its files in a
+    seeded new order each pass and shuffles examples over ``block``; the consumer repeats
+    the pass. The service decides who reads what, so this stream cannot start mid-pass: a
+    resumed run begins a new pass (docs/scale_out.md).
+    """
+    files = tf.constant(list(source.files), tf.string)
+    index_of = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+        files, tf.range(len(source.files), dtype=tf.int64)), -1)
+    dataset = tf.data.Dataset.from_tensor_slices(files)
+    shuffle = training and block > 0
+    if shuffle:
+        dataset = dataset.shuffle(len(source.files), seed=seed, reshuffle_each_iteration=True)
+    dataset = dataset.interleave(
+        lambda file: examples(file, index_of.lookup(file)),
+        cycle_length=min(4, len(source.files)) if training else 1,
+        num_parallel_calls=tf.data.AUTOTUNE if training else None,
+        deterministic=not training)
+    if shuffle:
+        dataset = dataset.shuffle(block, seed=seed, reshuffle_each_iteration=True)
+    return dataset
+
+
+def batches(source: Source, examples: ExamplesFn, data_cfg: Any, *, training: bool,
+            seed: int, batch_size: int, input_context: tf.distribute.InputContext | None,
+            start: Start | None = None, store: Any = None, what: str = "example"
+            ) -> tf.data.Dataset:
+    """Batches of one pipeline of ``source``: the training stream from ``start`` (whole
+    per-replica batches) or an evaluation pass (every example), or the tf.data service's
+    shape of them when ``data.service.address`` is set. ``batch_size`` is the global
+    batch; ``store`` (``tfapp.data.store``), when ``examples`` reads through one, makes
+    the first pass read its files to the end so the store completes. A DataError when a
+    training pipeline's part holds less than one step (``what``: its unit, for it)."""
+    from tfapp.data import pipeline as stages
+    from tfapp.data.errors import DataError
+
+    start = start or Start()
+    pipelines, index, local_batch = 1, 0, batch_size
+    if input_context is not None:
+        pipelines, index = input_context.num_input_pipelines, input_context.input_pipeline_id
+        local_batch = input_context.get_per_replica_batch_size(batch_size)
+    if data_cfg.service.address:
+        dataset = service_stream(source, examples, seed=seed, block=data_cfg.shuffle_buffer,
+                                 training=training)
+        return dataset.batch(local_batch, drop_remainder=training)
+    part = partition(source, index, pipelines, seed)
+    if not training:
+        return eval_stream(source, part, examples).batch(local_batch)
+    per_step = batch_size // pipelines
+    steps = steps_per_pass(source, pipelines, per_step, seed)
+    if steps < 1:
+        raise DataError(
+            f"the {source.name} split has {source.size} {what}(s)"
+            + (f" ({part.size} in input pipeline {index} of {pipelines})" if pipelines > 1
+               else "")
+            + f", fewer than one batch of {per_step}; training drops incomplete batches, "
+            "so lower data.batch_size or add data")
+    dataset = training_stream(source, part, examples, seed=seed, block=data_cfg.shuffle_buffer,
+                              examples_per_pass=steps * per_step, start=start,
+                              read_to_end=store is not None and store.done() < len(source.files))
+    dataset = dataset.batch(local_batch, drop_remainder=True)
+    first = (start.epoch * steps * per_step + start.consumed) // local_batch
+    return stages.log_ids(dataset, first_batch=first, pipeline=index)

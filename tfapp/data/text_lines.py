@@ -464,14 +464,11 @@ def make_generator_dataset(data: GeneratorData, split: SplitData, cfg: DataConfi
     order. With ``data.snapshot``/``data.cache`` the windows of each file are stored as
     the first pass makes them and replayed after.
     """
-    start = start or stream.Start()
-    pipelines, index, local_batch = 1, 0, batch_size
+    pipelines, index = 1, 0
     if input_context is not None:
         pipelines, index = input_context.num_input_pipelines, input_context.input_pipeline_id
-        local_batch = input_context.get_per_replica_batch_size(batch_size)
     source = data.source(split)
     part = stream.partition(source, index, pipelines, seed)
-    per_step = batch_size // pipelines
     windows = _windows(vocabulary_table(data.vocabulary), cfg)
     store = None
     if store_root(cfg):
@@ -484,25 +481,10 @@ def make_generator_dataset(data: GeneratorData, split: SplitData, cfg: DataConfi
         def examples(file, j):
             return lines(file, j).map(windows, num_parallel_calls=tf.data.AUTOTUNE,
                                       deterministic=True).unbatch()
-    if training:
-        steps = stream.steps_per_pass(source, pipelines, per_step, seed)
-        if steps < 1:
-            raise DataError(
-                f"the generator's {split.name} split has {source.size} example(s)"
-                + (f" ({part.size} in input pipeline {index} of {pipelines})"
-                   if pipelines > 1 else "")
-                + f", fewer than one batch of {per_step}; training drops incomplete batches, "
-                "so lower data.batch_size or add data")
-        dataset = stream.training_stream(
-            source, part, examples, seed=seed, block=cfg.shuffle_buffer,
-            examples_per_pass=steps * per_step, start=start,
-            read_to_end=store is not None and store.done() < len(source.files))
-        dataset = dataset.batch(local_batch, drop_remainder=True)
-        first = (start.epoch * steps * per_step + start.consumed) // local_batch
-        dataset = stages.log_ids(dataset, first_batch=first, pipeline=index)
-    else:
-        dataset = stream.eval_stream(source, part, examples).batch(local_batch)
+    dataset = stream.batches(source, examples, cfg, training=training, seed=seed,
+                             batch_size=batch_size, input_context=input_context, start=start,
+                             store=store)
     dataset = dataset.map(lambda b: ({"encoder_ids": b["encoder_ids"],
                                       "decoder_ids": b["decoder_ids"]}, b["labels"]))
     return stages.finalize(dataset, cfg, split.name, sharded_by_context=input_context is not None,
-                           deterministic=True)
+                           deterministic=True, training=training)

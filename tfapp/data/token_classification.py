@@ -268,14 +268,11 @@ def make_ner_dataset(data: NerData, split: SplitData, preprocess_fn: Any, cfg: D
     """``(features, labels)`` batches of one split's windows, labels int32 ``[batch,
     seq_length]`` with ``IGNORE`` off first pieces: the stream of ``tfapp.data.stream``
     (own files, a seeded resumable order from ``start``), as for the classifier."""
-    start = start or stream.Start()
-    pipelines, index, local_batch = 1, 0, batch_size
+    pipelines, index = 1, 0
     if input_context is not None:
         pipelines, index = input_context.num_input_pipelines, input_context.input_pipeline_id
-        local_batch = input_context.get_per_replica_batch_size(batch_size)
     source = data.source(split)
     part = stream.partition(source, index, pipelines, seed)
-    per_step = batch_size // pipelines
     cut = _cut(preprocess_fn.module, cfg.seq_length)
     store = None
     if store_root(cfg):
@@ -289,27 +286,12 @@ def make_ner_dataset(data: NerData, split: SplitData, preprocess_fn: Any, cfg: D
         def examples(file, j):
             return sentences(file, j).map(cut, num_parallel_calls=tf.data.AUTOTUNE,
                                           deterministic=True).unbatch()
-    if training:
-        steps = stream.steps_per_pass(source, pipelines, per_step, seed)
-        if steps < 1:
-            raise DataError(
-                f"the {split.name} split has {source.size} window(s)"
-                + (f" ({part.size} in input pipeline {index} of {pipelines})"
-                   if pipelines > 1 else "")
-                + f", fewer than one batch of {per_step}; training drops incomplete batches, "
-                "so lower data.batch_size or add data")
-        dataset = stream.training_stream(
-            source, part, examples, seed=seed, block=cfg.shuffle_buffer,
-            examples_per_pass=steps * per_step, start=start,
-            read_to_end=store is not None and store.done() < len(source.files))
-        dataset = dataset.batch(local_batch, drop_remainder=True)
-        first = (start.epoch * steps * per_step + start.consumed) // local_batch
-        dataset = stages.log_ids(dataset, first_batch=first, pipeline=index)
-    else:
-        dataset = stream.eval_stream(source, part, examples).batch(local_batch)
+    dataset = stream.batches(source, examples, cfg, training=training, seed=seed,
+                             batch_size=batch_size, input_context=input_context, start=start,
+                             store=store, what="window")
     dataset = dataset.map(lambda b: ({k: b[k] for k in FEATURE_KEYS}, b["labels"]))
     return stages.finalize(dataset, cfg, split.name, sharded_by_context=input_context is not None,
-                           deterministic=True)
+                           deterministic=True, training=training)
 
 
 def _eval_windows(data: NerData, split: SplitData, preprocess_fn: Any, seq_length: int,

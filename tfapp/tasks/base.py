@@ -76,6 +76,23 @@ class Task(abc.ABC):
         self.layout = ctx.layout  # this process's run directory (a scratch copy off-chief)
 
     @classmethod
+    def input_files(cls, cfg: ExperimentConfig) -> dict[str, str]:
+        """split -> the files (a data spec) the task reads for it, ``demo`` resolved and
+        empty splits left out: what ``python -m tfapp.prepare`` prepares."""
+        d = cfg.data
+        files = {"train": d.train_files, "validation": d.validation_files,
+                 "test": d.test_files}
+        return {k: v for k, v in files.items() if v}
+
+    @classmethod
+    def row_spec(cls, cfg: ExperimentConfig) -> Any:
+        """What a row of the task's files is and how it is read (a
+        ``tfapp.data.prepare.RowSpec``)."""
+        from tfapp.data.prepare import RowSpec
+
+        return RowSpec.from_config("labelled", cfg.data)
+
+    @classmethod
     def recompiles_under_xla(cls, cfg: ExperimentConfig) -> bool:
         """Whether this task's train step recompiles every step under XLA (so ``auto``
         leaves XLA off on GPUs for it; see ``Runtime.default_jit_compile``)."""

@@ -16,6 +16,7 @@ from tfapp.data.classification import (
     load_classification_splits,
     make_classification_dataset,
     raw_batches,
+    resolve_demo,
 )
 from tfapp.data.pipeline import distribute
 from tfapp.data.stream import start_at, steps_per_pass
@@ -64,6 +65,11 @@ class ClassifierTask(Task):
     """Fine-tunes ``model.hub_handle`` (or a baseline) on ``data`` and exports a serving model."""
 
     default_monitor = "val_accuracy"
+
+    @classmethod
+    def input_files(cls, cfg) -> dict[str, str]:
+        files = dict(zip(("train", "validation", "test"), resolve_demo(cfg.data), strict=True))
+        return {k: v for k, v in files.items() if v}
 
     @classmethod
     def recompiles_under_xla(cls, cfg) -> bool:

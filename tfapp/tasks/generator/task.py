@@ -226,6 +226,15 @@ class GeneratorInputs(Inputs):
 class GeneratorTask(Task):
     """Seq2seq text generation (``task: generator``, ``model.kind: seq2seq``)."""
 
+    @classmethod
+    def input_files(cls, cfg) -> dict[str, str]:
+        train, validation = text_lines.resolve_demo(cfg.data)
+        return {k: v for k, v in (("train", train), ("validation", validation)) if v}
+
+    @classmethod
+    def row_spec(cls, cfg):
+        return text_lines.generator_rows(cfg.data)
+
     def build_inputs(self) -> GeneratorInputs:
         d, rt, seed = self.cfg.data, self.runtime, self.cfg.runtime.seed
         global_batch = rt.global_batch_size(d.batch_size)

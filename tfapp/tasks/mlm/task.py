@@ -73,6 +73,20 @@ class MaskedLMTask(Task):
 
     default_monitor = "val_mlm_loss"  # no validation split: the training mlm_loss
 
+    @classmethod
+    def input_files(cls, cfg) -> dict[str, str]:
+        from tfapp.demo import DEMO_DIR
+
+        d = cfg.data
+        return {"train": str(DEMO_DIR / "reviews_unlabelled.txt") if d.train_files == "demo"
+                else d.train_files}
+
+    @classmethod
+    def row_spec(cls, cfg):
+        from tfapp.data.prepare import RowSpec
+
+        return RowSpec.from_config("texts", cfg.data)
+
     @property
     def output(self) -> Path:
         return Path(self.cfg.mlm.output) if self.cfg.mlm.output else self.layout.export
@@ -82,9 +96,7 @@ class MaskedLMTask(Task):
         from tfapp.data.bert_preprocess import make_bert_preprocess_fn, read_bert_vocab
         from tfapp.data.masking import MlmMasker, default_max_predictions
         from tfapp.data.pipeline import distribute
-        from tfapp.data.prepare import RowSpec
         from tfapp.data.splits import prepared_splits
-        from tfapp.demo import DEMO_DIR
         from tfapp.hub.export import check_out_dir
         from tfapp.models.bert import BertConfig
 
@@ -107,11 +119,9 @@ class MaskedLMTask(Task):
             raise ConfigError(f"mlm.max_predictions {max_predictions} exceeds data.seq_length "
                               f"{seq_length}; lower it")
         # "demo": the shipped unlabelled reviews (docs/hub.md's masked-LM corpus).
-        spec = str(DEMO_DIR / "reviews_unlabelled.txt") if d.train_files == "demo" \
-            else d.train_files
         whole = dataclasses.replace(d, validation_split=0.0, test_split=0.0)  # no held-out
-        corpus = prepared_splits(spec, "", "", RowSpec.from_config("texts", d), whole,
-                                 seed=cfg.runtime.seed, unit="texts").train
+        corpus = prepared_splits(self.input_files(cfg)["train"], "", "", self.row_spec(cfg),
+                                 whole, seed=cfg.runtime.seed, unit="texts").train
         if not corpus.rows:
             raise ConfigError(f"data.train_files: the corpus '{d.train_files}' holds no text")
         vocab, _ = read_bert_vocab(root / meta.get("vocab_file", "vocab.txt"))

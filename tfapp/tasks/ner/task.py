@@ -102,6 +102,24 @@ class NerTask(Task):
     default_monitor = "val_entity_f1"
 
     @classmethod
+    def input_files(cls, cfg) -> dict[str, str]:
+        from tfapp.data.tagged import demo_ner_file
+
+        d = cfg.data
+        files = {"train": d.train_files, "validation": d.validation_files,
+                 "test": d.test_files}
+        if d.train_files.strip() == "demo":
+            files = {k: v or demo_ner_file(k) for k, v in files.items()}
+            files["train"] = demo_ner_file("train")
+        return {k: v for k, v in files.items() if v}
+
+    @classmethod
+    def row_spec(cls, cfg):
+        from tfapp.data.prepare import RowSpec
+
+        return RowSpec.from_config("tagged", cfg.data)
+
+    @classmethod
     def recompiles_under_xla(cls, cfg) -> bool:
         return True  # a restored TF-Hub encoder recompiles every step (docs/hub.md)
 
