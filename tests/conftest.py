@@ -80,3 +80,26 @@ def run_two_workers(script: str, args: list[str], out_dir: Path, timeout: int) -
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+def prepared_rows(paths, spec, tmp_path, mode: str = "fail") -> list[dict]:
+    """The rows tfapp prepares from ``paths`` read as ``spec`` (a ``RowSpec``): each row's
+    features as Python values (strings decoded, lists kept), in file order."""
+    import uuid
+
+    from tfapp.data.prepare import prepare
+
+    import tensorflow as tf
+
+    out = tmp_path / f"prepared-{uuid.uuid4().hex[:8]}"
+    manifest = prepare([str(p) for p in paths], str(out), spec, mode=mode)
+    names = spec.features()
+    lists = {"labels", "words", "tags"}
+    features = {n: (tf.io.RaggedFeature(tf.string) if n in lists
+                    else tf.io.FixedLenFeature([], tf.string)) for n in names}
+    rows = []
+    for record in tf.data.TFRecordDataset(manifest.files()).as_numpy_iterator():
+        parsed = tf.io.parse_single_example(record, features)
+        rows.append({n: ([v.decode() for v in parsed[n].numpy()] if n in lists
+                         else parsed[n].numpy().decode()) for n in names})
+    return rows

@@ -62,16 +62,23 @@ def test_multilabel_weights_the_positive_terms_by_hand():
 
 def test_balanced_weights_and_mappings():
     labels = np.array([0, 0, 0, 1, 2, 2])
-    balanced = class_weights_for("balanced", labels, ["a", "b", "c"], False)
+    counts = np.bincount(labels)  # what the manifest holds: rows per label
+    balanced = class_weights_for("balanced", counts, 6, ["a", "b", "c"], False)
     np.testing.assert_allclose(balanced, [6 / 9, 6 / 3, 6 / 6])  # n / (classes x count)
+    from sklearn.utils.class_weight import compute_class_weight
+
+    np.testing.assert_allclose(balanced, compute_class_weight(  # scikit-learn's own rule
+        "balanced", classes=np.arange(3), y=labels))
     multi = np.array([[1, 0], [1, 1], [1, 0], [0, 0]])
-    np.testing.assert_allclose(class_weights_for("balanced", multi, ["x", "y"], True),
+    np.testing.assert_allclose(class_weights_for("balanced", multi.sum(0), 4, ["x", "y"], True),
                                [1 / 3, 3 / 1])  # negatives / positives per label
-    np.testing.assert_allclose(class_weights_for({"c": 5.0}, labels, ["a", "b", "c"], False),
+    np.testing.assert_allclose(class_weights_for({"c": 5.0}, counts, 6, ["a", "b", "c"], False),
                                [1, 1, 5])
-    assert class_weights_for("none", labels, ["a", "b", "c"], False) is None
+    assert class_weights_for("none", counts, 6, ["a", "b", "c"], False) is None
     with pytest.raises(ConfigError, match="label.s. d that the training data does not have"):
-        class_weights_for({"d": 2.0}, labels, ["a", "b", "c"], False)
+        class_weights_for({"d": 2.0}, counts, 6, ["a", "b", "c"], False)
+    with pytest.raises(ConfigError, match="label.s. c have no training rows"):
+        class_weights_for("balanced", np.array([3, 3, 0]), 6, ["a", "b", "c"], False)
 
 
 def test_config_accepts_names_and_mappings_and_refuses_the_rest():

@@ -1,9 +1,9 @@
-"""The classification tf.data pipeline: exact shapes, snapshot reuse, cache, sharding."""
+"""The classification tf.data pipeline over prepared shards: exact shapes, passes,
+snapshot and cache written as the first pass reads, sharding by file or element."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import textwrap
 
@@ -14,7 +14,6 @@ from tfapp.data.bert_preprocess import make_bert_preprocess_fn
 from tfapp.data.classification import load_classification_splits, make_classification_dataset
 from tfapp.data.errors import DataError
 from tfapp.data.pipeline import distribute
-from tfapp.data.sources import ExampleSet
 from tfapp.data.vocab import write_vocab
 
 import numpy as np
@@ -31,7 +30,7 @@ SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 def vocab_file(tmp_path_factory):
     # Word wI has id 5 + I, so every example's identity can be read off its ids.
     path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
-    return str(write_vocab(SPECIAL + [f"w{i}" for i in range(200)], path))
+    return str(write_vocab(SPECIAL + [f"w{i}" for i in range(400)], path))
 
 
 @pytest.fixture(scope="module")
@@ -39,17 +38,31 @@ def pre(vocab_file):
     return make_bert_preprocess_fn(vocab_file=vocab_file, seq_length=SEQ)
 
 
-def examples(n: int = N, pairs: bool = False, multi: bool = False) -> ExampleSet:
-    labels = (np.eye(3, dtype=np.float32)[np.arange(n) % 3] if multi
-              else (np.arange(n) % 3).astype(np.int32))
-    return ExampleSet([f"w{i} w{i + 1}" for i in range(n)],
-                      [f"w{i + 2}" for i in range(n)] if pairs else None, labels, "train")
-
-
 def data_cfg(**kw) -> DataConfig:
     kw.setdefault("seq_length", SEQ)
     kw.setdefault("shuffle_buffer", 100)
+    kw.setdefault("validation_split", 0.0)
     return dataclasses.replace(DataConfig(), **kw)
+
+
+def write_examples(folder, n: int = N, pairs: bool = False, multi: bool = False,
+                   files: int = 1) -> str:
+    """n rows "wI wI+1" (label I % 3) in ``files`` CSV files; returns the glob."""
+    os.makedirs(folder, exist_ok=True)
+    for f in range(files):
+        rows = ["text,pair,label"]
+        for i in range(f, n, files):
+            label = "|".join(sorted({str(i % 3), "9"})) if multi and i % 2 else str(i % 3)
+            rows.append(f"w{i} w{i + 1},w{i + 2},{label}")
+        (folder / f"part{f}.csv").write_text("\n".join(rows) + "\n")
+    return str(folder / "part*.csv")
+
+
+def splits_of(folder, **kw):
+    cfg = data_cfg(train_files=write_examples(folder, **{k: kw.pop(k) for k in
+                                                          ("n", "pairs", "multi", "files")
+                                                          if k in kw}), **kw)
+    return load_classification_splits(cfg, 0), cfg
 
 
 class CountingPreprocess:
@@ -58,6 +71,7 @@ class CountingPreprocess:
     def __init__(self, inner):
         self.inner = inner
         self.fingerprint = self.inner.fingerprint
+        self.vocab_size = inner.vocab_size
         self.calls = 0
 
     def _count(self, texts):
@@ -70,137 +84,138 @@ class CountingPreprocess:
         return self.inner(text, text_pair)
 
 
-def ids_of(dataset) -> list[int]:
+def ids_of(batches) -> list[int]:
     """Example index of every row (first word id - 5), in order."""
-    return [int(r) - 5 for x, _ in dataset.as_numpy_iterator() for r in x["input_word_ids"][:, 1]]
+    return [int(r) - 5 for x, _ in batches for r in x["input_word_ids"][:, 1]]
+
+
+def take(dataset, n: int) -> list:
+    return list(dataset.take(n).as_numpy_iterator())
 
 
 @pytest.mark.parametrize("stored", [False, True])
 def test_training_batches_have_exact_static_shapes(pre, tmp_path, stored):
-    # Stored (snapshot) training batches are cut from shuffled blocks by a reshape: the
-    # same shapes, the same dropped remainder, every kept example once.
-    cfg = data_cfg(snapshot=str(tmp_path / "snap") if stored else "")
-    ds = make_classification_dataset(examples(pairs=True), pre, cfg, batch_size=16,
+    splits, cfg = splits_of(tmp_path / "d", pairs=True, text_pair_column="pair",
+                            snapshot=str(tmp_path / "snap") if stored else "")
+    ds = make_classification_dataset(splits, splits.train, pre, cfg, batch_size=16,
                                      training=True, seed=0)
     spec = ds.element_spec
     for key in ("input_word_ids", "input_mask", "input_type_ids"):
         assert spec[0][key] == tf.TensorSpec([16, SEQ], tf.int32)
     assert spec[1] == tf.TensorSpec([16], tf.int32)
-    batches = list(ds.as_numpy_iterator())
-    assert len(batches) == 3  # 50 // 16, remainder dropped
-    seen = [int(r) - 5 for x, _ in batches for r in x["input_word_ids"][:, 1]]
-    assert len(set(seen)) == 48 and set(seen) <= set(range(50))
-    x, y = batches[0]
+    first_pass = take(ds, 3)  # 50 // 16 batches a pass, the remainder dropped
+    seen = ids_of(first_pass)
+    assert len(set(seen)) == 48 and set(seen) <= set(range(N))
+    x, y = first_pass[0]
     i = int(x["input_word_ids"][0, 1]) - 5
     np.testing.assert_array_equal(x["input_word_ids"][0], [2, 5 + i, 6 + i, 3, 7 + i, 3, 0, 0])
     np.testing.assert_array_equal(x["input_type_ids"][0], [0, 0, 0, 0, 1, 1, 0, 0])
     np.testing.assert_array_equal(x["input_mask"][0], [1, 1, 1, 1, 1, 1, 0, 0])
-    assert y[0] == i % 3
+    assert y[0] == splits.label_names.index(str(i % 3))
 
 
-def test_eval_keeps_order_and_remainder_and_multi_label(pre):
-    ds = make_classification_dataset(examples(multi=True), pre, data_cfg(), batch_size=16,
+def test_eval_keeps_order_and_remainder_and_multi_label(pre, tmp_path):
+    splits, cfg = splits_of(tmp_path / "d", multi=True, multi_label=True)
+    ds = make_classification_dataset(splits, splits.train, pre, cfg, batch_size=16,
                                      training=False, seed=0)
-    assert ds.element_spec[1].shape.as_list() == [None, 3]
+    assert ds.element_spec[1].shape.as_list() == [None, 4]
     assert ds.element_spec[1].dtype == tf.float32
-    sizes = [len(y) for _, y in ds.as_numpy_iterator()]
-    assert sizes == [16, 16, 16, 2]
-    assert ids_of(ds) == list(range(N))
+    batches = list(ds.as_numpy_iterator())
+    assert [len(y) for _, y in batches] == [16, 16, 16, 2]
+    assert ids_of(batches) == list(range(N))
+    labels = np.concatenate([y for _, y in batches])
+    assert labels[1].tolist() == [0, 1, 0, 1]  # row 1: labels "1" and "9"
 
 
-def test_shuffle_is_seeded_and_reshuffles_each_epoch(pre):
+def test_passes_are_seeded_and_reshuffled(pre, tmp_path):
+    splits, cfg = splits_of(tmp_path / "d", shuffle_buffer=20)
     make = lambda seed: make_classification_dataset(  # noqa: E731
-        examples(), pre, data_cfg(), batch_size=10, training=True, seed=seed)
-    a, b = make(1), make(1)
-    first, second = ids_of(a), ids_of(a)
-    assert first == ids_of(b)  # same seed, same order
-    assert first != second  # a new order each epoch
-    assert sorted(first) == list(range(N)) and ids_of(make(2)) != first
+        splits, splits.train, pre, cfg, batch_size=10, training=True, seed=seed)
+    a, b = ids_of(take(make(1), 10)), ids_of(take(make(1), 10))
+    assert a == b  # same seed, same order
+    assert a[:50] != a[50:] and sorted(a[:50]) == sorted(a[50:]) == list(range(N))
+    assert ids_of(take(make(2), 5)) != a[:50]
 
 
-def test_split_smaller_than_a_batch_is_a_clear_error(pre):
+def test_split_smaller_than_a_batch_is_a_clear_error(pre, tmp_path):
+    splits, cfg = splits_of(tmp_path / "d")
     with pytest.raises(DataError, match="fewer than one batch of 64; .*lower data.batch_size"):
-        make_classification_dataset(examples(), pre, data_cfg(), batch_size=64, training=True,
-                                    seed=0)
+        make_classification_dataset(splits, splits.train, pre, cfg, batch_size=64,
+                                    training=True, seed=0)
     # Evaluation keeps partial batches, so the same size is fine there.
-    make_classification_dataset(examples(), pre, data_cfg(), batch_size=64, training=False,
+    make_classification_dataset(splits, splits.train, pre, cfg, batch_size=64, training=False,
                                 seed=0)
 
 
-def test_snapshot_is_written_once_then_read_not_recomputed(pre, vocab_file, tmp_path):
-    cfg = data_cfg(snapshot=str(tmp_path / "snap"))
-    pre1 = CountingPreprocess(pre)
-    ds1 = make_classification_dataset(examples(), pre1, cfg, batch_size=10, training=True,
-                                      seed=0)
-    assert pre1.calls == N  # the first pass wrote the snapshot
-    (snap,) = os.listdir(tmp_path / "snap")
-    assert snap.startswith("train-")
-    meta = json.loads((tmp_path / "snap" / snap / "tfapp_snapshot.json").read_text())
-    assert meta["examples"] == N and meta["seq_length"] == SEQ
-    epoch = ids_of(ds1)
-    assert sorted(epoch) == list(range(N)) and pre1.calls == N  # training reads the snapshot
-    assert [len(y) for _, y in ds1.as_numpy_iterator()] == [10] * 5
-
-    # A new pipeline (as in a new run) over the same data reuses it: zero preprocessing.
-    pre2 = CountingPreprocess(pre)
-    ds2 = make_classification_dataset(examples(), pre2, cfg, batch_size=10, training=True,
-                                      seed=0)
-    again = ids_of(ds2)
-    assert sorted(again) == list(range(N)) and pre2.calls == 0
-    assert again == epoch  # same seed: the same shuffled order as the first run
-    assert ids_of(ds2) != epoch  # and a new order next epoch
-
-    # Evaluation snapshots keep the rows in order and hold exactly the cold values.
-    ev = make_classification_dataset(examples(), CountingPreprocess(pre), cfg, batch_size=10,
-                                     training=False, seed=0)
-    plain = make_classification_dataset(examples(), pre, data_cfg(), batch_size=10,
+def test_snapshot_is_written_as_the_first_pass_reads_then_replayed(pre, vocab_file, tmp_path):
+    splits, cfg = splits_of(tmp_path / "d", snapshot=str(tmp_path / "snap"))
+    counting = CountingPreprocess(pre)
+    ds = make_classification_dataset(splits, splits.train, counting, cfg, batch_size=10,
+                                     training=True, seed=0)
+    first = ids_of(take(ds, 6))  # a pass and a batch of the next
+    assert counting.calls == N  # tokenised once, as the first pass read the file
+    (store,) = os.listdir(tmp_path / "snap")
+    assert store.startswith("train-") and (tmp_path / "snap" / store / "00000.done").exists()
+    # A new pipeline (as in a new run) over the same data replays it: no tokenising.
+    again = CountingPreprocess(pre)
+    ds2 = make_classification_dataset(splits, splits.train, again, cfg, batch_size=10,
+                                      training=True, seed=0)
+    assert ids_of(take(ds2, 6)) == first and again.calls == 0
+    # An evaluation store holds exactly the cold values, rows in order.
+    stored = make_classification_dataset(splits, splits.train, CountingPreprocess(pre), cfg,
+                                         batch_size=10, training=False, seed=0)
+    list(stored.as_numpy_iterator())
+    plain = make_classification_dataset(splits, splits.train, pre, data_cfg(), batch_size=10,
                                         training=False, seed=0)
-    for (xa, ya), (xb, yb) in zip(ev.as_numpy_iterator(), plain.as_numpy_iterator(),
+    for (xa, ya), (xb, yb) in zip(stored.as_numpy_iterator(), plain.as_numpy_iterator(),
                                   strict=True):
         for key in xa:
             np.testing.assert_array_equal(xa[key], xb[key])
         np.testing.assert_array_equal(ya, yb)
-
-    # A change in the pipeline (seq_length, or the data) builds a new snapshot.
-    pre3 = CountingPreprocess(make_bert_preprocess_fn(vocab_file=vocab_file,
-                                                      seq_length=SEQ + 4))
-    make_classification_dataset(examples(), pre3, dataclasses.replace(cfg, seq_length=SEQ + 4),
-                                batch_size=10, training=True, seed=0)
-    pre4 = CountingPreprocess(pre)
-    make_classification_dataset(examples(N - 1), pre4, cfg, batch_size=10, training=True,
-                                seed=0)
-    assert (pre3.calls, pre4.calls) == (N, N - 1)
-    assert len(os.listdir(tmp_path / "snap")) == 4  # train, eval, seq_length+4, N-1
+    # Another seq_length is another store.
+    longer = CountingPreprocess(make_bert_preprocess_fn(vocab_file=vocab_file,
+                                                        seq_length=SEQ + 4))
+    take(make_classification_dataset(splits, splits.train, longer,
+                                     dataclasses.replace(cfg, seq_length=SEQ + 4),
+                                     batch_size=10, training=True, seed=0), 1)
+    assert longer.calls == N
+    assert len(os.listdir(tmp_path / "snap")) == 2
 
 
-def test_memory_and_file_cache_preprocess_once(pre, tmp_path):
-    for cache in ("memory", str(tmp_path / "cache" / "c")):
-        counting = CountingPreprocess(pre)
-        ds = make_classification_dataset(examples(), counting, data_cfg(cache=cache),
-                                         batch_size=10, training=True, seed=0)
-        one, two = ids_of(ds), ids_of(ds)
-        assert counting.calls == N and sorted(one) == sorted(two) == list(range(N))
-    assert any(f.startswith("c-train-") for f in os.listdir(tmp_path / "cache"))
+@pytest.mark.parametrize("cache", ["memory", "file"])
+def test_memory_and_file_cache_tokenise_once(pre, tmp_path, cache):
+    where = "memory" if cache == "memory" else str(tmp_path / "cache" / "c")
+    splits, cfg = splits_of(tmp_path / "d", cache=where)
+    counting = CountingPreprocess(pre)
+    ds = make_classification_dataset(splits, splits.train, counting, cfg, batch_size=10,
+                                     training=True, seed=0)
+    seen = ids_of(take(ds, 15))
+    assert counting.calls == N and sorted(seen[:50]) == sorted(seen[50:100]) == list(range(N))
+    if cache == "file":
+        assert any(f.startswith("c-train-") or f.startswith("train-")
+                   for f in os.listdir(tmp_path / "cache" / "c"))
 
 
-@pytest.mark.parametrize("stored", [False, True])
-def test_input_context_shards_are_disjoint_and_cover_the_data(pre, tmp_path, stored):
-    cfg = data_cfg(snapshot=str(tmp_path / "s") if stored else "")
-    shards = []
+@pytest.mark.parametrize("files", [1, 4])
+def test_input_pipelines_read_disjoint_parts_covering_the_data(pre, tmp_path, files):
+    # One file: element sharding; four files: each pipeline reads its own files.
+    splits, cfg = splits_of(tmp_path / "d", files=files)
+    parts = []
     for pipeline_id in range(3):
         ctx = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=pipeline_id,
                                          num_replicas_in_sync=6)
-        ds = make_classification_dataset(examples(), pre, cfg, batch_size=12, training=False,
-                                         seed=0, input_context=ctx)
-        assert [len(y) for _, y in ds.as_numpy_iterator()][0] == 2  # 12 global / 6 replicas
-        shards.append(set(ids_of(ds)))
-    assert not shards[0] & shards[1] and not shards[1] & shards[2] and not shards[0] & shards[2]
-    assert set().union(*shards) == set(range(N))
+        ds = make_classification_dataset(splits, splits.train, pre, cfg, batch_size=12,
+                                         training=False, seed=0, input_context=ctx)
+        batches = list(ds.as_numpy_iterator())
+        assert len(batches[0][1]) == 2  # 12 global / 6 replicas
+        parts.append(set(ids_of(batches)))
+    assert sum(map(len, parts)) == N and set().union(*parts) == set(range(N))
     ctx = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=2,
                                      num_replicas_in_sync=3)
-    with pytest.raises(DataError, match=r"16 in input shard 2 of 3\), fewer than one batch of 20"):
-        make_classification_dataset(examples(), pre, cfg, batch_size=60, training=True, seed=0,
-                                    input_context=ctx)
+    with pytest.raises(DataError, match=r"in input pipeline \d of 3\), fewer than one batch "
+                                        r"of 20"):
+        make_classification_dataset(splits, splits.train, pre, cfg, batch_size=60,
+                                    training=True, seed=0, input_context=ctx)
 
 
 @pytest.mark.parametrize("parallel", [False, True])
@@ -230,10 +245,12 @@ def test_host_map_gives_what_map_gives_and_marks_its_function(parallel):
     assert marked, "host_map fell back to Dataset.map"
 
 
-def test_distribute_with_the_default_strategy(pre):
+def test_distribute_with_the_default_strategy(pre, tmp_path):
+    splits, cfg = splits_of(tmp_path / "d")
     strategy = tf.distribute.get_strategy()
     dist = distribute(strategy, lambda ctx: make_classification_dataset(
-        examples(), pre, data_cfg(), batch_size=10, training=True, seed=0, input_context=ctx))
+        splits, splits.train, pre, cfg, batch_size=10, training=False, seed=0,
+        input_context=ctx))
     shapes = [x["input_word_ids"].shape.as_list() for x, _ in dist]
     assert shapes == [[10, SEQ]] * 5
 
@@ -242,7 +259,7 @@ def test_load_and_feed_the_demo_end_to_end(vocab_file, tmp_path):
     splits = load_classification_splits(DataConfig(), seed=42,
                                          label_vocab_path=tmp_path / "labels.json")
     pre = make_bert_preprocess_fn(vocab_file=vocab_file, seq_length=16)
-    ds = make_classification_dataset(splits.validation, pre, data_cfg(seq_length=16),
+    ds = make_classification_dataset(splits, splits.validation, pre, data_cfg(seq_length=16),
                                      batch_size=32, training=False, seed=0)
     assert sum(len(y) for _, y in ds.as_numpy_iterator()) == 300
     assert splits.label_names == ["negative", "positive"]
@@ -251,6 +268,7 @@ def test_load_and_feed_the_demo_end_to_end(vocab_file, tmp_path):
 @pytest.mark.slow
 def test_mirrored_replicas_each_get_a_per_replica_batch(vocab_file, tmp_path):
     """Two logical CPUs under MirroredStrategy (a subprocess: devices are fixed at start)."""
+    data = write_examples(tmp_path / "d", n=40)
     script = tmp_path / "mirrored.py"
     script.write_text(textwrap.dedent(f"""
         import dataclasses
@@ -261,18 +279,21 @@ def test_mirrored_replicas_each_get_a_per_replica_batch(vocab_file, tmp_path):
             cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
         from tfapp.config import DataConfig
         from tfapp.data.bert_preprocess import make_bert_preprocess_fn
-        from tfapp.data.classification import make_classification_dataset
+        from tfapp.data.classification import (load_classification_splits,
+                                               make_classification_dataset)
         from tfapp.data.pipeline import distribute
-        from tfapp.data.sources import ExampleSet
-        import numpy as np
         strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         pre = make_bert_preprocess_fn(vocab_file={vocab_file!r}, seq_length=8)
-        ex = ExampleSet([f"w{{i}}" for i in range(40)], None, np.zeros(40, np.int32))
-        cfg = dataclasses.replace(DataConfig(), seq_length=8)
+        cfg = dataclasses.replace(DataConfig(), seq_length=8, train_files={data!r},
+                                  validation_split=0.0)
+        splits = load_classification_splits(cfg, 0)
         dist = distribute(strategy, lambda ctx: make_classification_dataset(
-            ex, pre, cfg, batch_size=8, training=True, seed=0, input_context=ctx))
+            splits, splits.train, pre, cfg, batch_size=8, training=True, seed=0,
+            input_context=ctx))
         seen = []
-        for x, y in dist:
+        for step, (x, y) in enumerate(dist):
+            if step == 5:  # one pass: 40 examples, 8 per step
+                break
             for part in strategy.experimental_local_results(x["input_word_ids"]):
                 assert part.shape == (4, 8), part.shape
                 seen += [int(v) - 5 for v in part[:, 1]]
@@ -282,24 +303,3 @@ def test_mirrored_replicas_each_get_a_per_replica_batch(vocab_file, tmp_path):
     result = run_python([str(script)], timeout=240)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "OK 40" in result.stdout
-
-
-def test_a_snapshot_left_unmarked_by_a_kill_is_replaced_then_reused(tmp_path, caplog):
-    """A writer killed after its blocks were in place but before they were marked complete
-    left a directory that every later run rewrote and discarded; now the marker goes in
-    before the directory appears, and an unmarked one is replaced once."""
-    from tfapp.data.pipeline import snapshot_dir, write_snapshot
-
-    blocks = tf.data.Dataset.from_tensor_slices(np.arange(12, dtype=np.int32).reshape(3, 4))
-    path = snapshot_dir(str(tmp_path), "train", "k1")
-    os.makedirs(path)
-    (tmp_path / os.path.basename(path) / "000000.raw").write_bytes(b"half")  # the old kill
-    with caplog.at_level("INFO", logger="tfapp.data"):
-        written = write_snapshot(blocks, str(tmp_path), "train", "k1")
-        again = write_snapshot(blocks, str(tmp_path), "train", "k1")
-    said = [r.getMessage().split(" snapshot")[0] for r in caplog.records]
-    assert said == ["data: writing train", "data: reading train"]
-    assert written.blocks == again.blocks == 3
-    got = np.concatenate([np.ravel(b.numpy()) for b in again.dataset()])
-    np.testing.assert_array_equal(got, np.arange(12))  # the blocks, not the kill's bytes
-    assert sorted(p.name for p in tmp_path.iterdir()) == [os.path.basename(path)]  # no tmp

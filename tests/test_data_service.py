@@ -14,12 +14,10 @@ from collections import Counter
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import ConfigError, DataConfig, DataServiceConfig
 from tfapp.data.bert_preprocess import make_bert_preprocess_fn
-from tfapp.data.classification import make_classification_dataset
-from tfapp.data.sources import ExampleSet
+from tfapp.data.classification import load_classification_splits, make_classification_dataset
 from tfapp.data.vocab import write_vocab
 from tfapp.data_service import LocalDataService
 
-import numpy as np
 import pytest
 from conftest import REPO, subprocess_env
 
@@ -41,9 +39,24 @@ def preprocess(tmp_path_factory):
     return make_bert_preprocess_fn(vocab_file=str(path), seq_length=8)
 
 
-def _examples() -> ExampleSet:
-    return ExampleSet([f"w{i}" for i in range(N)], None,
-                      np.arange(N, dtype=np.int32) % 2, "train")
+@pytest.fixture(scope="module")
+def splits(tmp_path_factory):
+    """N rows "wI" (label I % 2) in four CSV files, prepared."""
+    folder = tmp_path_factory.mktemp("svc-data")
+    for f in range(4):
+        (folder / f"part{f}.csv").write_text("text,label\n" + "".join(
+            f"w{i},{i % 2}\n" for i in range(f, N, 4)))
+    cfg = dataclasses.replace(DataConfig(), train_files=str(folder / "part*.csv"),
+                              validation_split=0.0)
+    return load_classification_splits(cfg, 0)
+
+
+def _dataset(splits, preprocess, address: str, mode: str, **kw):
+    data_cfg = dataclasses.replace(DataConfig(), seq_length=8, service=DataServiceConfig(
+        address=address, processing_mode=mode))
+    kw.setdefault("training", False)
+    kw.setdefault("batch_size", 4)
+    return make_classification_dataset(splits, splits.train, preprocess, data_cfg, seed=0, **kw)
 
 
 def _ids(dataset) -> list[int]:
@@ -51,11 +64,10 @@ def _ids(dataset) -> list[int]:
             for row in features["input_word_ids"]]
 
 
-def test_distributed_epoch_delivers_every_example_exactly_once(service, preprocess):
-    data_cfg = dataclasses.replace(DataConfig(), seq_length=8, service=DataServiceConfig(
-        address=service.address, processing_mode="distributed_epoch"))
-    dataset = make_classification_dataset(_examples(), preprocess, data_cfg, batch_size=4,
-                                          training=False, seed=0)
+@pytest.mark.parametrize("mode", ["distributed_epoch", "file"])
+def test_distributed_epoch_delivers_every_example_exactly_once(service, preprocess, splits,
+                                                               mode):
+    dataset = _dataset(splits, preprocess, service.address, mode)
     for _epoch in range(2):
         counts = Counter(_ids(dataset))
         assert sorted(counts) == list(range(N))
@@ -82,11 +94,8 @@ def test_both_workers_serve_a_distributed_epoch(service):
     assert len(counts) == 2 and min(counts) > 0 and sum(counts) == N, counts
 
 
-def test_parallel_epochs_gives_each_worker_a_full_epoch(service, preprocess):
-    data_cfg = dataclasses.replace(DataConfig(), seq_length=8, service=DataServiceConfig(
-        address=service.address, processing_mode="parallel_epochs"))
-    dataset = make_classification_dataset(_examples(), preprocess, data_cfg, batch_size=4,
-                                          training=False, seed=0)
+def test_parallel_epochs_gives_each_worker_a_full_epoch(service, preprocess, splits):
+    dataset = _dataset(splits, preprocess, service.address, "parallel_epochs")
     counts = Counter(_ids(dataset))
     assert sorted(counts) == list(range(N)) and set(counts.values()) == {2}
 
@@ -118,7 +127,7 @@ def test_no_server_starts_without_the_listen_all_acknowledgement(preprocess):
     assert "add --listen-all" in line
 
 
-def test_data_service_command_serves_until_sigterm(preprocess):
+def test_data_service_command_serves_until_sigterm(preprocess, splits):
     proc = subprocess.Popen(
         [sys.executable, "-m", "tfapp.data_service", "--workers", "2", "--port", "0",
          "--listen-all"],
@@ -133,15 +142,14 @@ def test_data_service_command_serves_until_sigterm(preprocess):
         address = line.split("dispatcher ")[1].split(",")[0]
         assert address.startswith("grpc://127.0.0.1:")
         port = address.rsplit(":", 1)[1]
-        assert proc.stdout.readline() == ("listening on all interfaces, unauthenticated: "
-                                          f"dispatcher port {port}, workers on free ports\n")
-        data_cfg = dataclasses.replace(DataConfig(), seq_length=8, service=DataServiceConfig(
-            address=address, processing_mode="distributed_epoch"))
-        dataset = make_classification_dataset(_examples(), preprocess, data_cfg,
-                                              batch_size=8, training=True, seed=3)
-        got = _ids(dataset)
+        assert proc.stdout.readline().startswith(
+            f"listening on all interfaces, unauthenticated: dispatcher port {port}, workers "
+            "on ports ")
+        dataset = _dataset(splits, preprocess, address, "distributed_epoch", batch_size=8,
+                           training=True)
+        got = _ids(dataset.take(N // 8))  # a training stream repeats: one epoch's worth
         # Training drops incomplete batches; with two workers each may drop its own tail.
-        assert len(got) == len(set(got)) and len(got) >= N - 2 * 8 and len(got) % 8 == 0
+        assert len(got) == len(set(got)) and len(got) >= N - 2 * 8 - 8 and len(got) % 8 == 0
         del dataset  # release the job while the dispatcher is alive (else the client retries)
         gc.collect()
         proc.send_signal(signal.SIGTERM)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import ConfigError, DataConfig
-from tfapp.data.classification import load_classification_splits, resolve_demo
+from tfapp.data.classification import load_classification_splits, raw_batches, resolve_demo
 from tfapp.data.errors import DataError
 
 import numpy as np
@@ -54,6 +54,27 @@ def load(tmp_path, **kw):
     return load_classification_splits(cfg(**kw), seed=1, label_vocab_path=tmp_path / "labels.json")
 
 
+@dataclasses.dataclass
+class Rows:
+    """A split's examples as the input pipeline reads them (texts, pairs, label ids)."""
+
+    texts: list[str]
+    text_pairs: list[str] | None
+    labels: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+def rows(splits, name: str = "train") -> Rows:
+    batches = list(raw_batches(splits, getattr(splits, name)))
+    texts = [t.decode() for b in batches for t in b["text"]]
+    pairs = ([t.decode() for b in batches for t in b["text_pair"]]
+             if batches and "text_pair" in batches[0] else None)
+    labels = np.concatenate([b["label"] for b in batches]) if batches else np.zeros(0)
+    return Rows(texts, pairs, labels)
+
+
 # ------------------------------------------------------------------------------ formats
 @pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl", "text", "tfrecord", "csv.gz"])
 def test_every_format_reads_the_same_examples(tmp_path, fmt):
@@ -74,9 +95,9 @@ def test_every_format_reads_the_same_examples(tmp_path, fmt):
         write_tfrecord(path, ROWS)
     splits = load(tmp_path, train_files=str(path))
     assert splits.label_names == ["neg", "pos"]
-    assert splits.train.texts == [t for t, _ in ROWS]
-    np.testing.assert_array_equal(splits.train.labels, [1, 0, 1, 0, 1, 0])
-    assert splits.train.labels.dtype == np.int32
+    assert rows(splits, "train").texts == [t for t, _ in ROWS]
+    np.testing.assert_array_equal(rows(splits, "train").labels, [1, 0, 1, 0, 1, 0])
+    assert rows(splits, "train").labels.dtype == np.int32
     assert json.loads((tmp_path / "labels.json").read_text())["labels"] == ["neg", "pos"]
     assert splits.validation is None and splits.report.count == 0
 
@@ -89,13 +110,13 @@ def test_globs_comma_lists_pairs_and_integer_labels(tmp_path):
               header=("premise", "hypothesis", "y"))
     splits = load(tmp_path, train_files=f"{tmp_path}/d/*.csv", text_column="premise",
                   text_pair_column="hypothesis", label_column="y")
-    assert splits.train.texts == ["q1", "q2", "q3", "q4"]
-    assert splits.train.text_pairs == ["why", "how", "what", "who"]
+    assert rows(splits, "train").texts == ["q1", "q2", "q3", "q4"]
+    assert rows(splits, "train").text_pairs == ["why", "how", "what", "who"]
     assert splits.label_names == ["1", "2", "10"]  # numeric order, not string order
-    np.testing.assert_array_equal(splits.train.labels, [1, 2, 1, 0])
+    np.testing.assert_array_equal(rows(splits, "train").labels, [1, 2, 1, 0])
     tfrec = write_tfrecord(tmp_path / "ints.tfrecord", [("x", 0), ("y", 3)], label_as_int=True)
     both = load(tmp_path / "t2", train_files=f"{tfrec}, {tfrec}")
-    assert both.label_names == ["0", "3"] and len(both.train) == 4
+    assert both.label_names == ["0", "3"] and both.size(both.train) == 4
 
 
 def test_multi_label_gives_multi_hot_rows(tmp_path):
@@ -103,55 +124,61 @@ def test_multi_label_gives_multi_hot_rows(tmp_path):
                                           ("w", "tech | sports")])
     splits = load(tmp_path, train_files=path, multi_label=True)
     assert splits.label_names == ["news", "sports", "tech"] and splits.multi_label
-    np.testing.assert_array_equal(splits.train.labels, [[1, 1, 0], [1, 0, 0], [0, 0, 0],
+    np.testing.assert_array_equal(rows(splits, "train").labels, [[1, 1, 0], [1, 0, 0], [0, 0, 0],
                                                         [0, 1, 1]])
-    assert splits.train.labels.dtype == np.float32
+    assert rows(splits, "train").labels.dtype == np.float32
     jsonl = tmp_path / "m.jsonl"
     jsonl.write_text('{"text": "a", "label": ["b", "c"]}\n{"text": "d", "label": "c"}\n')
     splits = load(tmp_path / "j", train_files=str(jsonl), multi_label=True)
-    np.testing.assert_array_equal(splits.train.labels, [[1, 1], [0, 1]])
+    np.testing.assert_array_equal(rows(splits, "train").labels, [[1, 1], [0, 1]])
 
 
 def test_seeded_validation_split_and_separate_files(tmp_path):
-    rows = [(f"text number {i}", "pos" if i % 3 else "neg") for i in range(50)]
-    path = write_csv(tmp_path / "t.csv", rows)
+    rows_ = [(f"text number {i}", "pos" if i % 3 else "neg") for i in range(2000)]
+    path = write_csv(tmp_path / "t.csv", rows_)
     a = load(tmp_path / "a", train_files=path, validation_split=0.2)
     b = load(tmp_path / "b", train_files=path, validation_split=0.2)
-    assert len(a.train) == 40 and len(a.validation) == 10
-    assert a.validation.texts == b.validation.texts  # same seed, same split
-    assert not set(a.train.texts) & set(a.validation.texts)
+    # Each row goes by a seeded hash of its place: about the fraction, never a row twice.
+    assert a.size(a.train) + a.size(a.validation) == 2000
+    assert 0.17 < a.size(a.validation) / 2000 < 0.23
+    assert rows(a, "validation").texts == rows(b, "validation").texts  # same seed, same split
+    assert not set(rows(a, "train").texts) & set(rows(a, "validation").texts)
     other = load_classification_splits(cfg(train_files=path, validation_split=0.2), seed=2)
-    assert other.validation.texts != a.validation.texts
-    val = write_csv(tmp_path / "v.csv", rows[:5])
-    test = write_csv(tmp_path / "test.csv", rows[5:8])
+    assert rows(other, "validation").texts != rows(a, "validation").texts
+    val = write_csv(tmp_path / "v.csv", rows_[:5])
+    test = write_csv(tmp_path / "test.csv", rows_[5:8])
     c = load(tmp_path / "c", train_files=path, validation_files=val, test_files=test,
              validation_split=0.2)
-    assert (len(c.train), len(c.validation), len(c.test)) == (50, 5, 3)
+    assert (c.size(c.train), c.size(c.validation), c.size(c.test)) == (2000, 5, 3)
 
 
 def test_seeded_test_split_is_carved_before_validation(tmp_path):
-    rows = [(f"text number {i}", "pos" if i % 3 else "neg") for i in range(50)]
-    path = write_csv(tmp_path / "t.csv", rows)
+    rows_ = [(f"text number {i}", "pos" if i % 3 else "neg") for i in range(2000)]
+    path = write_csv(tmp_path / "t.csv", rows_)
     a = load(tmp_path / "a", train_files=path, validation_split=0.2, test_split=0.1)
     b = load(tmp_path / "b", train_files=path, validation_split=0.2, test_split=0.1)
-    assert (len(a.train), len(a.validation), len(a.test)) == (36, 9, 5)
-    assert a.test.texts == b.test.texts  # seeded
-    splits = [set(a.train.texts), set(a.validation.texts), set(a.test.texts)]
-    assert sum(map(len, splits)) == len(set().union(*splits)) == 50  # disjoint, all kept
-    given = write_csv(tmp_path / "test.csv", rows[:3])  # test files win over test_split
+    sizes = [a.size(a.train), a.size(a.validation), a.size(a.test)]
+    assert sum(sizes) == 2000 and 0.07 < sizes[2] / 2000 < 0.13
+    assert 0.15 < sizes[1] / 2000 < 0.21  # 0.2 of what test left
+    assert rows(a, "test").texts == rows(b, "test").texts  # seeded
+    splits = [set(rows(a, n).texts) for n in ("train", "validation", "test")]
+    assert sum(map(len, splits)) == len(set().union(*splits)) == 2000  # disjoint, all kept
+    given = write_csv(tmp_path / "test.csv", rows_[:3])  # test files win over test_split
     c = load(tmp_path / "c", train_files=path, test_files=given, test_split=0.1)
-    assert (len(c.train), len(c.test)) == (50, 3)
-    with pytest.raises(DataError, match=r"data.test_split=0.01 of 50 .* data.test_files"):
-        load(tmp_path / "d", train_files=path, test_split=0.01)
+    assert (c.size(c.train), c.size(c.test)) == (2000, 3)
+    small = write_csv(tmp_path / "s.csv", rows_[:50])
+    with pytest.raises(DataError, match=r"data.test_split=0.001 of 50 .* data.test_files"):
+        load(tmp_path / "d", train_files=small, test_split=0.001)
 
 
 def test_demo_resolves_to_shipped_files(tmp_path):
     train, val, test = resolve_demo(DataConfig())
     assert all(Path(p).is_file() for p in (train, val, test))
     splits = load_classification_splits(DataConfig(), seed=42)
-    assert (len(splits.train), len(splits.validation), len(splits.test)) == (1500, 300, 300)
+    assert [splits.size(s) for s in (splits.train, splits.validation, splits.test)] == [
+        1500, 300, 300]
     assert splits.label_names == ["negative", "positive"]
-    share = splits.train.labels.mean()
+    share = rows(splits, "train").labels.mean()
     assert 0.4 < share < 0.6
 
 
@@ -161,7 +188,7 @@ def test_label_vocab_is_reused_from_the_run(tmp_path):
                                                        "multi_label": False}))
     splits = load(tmp_path, train_files=path)
     assert splits.label_names == ["pos", "neg", "meh"]
-    np.testing.assert_array_equal(splits.train.labels, [0, 1, 0, 1, 0, 1])
+    np.testing.assert_array_equal(rows(splits, "train").labels, [0, 1, 0, 1, 0, 1])
 
 
 # ----------------------------------------------------------------------------- bad data
@@ -229,7 +256,7 @@ def test_bad_row_is_skipped_and_reported(tmp_path, case, caplog):
     path.write_bytes(body if isinstance(body, bytes) else body.encode())
     with caplog.at_level("WARNING", logger="tfapp.data"):
         splits = load(tmp_path, train_files=str(path), on_bad_rows="skip")
-    assert splits.train.texts == ["ok one", "ok two"]
+    assert rows(splits, "train").texts == ["ok one", "ok two"]
     assert splits.report.count == 1 and splits.report.per_split == {"train": 1}
     bad = splits.report.examples[0]
     assert (bad.file, bad.line) == (str(path), line) and problem in bad.problem
@@ -244,7 +271,7 @@ def test_unknown_label_in_validation(tmp_path):
     msg = _one_line(err)
     assert msg.startswith(f"{val}:3: unknown label 'neutral'") and "neg, pos" in msg
     splits = load(tmp_path / "s", train_files=train, validation_files=val, on_bad_rows="skip")
-    assert splits.validation.texts == ["good", "bad"]
+    assert rows(splits, "validation").texts == ["good", "bad"]
     assert splits.report.per_split == {"validation": 1}
 
 
@@ -256,7 +283,7 @@ def test_skip_reports_count_and_first_examples_across_files(tmp_path):
     assert splits.report.count == 10 and len(splits.report.examples) == 5
     assert [b.line for b in splits.report.examples] == [2, 4, 6, 8, 10]
     assert splits.report.to_dict()["count"] == 10
-    assert len(splits.train) == 11
+    assert splits.size(splits.train) == 11
 
 
 def test_jsonl_and_tfrecord_bad_rows(tmp_path):
@@ -297,7 +324,7 @@ def test_integral_decimal_labels_are_one_class_with_integers(tmp_path):
     (tmp_path / "b.jsonl").write_text('{"text": "v", "label": 1}\n{"text": "u", "label": 0.0}\n')
     splits = load(tmp_path, train_files=f"{tmp_path}/a.csv,{tmp_path}/b.jsonl")
     assert splits.label_names == ["0", "0.50", "1"]
-    np.testing.assert_array_equal(splits.train.labels, [2, 0, 2, 1, 2, 0])
+    np.testing.assert_array_equal(rows(splits, "train").labels, [2, 0, 2, 1, 2, 0])
 
 
 def test_a_duplicated_header_name_is_an_error_not_the_last_column(tmp_path):

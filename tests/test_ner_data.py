@@ -79,8 +79,16 @@ def test_splits_vocab_and_unseen_validation_tag(tmp_path):
                                   "data.on_bad_rows=skip"), 1, vocab)
     assert splits.tag_names == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
     assert json.loads(vocab.read_text())["tags"] == splits.tag_names
-    assert [s.words for s in splits.validation] == [["Bob"]]
+    assert splits.unknown == {"validation": ["B-ORG"]}
+    from tfapp.data.token_classification import gold_tags
+    assert gold_tags(_data(splits), splits.prepared.validation) == [["B-PER"]]
     assert splits.entity_types == ["LOC", "PER"]
+
+
+def _data(splits):
+    from tfapp.data.token_classification import NerData
+
+    return NerData(splits)
 
 
 def test_all_outside_training_data_is_refused(tmp_path):
@@ -118,4 +126,4 @@ def test_shipped_demo_is_what_the_seeded_script_writes(tmp_path):
             (DEMO_DIR / f"ner_{split}.conll").read_text(), split
     splits = load_ner_splits(_cfg("data.train_files=demo"), 1)
     assert splits.entity_types == ["DATE", "LOC", "ORG", "PER"]
-    assert (len(splits.train), len(splits.validation), len(splits.test)) == (900, 200, 200)
+    assert [s.rows for s in splits.prepared.splits()] == [900, 200, 200]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from tfapp.config import load_config
-from tfapp.data.tagged import TaggedSentence
 
 import numpy as np
 import pytest
@@ -11,9 +10,7 @@ import pytest
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "anna", "mull", "##er", "visit", "##s",
          "oslo"]
 TAGS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
-SENTENCES = [TaggedSentence(["Anna", "Muller", "visits", "Oslo"],
-                            ["B-PER", "I-PER", "O", "B-LOC"], ("x", 1)),
-             TaggedSentence(["Oslo"], ["B-LOC"], ("x", 6))]
+CONLL = "Anna B-PER\nMuller I-PER\nvisits O\nOslo B-LOC\n\nOslo B-LOC\n"
 
 
 @pytest.fixture(scope="module")
@@ -25,20 +22,35 @@ def preprocess(tmp_path_factory):
     return lambda n: make_bert_preprocess_fn(vocab_file=str(vocab), seq_length=n)
 
 
-def _batches(preprocess, seq_length):
-    from tfapp.data.token_classification import make_ner_dataset, window_sentences
+def ner_data(tmp_path, pre, seq_length, *overrides):
+    from tfapp.data.tagged import load_ner_splits
+    from tfapp.data.token_classification import build_ner_data
+
+    path = tmp_path / "train.conll"
+    if not path.exists():  # rewritten, it would be other data (a new modification time)
+        path.write_text(CONLL)
+    cfg = load_config(None, ["task=ner", f"data.seq_length={seq_length}",
+                             f"data.train_files={path}", "data.validation_split=0",
+                             *overrides]).data
+    splits = load_ner_splits(cfg, 0)
+    return build_ner_data(splits, pre, seq_length), cfg
+
+
+def _batches(tmp_path, preprocess, seq_length, *overrides):
+    from tfapp.data.token_classification import make_ner_dataset
 
     pre = preprocess(seq_length)
-    data = window_sentences(SENTENCES, pre.module.tokenize, seq_length, "validation")
-    cfg = load_config(None, ["task=ner", f"data.seq_length={seq_length}"]).data
-    ds = make_ner_dataset(data, pre, TAGS, cfg, batch_size=8, training=False, seed=0)
+    data, cfg = ner_data(tmp_path, pre, seq_length, *overrides)
+    assert data.tag_names == TAGS
+    ds = make_ner_dataset(data, data.split("train"), pre, cfg, batch_size=8, training=False,
+                          seed=0)
     (features, labels), = list(ds.as_numpy_iterator())
     return data, features, labels
 
 
-def test_tags_go_to_first_pieces(preprocess):
-    data, features, labels = _batches(preprocess, 10)
-    assert data.counts == [[1, 2, 2, 1], [1]] and data.windows == [1, 1]
+def test_tags_go_to_first_pieces(tmp_path, preprocess):
+    data, features, labels = _batches(tmp_path, preprocess, 10)
+    assert data.counts["train"] == [2] and data.sentences["train"] == 2  # a window each
     # [CLS] anna mull ##er visit ##s oslo [SEP] [PAD] [PAD]
     np.testing.assert_array_equal(features["input_word_ids"][0], [2, 5, 6, 7, 8, 9, 10, 3, 0, 0])
     np.testing.assert_array_equal(features["input_mask"][0], [1] * 8 + [0] * 2)
@@ -47,36 +59,37 @@ def test_tags_go_to_first_pieces(preprocess):
     np.testing.assert_array_equal(labels[1], [-1, 1, -1, -1, -1, -1, -1, -1, -1, -1])
 
 
-def test_long_sentence_windows_and_rejoin(preprocess):
-    from tfapp.data.token_classification import first_pieces, rejoin
+def test_long_sentence_windows_and_rejoin(tmp_path, preprocess):
+    from tfapp.data.token_classification import gold_tags, predict_tags
 
-    data, features, labels = _batches(preprocess, 4)  # 2 pieces per window
-    assert data.windows == [3, 1] and len(data) == 4
+    data, features, labels = _batches(tmp_path, preprocess, 4)  # 2 pieces per window
+    assert data.counts["train"] == [4]  # 3 windows, then 1
     np.testing.assert_array_equal(features["input_word_ids"],
                                   [[2, 5, 6, 3], [2, 7, 8, 3], [2, 9, 10, 3], [2, 10, 3, 0]])
     np.testing.assert_array_equal(labels, [[-1, 3, 4, -1], [-1, -1, 0, -1], [-1, -1, 1, -1],
                                            [-1, 1, -1, -1]])
-    assert first_pieces([1, 2, 2, 1], 2) == [(0, 1), (0, 2), (1, 2), (2, 2)]
-    assert first_pieces([1, 0, 3], 2) == [(0, 1), None, (0, 2)]
-    # re-joining the windows' labels gives every word its tag back, in order
-    assert rejoin(data, labels) == [[3, 4, 0, 1], [1]]
+    # Re-joining windows gives every word its tag back, in order: a "model" that answers
+    # each window's own labels tags every sentence as its gold tags.
+    answers = iter(labels)
 
-
-def test_snapshot_replays_the_same_windows(preprocess, tmp_path):
-    """The stored path (ids narrowed on disk, labels' -1 included) gives back what the
-    direct path makes, on the write and on the replay."""
-    from tfapp.data.token_classification import make_ner_dataset, window_sentences
+    def call(features):
+        return np.stack([np.maximum(next(answers), 0) for _ in features["input_word_ids"]])
 
     pre = preprocess(4)
-    data = window_sentences(SENTENCES, pre.module.tokenize, 4, "validation")
-    _, features, labels = _batches(preprocess, 4)
-    cfg = load_config(None, ["task=ner", "data.seq_length=4",
-                             f"data.snapshot={tmp_path / 'snap'}"]).data
+    gold = gold_tags(data, data.split("train"))
+    assert gold == [["B-PER", "I-PER", "O", "B-LOC"], ["B-LOC"]]
+    assert predict_tags(call, data, data.split("train"), pre, 4, batch_size=8) == gold
+
+
+def test_snapshot_replays_the_same_windows(tmp_path, preprocess):
+    """The stored path (ids narrowed on disk, labels' -1 included) gives back what the
+    direct path makes, on the write and on the replay."""
+    _, features, labels = _batches(tmp_path, preprocess, 4)
     for _ in range(2):  # write, then replay
-        ds = make_ner_dataset(data, pre, TAGS, cfg, batch_size=8, training=False, seed=0)
-        (got_features, got_labels), = list(ds.as_numpy_iterator())
+        _, got_features, got_labels = _batches(tmp_path, preprocess, 4,
+                                               f"data.snapshot={tmp_path / 'snap'}")
         np.testing.assert_array_equal(got_labels, labels)
         assert got_labels.dtype == np.int32
         for key, value in features.items():
             np.testing.assert_array_equal(got_features[key], value)
-    assert len(list((tmp_path / "snap").iterdir())) == 1
+    assert len([p for p in (tmp_path / "snap").iterdir()]) == 1

@@ -20,12 +20,13 @@ from tfapp import generate, predict
 from tfapp.config import ConfigError, DataConfig, load_config
 from tfapp.data import sources
 from tfapp.data import text_lines as tl
-from tfapp.data.classification import load_classification_splits
+from tfapp.data.classification import load_classification_splits, raw_batches
 from tfapp.data.errors import DataError
 from tfapp.data.vocab import read_vocab
 from tfapp.hub.convert import read_hf_bert
 
 import pytest
+from conftest import prepared_rows
 
 # Characters str.splitlines breaks at that csv and json keep inside a record.
 IN_RECORD = ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
@@ -44,6 +45,11 @@ def load(tmp_path, path, **kw):
     return load_classification_splits(cfg, seed=1, label_vocab_path=tmp_path / "labels.json")
 
 
+def texts(splits) -> list[str]:
+    """The training texts of ``splits``, in file order."""
+    return [t.decode() for b in raw_batches(splits, splits.train) for t in b["text"]]
+
+
 def stdin(monkeypatch, data: bytes) -> None:
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
 
@@ -55,7 +61,7 @@ def test_csv_field_with_a_line_separator_character_is_one_row(tmp_path, ch):
     path.write_text(f"text,label\nbefore{ch}after,pos\n\"quoted{ch}too\",neg\n",
                     encoding="utf-8", newline="")
     splits = load(tmp_path, path)
-    assert splits.train.texts == [f"before{ch}after", f"quoted{ch}too"]
+    assert texts(splits) == [f"before{ch}after", f"quoted{ch}too"]
 
 
 @pytest.mark.parametrize("ch", ["\u2028", "\u2029", "\x85"])
@@ -66,7 +72,7 @@ def test_jsonl_string_with_a_line_separator_is_one_record(tmp_path, ch):
                     + "\n" + json.dumps({"text": "three", "label": "neg"}) + "\n",
                     encoding="utf-8", newline="")
     splits = load(tmp_path, path)
-    assert splits.train.texts == [f"one{ch}two", "three"]
+    assert texts(splits) == [f"one{ch}two", "three"]
 
 
 @pytest.mark.parametrize("ch", IN_RECORD)
@@ -89,7 +95,7 @@ def test_bad_row_after_such_lines_has_its_own_line_number(tmp_path, name, body):
         load(tmp_path, path)
     splits = load(tmp_path, path, on_bad_rows="skip")
     assert [b.line for b in splits.report.examples] == [4]
-    assert len(splits.train) == 3
+    assert splits.size(splits.train) == 3
 
 
 def test_jsonl_raw_control_character_is_invalid_json_on_its_own_line(tmp_path):
@@ -110,7 +116,7 @@ def test_tsv_quote_is_just_a_character(tmp_path):
     path.write_text('text\tlabel\n"5 inch screen\tpos\nsays "hi"\tneg\n"quoted"\tpos\n'
                     'last\tneg\n', encoding="utf-8")
     splits = load(tmp_path, path)
-    assert splits.train.texts == ['"5 inch screen', 'says "hi"', '"quoted"', "last"]
+    assert texts(splits) == ['"5 inch screen', 'says "hi"', '"quoted"', "last"]
 
 
 def test_tsv_pairs_keep_quotes_and_name_the_tab_rule(tmp_path):
@@ -120,9 +126,9 @@ def test_tsv_pairs_keep_quotes_and_name_the_tab_rule(tmp_path):
     path.write_text('q\ta\n"hello\tthere"\n"a\tb\tc"\n', encoding="utf-8")
     with pytest.raises(DataError, match=r"p.tsv:3: has 3 field\(s\) but the header has 2 "
                                         r"\(a TSV field cannot hold a tab"):
-        tl.read_pairs(str(path), cfg)
-    cfg.on_bad_rows = "skip"
-    assert tl.read_pairs(str(path), cfg) == [('"hello', 'there"')]
+        prepared_rows([path], tl.generator_rows(cfg), tmp_path)
+    assert prepared_rows([path], tl.generator_rows(cfg), tmp_path, mode="skip") == [
+        {"source": '"hello', "target": 'there"'}]
 
 
 # ------------------------------------------------------------------------------- BOM
@@ -136,7 +142,7 @@ def test_bom_is_dropped_for_every_format(tmp_path, name, body):
     path = tmp_path / name
     path.write_bytes(BOM + body.encode())
     splits = load(tmp_path, path)
-    assert splits.train.texts == ["x", "y"]
+    assert texts(splits) == ["x", "y"]
     assert splits.label_names == ["neg", "pos"]
 
 
@@ -185,11 +191,12 @@ def test_stdin_with_no_bytes_beneath_or_closed(tmp_path, monkeypatch, capsys):
 def test_undecodable_bytes_in_a_generator_corpus(tmp_path):
     path = tmp_path / "corpus.txt"
     path.write_bytes(b"good line\nbad \xff line\nanother good one\n")
+    cfg = load_config(None, GENERATOR).data
     with pytest.raises(DataError, match="^" + not_utf8(path, 2) + r" \(fix the data, or set "
                                         r"data.on_bad_rows=skip"):
-        tl.read_corpus(str(path), load_config(None, GENERATOR).data)
-    cfg = load_config(None, [*GENERATOR, "data.on_bad_rows=skip"]).data
-    assert tl.read_corpus(str(path), cfg) == ["good line", "another good one"]
+        prepared_rows([path], tl.generator_rows(cfg), tmp_path)
+    assert prepared_rows([path], tl.generator_rows(cfg), tmp_path, mode="skip") == [
+        {"text": "good line"}, {"text": "another good one"}]
 
 
 def test_undecodable_bytes_in_a_pairs_file(tmp_path):
@@ -197,7 +204,7 @@ def test_undecodable_bytes_in_a_pairs_file(tmp_path):
     path.write_bytes(b'{"source": "a", "target": "b"}\n{"source": "\xe9", "target": "c"}\n')
     cfg = load_config(None, [*GENERATOR, "data.example_shape=pairs"]).data
     with pytest.raises(DataError, match="^" + not_utf8(path, 2)):
-        tl.read_pairs(str(path), cfg)
+        prepared_rows([path], tl.generator_rows(cfg), tmp_path)
 
 
 def test_undecodable_bytes_in_a_bert_vocab_file(tmp_path):

@@ -85,6 +85,7 @@ class LocalDataService:
         # target is "host:port" of the dispatcher as seen from here.
         self.dispatcher_address = self.dispatcher.target.split("://")[-1]
         self.port = int(self.dispatcher_address.rsplit(":", 1)[1])
+        self.worker_ports = ports
         self.workers = [
             service.WorkerServer(service.WorkerConfig(
                 dispatcher_address=self.dispatcher_address, port=worker_port,
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     print(f"tf.data service: dispatcher {service.address}, {len(service.workers)} worker(s)",
           flush=True)
-    ports = ", ".join(w.target.rsplit(":", 1)[-1] for w in service.workers)
+    ports = ", ".join(map(str, service.worker_ports))
     print(f"listening on all interfaces, unauthenticated: dispatcher port {service.port}, "
           f"workers on ports {ports}", flush=True)
     print(f"use: data.service.address={service.address}", flush=True)

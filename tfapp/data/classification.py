@@ -174,6 +174,7 @@ def load_classification_splits(data_cfg: DataConfig, seed: int,
                                np.array([prepared.train.manifest.labels.get(n, 0)
                                          for n in vocab.names], np.int64),
                                report=report, label_vocab_path=path)
+    prepared.check_held_out(data_cfg)
     for split in prepared.splits():
         out.counts[split.name] = _split_counts(out, split, data_cfg, known_from)
     for split in prepared.splits():
@@ -209,7 +210,7 @@ def _split_counts(splits: ClassificationSplits, split: SplitData, data_cfg: Data
         raise DataError(f"{BadRow(where, line, problem)} (fix the data, or set "
                         "data.on_bad_rows=skip to drop such rows)")
     counts = []
-    examples = _examples_fn(split, splits, data_cfg, with_text=False)
+    examples = _examples_fn(split, splits, with_text=False)
     for j, path in enumerate(split.manifest.files()):
         counts.append(int(examples(tf.constant(path), tf.constant(j, tf.int64)).reduce(
             np.int64(0), lambda n, _: n + 1)))
@@ -231,7 +232,7 @@ def _show(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 4] + "...'"
 
 
-def _examples_fn(split: SplitData, splits: ClassificationSplits, data_cfg: DataConfig, *,
+def _examples_fn(split: SplitData, splits: ClassificationSplits, *,
                  with_text: bool = True, chunk: int = PARSE_BATCH,
                  unbatch: bool = True) -> Callable[[tf.Tensor, tf.Tensor], tf.data.Dataset]:
     """``examples(file, index)``: the rows of one shard file that belong to ``split`` and
@@ -360,7 +361,7 @@ def make_classification_dataset(splits: ClassificationSplits, split: SplitData,
     if store_root(data_cfg):
         store = _store(splits, split, preprocess_fn, data_cfg,
                        write=part.element_shard is None or index == 0)
-        cold = _examples_fn(split, splits, data_cfg, chunk=CHUNK, unbatch=False)
+        cold = _examples_fn(split, splits, chunk=CHUNK, unbatch=False)
 
         def tokenized(file, file_index):
             return stages.host_map(cold(file, file_index), tokenize,
@@ -368,7 +369,7 @@ def make_classification_dataset(splits: ClassificationSplits, split: SplitData,
 
         examples = store.examples(tokenized)
     else:
-        examples = _examples_fn(split, splits, data_cfg)
+        examples = _examples_fn(split, splits)
     dataset = stream.batches(source, examples, data_cfg, training=training, seed=seed,
                              batch_size=batch_size, input_context=input_context, start=start,
                              store=store)
@@ -381,22 +382,21 @@ def make_classification_dataset(splits: ClassificationSplits, split: SplitData,
                            deterministic=True, training=training)
 
 
-def raw_batches(splits: ClassificationSplits, split: SplitData, data_cfg: DataConfig,
-                batch: int = 256) -> Iterator[dict[str, np.ndarray]]:
+def raw_batches(splits: ClassificationSplits, split: SplitData, batch: int = 256
+                ) -> Iterator[dict[str, np.ndarray]]:
     """The examples of ``split`` in order, as NumPy batches of text(s), label and id (for
     reports: no tokenising, one pipeline)."""
     source = splits.source(split)
     part = stream.partition(source, 0, 1, 0)
-    dataset = stream.eval_stream(source, part, _examples_fn(split, splits, data_cfg))
+    dataset = stream.eval_stream(source, part, _examples_fn(split, splits))
     yield from dataset.batch(batch).prefetch(2).as_numpy_iterator()
 
 
-def labels_of(splits: ClassificationSplits, split: SplitData, data_cfg: DataConfig
-              ) -> np.ndarray:
+def labels_of(splits: ClassificationSplits, split: SplitData) -> np.ndarray:
     """The labels of ``split`` in order (one pass that parses labels only)."""
     source = splits.source(split)
     dataset = stream.eval_stream(source, stream.partition(source, 0, 1, 0),
-                                 _examples_fn(split, splits, data_cfg, with_text=False))
+                                 _examples_fn(split, splits, with_text=False))
     out = [b["label"] for b in dataset.batch(4096).as_numpy_iterator()]
     if out:
         return np.concatenate(out)

@@ -102,6 +102,8 @@ class RowSpec:
     target_column: str = "target"
     tag_column: int = -1
     tag_scheme: str = "iob2"
+    #: how a missing column's message says to fix it ("": the config keys of the kind)
+    column_hint: str = dataclasses.field(default="", compare=False)
 
     _KEYS = {"labelled": ("text_column", "text_pair_column", "label_column", "multi_label",
                           "label_separator"),
@@ -111,7 +113,8 @@ class RowSpec:
     @classmethod
     def from_config(cls, kind: str, data_cfg: Any) -> RowSpec:
         """The spec of ``kind`` with the reading settings of a ``DataConfig``."""
-        names = [f.name for f in dataclasses.fields(cls) if f.name != "kind"]
+        names = [f.name for f in dataclasses.fields(cls) if f.name not in ("kind",
+                                                                            "column_hint")]
         return cls(kind=kind, **{n: getattr(data_cfg, n) for n in names})
 
     def settings(self) -> dict[str, Any]:
@@ -130,9 +133,10 @@ class RowSpec:
 
     @property
     def hint(self) -> str:
-        return {"labelled": sources.COLUMNS_HINT, "texts": "set data.text_column",
-                "pairs": "set data.source_column / data.target_column",
-                "tagged": "set data.tag_column"}[self.kind]
+        return self.column_hint or {
+            "labelled": sources.COLUMNS_HINT, "texts": "set data.text_column",
+            "pairs": "set data.source_column / data.target_column",
+            "tagged": "set data.tag_column"}[self.kind]
 
     def features(self) -> list[str]:
         """The features of this kind's records (besides ``id`` and ``bucket``)."""
@@ -261,6 +265,8 @@ def _python_rows(path: str, fmt: str, spec: RowSpec, log_: _SourceLog) -> Iterat
                                         verbatim=spec.kind == "texts")
     elif fmt == "tfrecord":
         rows = sources._read_tfrecord(path, spec.columns, spec.hint)
+    elif fmt == "tfds":
+        rows = sources._read_tfds(path, "train", spec.columns, spec.hint)
     else:
         raise DataError(f"data.format={fmt} cannot be prepared from files")
     for line, fields, problem in rows:
@@ -701,7 +707,11 @@ def _prefetch(rows: Iterator[_Rows], depth: int = 2) -> Iterator[_Rows]:
         yield item
 
 
-def _identity(path: str) -> SourceInfo:
+def _identity(path: str, fmt: str = "") -> SourceInfo:
+    """Path, size and modification time of a source file (a TFDS dataset: its name; TFDS
+    versions its own data)."""
+    if fmt == "tfds":
+        return SourceInfo(path=path, size=0, mtime_ns=0)
     try:
         stat = tf.io.gfile.stat(path)
     except tf.errors.OpError as err:
@@ -713,7 +723,7 @@ def _prepare_source(index: int, path: str, spec: RowSpec, out: str, *, mode: str
                     split: str, skip_option: str | None,
                     shard_bytes: int = SHARD_BYTES) -> dict[str, Any]:
     """Read one source into shards; its part (see the module docstring)."""
-    info = _identity(path)
+    info = _identity(path, spec.format)
     fmt = sources.detect_format(path, spec.format, "text" if spec.kind == "texts" else None) \
         if spec.kind != "tagged" else spec.format
     token = uuid.uuid4().hex[:8]
@@ -776,7 +786,7 @@ def _check_part(part: dict[str, Any], path: str, spec: RowSpec, out: str) -> boo
     its source changed since."""
     if part.get("version") != FORMAT_VERSION or part.get("settings") != spec.settings():
         return False
-    then, now = SourceInfo(**part["source"]), _identity(path)
+    then, now = SourceInfo(**part["source"]), _identity(path, spec.format)
     if (then.size, then.mtime_ns) != (now.size, now.mtime_ns) or then.path != now.path:
         raise DataError(f"{path} changed since it was prepared into {out} (size "
                         f"{then.size} -> {now.size}, modified since); prepare into a new "
@@ -868,7 +878,7 @@ def merge(files: list[str], out: str, spec: RowSpec, *, split: str = "train"
 def cache_key(files: list[str], spec: RowSpec) -> str:
     """The cache entry of ``files`` read as ``spec``: their identities and the settings."""
     blob = json.dumps({"v": FORMAT_VERSION, "spec": spec.settings(),
-                       "files": [list(_identity(f).identity) for f in files]},
+                       "files": [list(_identity(f, spec.format).identity) for f in files]},
                       sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -1,10 +1,10 @@
 """Read text data from files (or TFDS) with precise, one-line data errors.
 
-The one reader of text files for every task and command: labelled examples
-(``read_examples``: the classifier, evaluate), texts (``read_texts``: the generator's
-corpus, the ``build-bert`` and ``pretrain`` corpora) and source/target pairs
-(``read_pairs``: the generator's pairs), all with the same files, formats and bad-row
-policy.
+The row readers of every format, and the bad-row policy, shared by every task and
+command: ``tfapp.data.prepare`` reads training data through them (the classifier's
+labelled rows, corpora, pairs; CSV/TSV through pyarrow first, these readers naming the
+line when it cannot), and the small readers here serve commands that read a file whole:
+``read_examples`` (evaluate) and ``read_texts`` (``build-bert``'s corpus).
 
 Formats: CSV and TSV (header row names the columns; TSV has no quoting: a ``"`` is just a
 character), JSON Lines (one object per line), plain text lines (one example per line;
@@ -12,17 +12,14 @@ fastText-style ``__label__X`` prefixes carry the labels), TFRecord files of
 ``tf.train.Example``, and a TFDS dataset (``NAME[:SPLIT]``) when tensorflow-datasets is
 installed. Text is UTF-8 (a BOM is dropped) and lines end at "\n" only, as csv and json
 define them (``tfapp.data.textio``). Paths are local paths, globs or ``gs://`` URLs, read
-through ``tf.io.gfile``; several may be joined with commas; ``.gz`` files are decompressed.
+through ``tf.io.gfile`` as streams; several may be joined with commas; ``.gz`` files are
+decompressed as they are read.
 
-Rows are parsed and checked in Python on purpose: that is what lets a bad row be reported
-as ``file:line: problem`` instead of an opaque TensorFlow error from deep inside tf.data.
-The texts are then held in memory (fine for fine-tuning sets of up to a few million short
-texts); the expensive part -- tokenisation -- runs vectorised in tf.data
-(``tfapp.data.pipeline``).
-
+Rows are checked in Python: that is what lets a bad row be reported as ``file:line:
+problem`` instead of an opaque TensorFlow error from deep inside tf.data.
 ``data.on_bad_rows=fail`` raises ``DataError`` at the first bad row; ``skip`` drops bad
-rows and records them in a ``BadRowReport`` that is logged at the end of the data pass.
-Problems of a whole file (missing file, missing column, unreadable file) always fail.
+rows and records them in a ``BadRowReport``. Problems of a whole file (missing file,
+missing column, unreadable file) always fail.
 """
 
 from __future__ import annotations
@@ -53,9 +50,9 @@ from tfapp.demo import DEMO_DIR
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["BadRow", "BadRowPolicy", "BadRowReport", "ExampleSet", "held_out", "read_text",
+__all__ = ["BadRow", "BadRowPolicy", "BadRowReport", "ExampleSet", "read_text", "open_source",
            "RawExample", "resolve_files", "detect_format", "read_examples", "read_texts",
-           "read_pairs", "demo_file", "LabelVocab", "read_label_vocab", "write_label_vocab",
+           "demo_file", "LabelVocab", "read_label_vocab", "write_label_vocab",
            "SKIP_OPTION", "COLUMNS_HINT"]
 
 log = logging.getLogger("tfapp.data")
@@ -195,19 +192,6 @@ def detect_format(path: str, configured: str, default: str | None = None) -> str
         raise DataError(f"cannot tell the format of '{path}' from its extension; set "
                         f"data.format to one of: {', '.join(FORMATS)}")
     return _EXTENSIONS[ext]
-
-
-def held_out(n: int, fraction: float, seed: int, split: str, unit: str = "examples"
-             ) -> tuple[np.ndarray, np.ndarray]:
-    """Indices (kept for training, held out as ``split``) of a seeded ``fraction`` of ``n``
-    training ``unit``, each in file order; a DataError when either side would be empty."""
-    n_held = int(round(n * fraction))
-    if n_held < 1 or n_held >= n:
-        raise DataError(f"data.{split}_split={fraction} of {n} training {unit} leaves "
-                        f"{n_held} for {split} and {n - n_held} for training; give "
-                        f"data.{split}_files or change the fraction")
-    order = np.random.default_rng(seed).permutation(n)
-    return np.sort(order[n_held:]), np.sort(order[:n_held])
 
 
 @contextlib.contextmanager
@@ -602,31 +586,6 @@ def read_texts(spec: str | Sequence[str | os.PathLike], *, text_column: str = "t
         raise DataError(f"{what}: '{_shown(spec)}' holds no text{skipped}; give files with at "
                         "least one non-empty text")
     return texts
-
-
-def read_pairs(spec: str | Sequence[str | os.PathLike], *, source_column: str,
-               target_column: str, fmt: str = "auto", mode: str = "fail",
-               report: BadRowReport | None = None, split: str = "train",
-               what: str = "data.train_files",
-               column_hint: str = "set data.source_column / data.target_column",
-               skip_option: str | None = SKIP_OPTION) -> list[tuple[str, str]]:
-    """(source, target) texts from the rows of csv/tsv/jsonl/tfrecord files (or TFDS).
-
-    Files, formats, bad rows and messages as ``read_texts``; plain text lines hold one
-    text, so they are refused. Blank sources or targets are kept (the caller decides
-    what an empty side means). Raises when no pair remains.
-    """
-    own_report = report is None
-    report = BadRowReport() if report is None else report
-    pairs = _read_columns(spec, [source_column, target_column], fmt=fmt, mode=mode,
-                          report=report, log_report=own_report, split=split, what=what,
-                          hint=column_hint,
-                          skip_option=skip_option, text_lines=None)
-    if not pairs:
-        skipped = f" ({report.summary()})" if report.count else ""
-        raise DataError(f"{what}: no usable pairs in '{_shown(spec)}'{skipped}; check the "
-                        f"files ({column_hint})")
-    return [(source, target) for source, target in pairs]
 
 
 def _read_columns(spec: str | Sequence[str | os.PathLike], columns: list[str], *, fmt: str,

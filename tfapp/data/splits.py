@@ -79,11 +79,25 @@ class PreparedSplits:
     def splits(self) -> list[SplitData]:
         return [s for s in (self.train, self.validation, self.test) if s is not None]
 
+    def check_held_out(self, data_cfg, unit: str = "examples") -> None:
+        """One DataError line when a held-out split is empty or leaves training empty
+        (called by the task after its own checks of the data, which say more)."""
+        for split in (self.validation, self.test):
+            if split is None or split.selector.everything:
+                continue
+            if split.rows == 0 or self.train.rows == 0:
+                fraction = getattr(data_cfg, f"{split.name}_split")
+                raise DataError(f"data.{split.name}_split={fraction} of "
+                                f"{self.train.manifest.rows} training {unit} leaves "
+                                f"{split.rows} for {split.name} and {self.train.rows} for "
+                                f"training; give data.{split.name}_files or change the "
+                                "fraction")
 
-def _manifest(spec: str, row: RowSpec, data_cfg, split: str) -> tuple[Manifest, Prepared | None]:
-    """The prepared data of one setting: a prepared folder as it is, raw files prepared
-    (or found) in the cache."""
-    what = f"data.{split}_files"
+
+def _manifest(spec: str, row: RowSpec, data_cfg, split: str, what: str
+              ) -> tuple[Manifest, Prepared | None]:
+    """The prepared data of one setting (``what``, in messages): a prepared folder as it
+    is, raw files prepared (or found) in the cache."""
     named = find_manifest(spec) if data_cfg.format != "tfds" else None
     if named is not None:
         manifest = read_manifest(named)
@@ -113,11 +127,11 @@ def _check_prepared(manifest: Manifest, row: RowSpec, what: str, spec: str) -> N
 
 
 def prepared_splits(train: str, validation: str, test: str, row: RowSpec, data_cfg, *,
-                    seed: int, unit: str = "examples") -> PreparedSplits:
-    """The splits of a task (specs already resolved from ``demo``); see the module
-    docstring. A held-out split that would be empty, or leave training empty, is one
-    DataError line."""
-    train_m, done = _manifest(train, row, data_cfg, "train")
+                    seed: int, what: str = "data.train_files") -> PreparedSplits:
+    """The splits of a task (specs already resolved from ``demo``; ``what`` names the
+    training files in messages); see the module docstring. The task checks its held-out
+    splits (``check_held_out``) once it has checked the data itself."""
+    train_m, done = _manifest(train, row, data_cfg, "train", what)
     made = [done] if done else []
     selectors = held_out_selectors(seed, 0.0 if validation else data_cfg.validation_split,
                                    0.0 if test else data_cfg.test_split)
@@ -125,21 +139,11 @@ def prepared_splits(train: str, validation: str, test: str, row: RowSpec, data_c
     for split, spec in (("validation", validation), ("test", test)):
         fraction = getattr(data_cfg, f"{split}_split")
         if spec:
-            manifest, done = _manifest(spec, row, data_cfg, split)
+            manifest, done = _manifest(spec, row, data_cfg, split, f"data.{split}_files")
             made += [done] if done else []
             setattr(out, split, SplitData(split, manifest, SplitSelector(), spec))
         elif fraction > 0:
             setattr(out, split, SplitData(split, train_m, selectors[split], train))
-    for split in out.splits():
-        if split.rows == 0 and split.selector.everything:
-            continue  # said by the task, which knows what its rows are
-        held = split.name != "train" and not split.selector.everything
-        if held and (split.rows == 0 or out.train.rows == 0):
-            fraction = getattr(data_cfg, f"{split.name}_split")
-            raise DataError(f"data.{split.name}_split={fraction} of {train_m.rows} training "
-                            f"{unit} leaves {split.rows} for {split.name} and "
-                            f"{out.train.rows} for training; give data.{split.name}_files or "
-                            "change the fraction")
     for manifest_split in {id(s.manifest): s for s in out.splits()}.values():
         bad = manifest_split.manifest.bad_rows
         for example in bad.get("examples", []):

@@ -78,6 +78,9 @@ class Store:
         tf.io.gfile.makedirs(self.root)
         header = tf.io.serialize_tensor(tf.zeros([len(flat)], tf.int64))
         self._header = int(tf.strings.length(header))
+        done = self.done()
+        log.info("data: %s: %d of %d file(s) stored%s", self.root, done, len(chunks),
+                 "" if done == len(chunks) else "; the rest is stored as this run reads it")
         if describe is not None:
             info = f"{self.root}/store.json"
             if not tf.io.gfile.exists(info):

@@ -244,8 +244,7 @@ def load_ner_splits(data_cfg: DataConfig, seed: int, tag_vocab_path: Path | str 
         val_spec = val_spec or demo_ner_file("validation")
         test_spec = test_spec or demo_ner_file("test")
     prepared = prepared_splits(train_spec, val_spec, test_spec,
-                               RowSpec.from_config("tagged", data_cfg), data_cfg, seed=seed,
-                               unit="sentences")
+                               RowSpec.from_config("tagged", data_cfg), data_cfg, seed=seed)
     path = Path(tag_vocab_path) if tag_vocab_path else None
     if path is not None and keep_vocab and path.exists():
         names, known_from = read_tag_vocab(path), f"{path}'s"
@@ -257,6 +256,7 @@ def load_ner_splits(data_cfg: DataConfig, seed: int, tag_vocab_path: Path | str 
         names, known_from = tag_names(types), "the training data's"
         if path is not None:
             write_tag_vocab(names, path)
+    prepared.check_held_out(data_cfg, "sentences")
     out = NerSplits(prepared, names, prepared.report)
     types = ", ".join(sorted({split_tag(t)[1] for t in names if t != OUTSIDE}))
     for split in prepared.splits():

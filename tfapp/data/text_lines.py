@@ -398,8 +398,8 @@ def build_generator_data(cfg: DataConfig, *, seed: int, vocab_path: Path | None 
     a resumed run's ``vocab_path``), and count the examples of each file."""
     drop_matcher(cfg.drop_regex)  # a bad pattern is one line before any data is read
     train_spec, val_spec = resolve_demo(cfg)
-    prepared = prepared_splits(train_spec, val_spec, "", generator_rows(cfg), cfg, seed=seed,
-                               unit="lines" if cfg.example_shape != "pairs" else "pairs")
+    prepared = prepared_splits(train_spec, val_spec, "", generator_rows(cfg), cfg, seed=seed)
+    prepared.check_held_out(cfg, "pairs" if cfg.example_shape == "pairs" else "lines")
     if vocab_path is not None and keep_vocab and Path(vocab_path).is_file():
         vocabulary = load_vocabulary(vocab_path)
     else:

@@ -151,7 +151,7 @@ class ClassifierTask(Task):
                 batch_size=self.runtime.global_batch_size(d.batch_size), training=False,
                 seed=self.cfg.runtime.seed)
 
-        return [ConfusionMatrixImage(validation_dataset, labels_of(s, s.validation, d),
+        return [ConfusionMatrixImage(validation_dataset, labels_of(s, s.validation),
                                      s.label_names, self.layout.task_logs("validation"),
                                      self.layout.confusion_matrix,
                                      batch_size=self.runtime.global_batch_size(d.batch_size))]
@@ -198,7 +198,7 @@ class ClassifierTask(Task):
         """(labels, probabilities) of ``split`` through the serving functions, streamed."""
         labels, probs = [], []
         pair = bool(self.cfg.data.text_pair_column)
-        for batch in raw_batches(s, split, self.cfg.data):
+        for batch in raw_batches(s, split):
             out = (serving.serve_pair(batch["text"], batch["text_pair"]) if pair
                    else serving.serve(batch["text"]))
             probs.append(out["probabilities"].numpy())

@@ -85,7 +85,8 @@ class MaskedLMTask(Task):
     def row_spec(cls, cfg):
         from tfapp.data.prepare import RowSpec
 
-        return RowSpec.from_config("texts", cfg.data)
+        return dataclasses.replace(RowSpec.from_config("texts", cfg.data),
+                                   column_hint="set data.text_column (pretrain --text-column)")
 
     @property
     def output(self) -> Path:
@@ -121,7 +122,8 @@ class MaskedLMTask(Task):
         # "demo": the shipped unlabelled reviews (docs/hub.md's masked-LM corpus).
         whole = dataclasses.replace(d, validation_split=0.0, test_split=0.0)  # no held-out
         corpus = prepared_splits(self.input_files(cfg)["train"], "", "", self.row_spec(cfg),
-                                 whole, seed=cfg.runtime.seed, unit="texts").train
+                                 whole, seed=cfg.runtime.seed,
+                                 what="data.train_files (pretrain --corpus)").train
         if not corpus.rows:
             raise ConfigError(f"data.train_files: the corpus '{d.train_files}' holds no text")
         vocab, _ = read_bert_vocab(root / meta.get("vocab_file", "vocab.txt"))
