@@ -627,6 +627,8 @@ def _parse_overrides(overrides: list[str]) -> Any:
         if "=" not in item or item.startswith("="):
             raise ConfigError(f"override '{item}' is not of the form key=value "
                               "(e.g. trainer.epochs=3)")
+    # "key=" sets the empty string (YAML reads an empty value as null).
+    overrides = [f"{item}''" if item.endswith("=") else item for item in overrides]
     try:
         return OmegaConf.from_dotlist(list(overrides))
     except Exception as err:  # malformed YAML value in an override

@@ -2,7 +2,8 @@
 
 ``TFAPP_KILL_AT=NAME`` (or ``NAME@N``) makes this process SIGKILL itself the first (the
 ``N``-th) time it reaches ``NAME``: the same death as an OOM kill or a pulled plug, at a
-place the test chooses instead of wherever a timer happens to land. The points sit where
+place the test chooses instead of wherever a timer happens to land. ``NAME@N:TERM`` sends
+SIGTERM instead (a scheduler's notice: the run saves and stops at the end of its step). The points sit where
 a kill would do the most harm: just before a finished file or directory is renamed into
 place (``rename:<name>``), after an epoch's backup, between training batches and
 validation batches, and before the backup is dropped at the end of a run.
@@ -19,7 +20,8 @@ from collections import Counter
 
 __all__ = ["ARMED", "reached"]
 
-_TARGET, _, _NTH = os.environ.get("TFAPP_KILL_AT", "").partition("@")
+_POINT, _, _SIGNAL = os.environ.get("TFAPP_KILL_AT", "").partition(":")
+_TARGET, _, _NTH = _POINT.partition("@")
 ARMED = bool(_TARGET)
 _seen: Counter[str] = Counter()
 
@@ -30,5 +32,7 @@ def reached(name: str) -> None:
         return
     _seen[name] += 1
     if _seen[name] == int(_NTH or 1):
-        print(f"tfapp: kill point {name}@{_seen[name]}: SIGKILL", file=sys.stderr, flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
+        sent = signal.Signals[f"SIG{_SIGNAL or 'KILL'}"]
+        print(f"tfapp: kill point {name}@{_seen[name]}: {sent.name}", file=sys.stderr,
+              flush=True)
+        os.kill(os.getpid(), sent)
