@@ -4,9 +4,10 @@
 ``N``-th) time it reaches ``NAME``: the same death as an OOM kill or a pulled plug, at a
 place the test chooses instead of wherever a timer happens to land. ``NAME@N:TERM`` sends
 SIGTERM instead (a scheduler's notice: the run saves and stops at the end of its step).
-The points sit where a kill would do the most harm: just before a finished file or directory is renamed into
-place (``rename:<name>``), after an epoch's backup, between training batches and
-validation batches, and before the backup is dropped at the end of a run.
+The points sit where a kill would do the most harm: just before a finished file or
+directory is renamed into place (``rename:<name>``), after an epoch's backup, between
+training batches and validation batches, and before the backup is dropped at the end of a
+run.
 
 Unset -- always, outside that test -- ``reached`` is one truth test.
 """
