@@ -33,7 +33,7 @@ SCRIPTS = Path(__file__).resolve().parent
 REPO = SCRIPTS.parent
 REQUIREMENTS = SCRIPTS / "bench_peers.txt"
 PEERS = REPO / ".venv-peers"
-IMPORTS = "import torch, transformers, tokenizers, keras, keras_hub, tensorflow"
+IMPORTS = "import torch, transformers, tokenizers, keras, keras_hub, tensorflow, datasets"
 
 
 def peers_python() -> Path:

@@ -23,13 +23,14 @@ SOURCE = stream.Source("train", tuple(f"file{j}" for j in range(len(COUNTS))), C
 
 
 def examples(file, index):
+    """File ``index``'s examples in chunks of 3 (streams pass chunks, not examples)."""
     del file
     return tf.data.Dataset.range(tf.gather(tf.constant(OFFSETS[:-1]), index),
-                                 tf.gather(tf.constant(OFFSETS[1:]), index))
+                                 tf.gather(tf.constant(OFFSETS[1:]), index)).batch(3)
 
 
 def take(dataset, n: int) -> list[int]:
-    return [int(x) for x in dataset.take(n).as_numpy_iterator()]
+    return [int(x) for x in dataset.unbatch().take(n).as_numpy_iterator()]
 
 
 @pytest.mark.parametrize("pipelines", [1, 2, 7])
@@ -109,7 +110,8 @@ def test_a_store_is_written_in_the_first_pass_then_replayed_without_the_cold_pat
 
     store, first = make(chunks(counts))
     # The pass's unused tail (the cut file's rest) is read once the stream moves on.
-    a = [(int(e["id"]), e["x"].tolist()) for e in first.take(3501).as_numpy_iterator()][:3500]
+    a = [(int(e["id"]), e["x"].tolist())
+         for e in first.unbatch().take(3501).as_numpy_iterator()][:3500]
     assert store.done() == 3  # a file is stored as the pass reads it, the cut one too
     assert all(x == [i % 300, i % 7] for i, x in a)
 
@@ -119,22 +121,23 @@ def test_a_store_is_written_in_the_first_pass_then_replayed_without_the_cold_pat
                 lambda r: {"id": tf.zeros([0], tf.int64), "x": tf.zeros([0, 2], tf.int32)}))
 
     _, replay = make(refuse)
-    assert [(int(e["id"]), e["x"].tolist()) for e in replay.take(3500).as_numpy_iterator()] == a
+    assert [(int(e["id"]), e["x"].tolist())
+            for e in replay.unbatch().take(3500).as_numpy_iterator()] == a
     # uint16 storage: a value above 255 survived narrowing.
     assert max(x[0] for _, x in a) == 299
 
 
 def test_a_file_whose_pass_was_cut_short_is_not_marked_and_is_written_again(tmp_path):
-    counts = (3000,)
+    counts = (20_000,)  # 20 chunks: more than the pipeline reads ahead
     source = stream.Source("train", ("a",), counts)
     spec = {"id": tf.TensorSpec([None], tf.int64), "x": tf.TensorSpec([None, 2], tf.int32)}
-    store = Store(str(tmp_path / "s"), spec, [3], write=True)
+    store = Store(str(tmp_path / "s"), spec, [20], write=True)
     stream_ = stream.training_stream(source, stream.partition(source, 0, 1, 0),
                                      store.examples(chunks(counts)), seed=0, block=0,
-                                     examples_per_pass=3000)
+                                     examples_per_pass=20_000)
     take(stream_.map(lambda e: e["id"]), 500)  # a kill in the first chunks
     assert store.done() == 0
-    take(stream_.map(lambda e: e["id"]), 3000)
+    take(stream_.map(lambda e: e["id"]), 20_000)
     assert store.done() == 1
 
 
@@ -188,11 +191,12 @@ def test_service_workers_share_the_files_as_the_mode_says(shards, mode, copies):
 
     def examples(file, index):
         return tf.data.TFRecordDataset(file).map(
-            lambda r: (tf.strings.to_number(r, tf.int64), index))
+            lambda r: (tf.strings.to_number(r, tf.int64), index)).batch(10)
 
     # Every worker runs its own copy of the pipeline: one batch larger than the data holds
     # all that its worker read, so each batch the client gets is one worker's share.
     dataset = stream.service_stream(shards, examples, seed=0, block=0, training=False)
+    dataset = dataset.unbatch()
     service = LocalDataService(2, listen_all=True)
     try:
         cfg = dataclasses.replace(service_cfg(mode).service, address=service.address)

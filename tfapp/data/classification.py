@@ -51,7 +51,7 @@ __all__ = ["ClassificationSplits", "load_classification_splits", "make_classific
 
 log = logging.getLogger("tfapp.data")
 
-# Rows parsed per call: per-call overhead amortised, then unbatched into examples.
+# Rows parsed per call: each parsed batch is one chunk of examples for the stream.
 PARSE_BATCH = 256
 
 
@@ -233,11 +233,11 @@ def _show(value: Any, limit: int = 60) -> str:
 
 
 def _examples_fn(split: SplitData, splits: ClassificationSplits, *,
-                 with_text: bool = True, chunk: int = PARSE_BATCH,
-                 unbatch: bool = True) -> Callable[[tf.Tensor, tf.Tensor], tf.data.Dataset]:
+                 with_text: bool = True, chunk: int = PARSE_BATCH
+                 ) -> Callable[[tf.Tensor, tf.Tensor], tf.data.Dataset]:
     """``examples(file, index)``: the rows of one shard file that belong to ``split`` and
-    whose labels are known, as ``{"text"[, "text_pair"], "label", "id"}``; whole parsed
-    batches of ``chunk`` rows when not ``unbatch``."""
+    whose labels are known, as ``{"text"[, "text_pair"], "label", "id"}``, in chunks (the
+    rows of each parsed batch of ``chunk`` records)."""
     pair = bool(splits.train.manifest.settings.get("text_pair_column"))
     spec = {"labels": tf.io.RaggedFeature(tf.string, row_splits_dtype=tf.int64),
             "id": tf.io.FixedLenFeature([], tf.int64),
@@ -275,9 +275,8 @@ def _examples_fn(split: SplitData, splits: ClassificationSplits, *,
         # Dataset.map, not host_map: the single-device function path cannot run this
         # parse (a table and ragged labels; "Expected only one fetch node"), and it is
         # instantiated once per file, not per batch.
-        batches = tf.data.TFRecordDataset(file).batch(chunk).map(
+        return tf.data.TFRecordDataset(file).batch(chunk).map(
             parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        return batches.unbatch() if unbatch else batches
 
     return examples
 
@@ -361,7 +360,7 @@ def make_classification_dataset(splits: ClassificationSplits, split: SplitData,
     if store_root(data_cfg):
         store = _store(splits, split, preprocess_fn, data_cfg,
                        write=part.element_shard is None or index == 0)
-        cold = _examples_fn(split, splits, chunk=CHUNK, unbatch=False)
+        cold = _examples_fn(split, splits, chunk=CHUNK)
 
         def tokenized(file, file_index):
             return stages.host_map(cold(file, file_index), tokenize,
@@ -389,7 +388,7 @@ def raw_batches(splits: ClassificationSplits, split: SplitData, batch: int = 256
     source = splits.source(split)
     part = stream.partition(source, 0, 1, 0)
     dataset = stream.eval_stream(source, part, _examples_fn(split, splits))
-    yield from dataset.batch(batch).prefetch(2).as_numpy_iterator()
+    yield from dataset.rebatch(batch).prefetch(2).as_numpy_iterator()
 
 
 def labels_of(splits: ClassificationSplits, split: SplitData) -> np.ndarray:
@@ -397,7 +396,7 @@ def labels_of(splits: ClassificationSplits, split: SplitData) -> np.ndarray:
     source = splits.source(split)
     dataset = stream.eval_stream(source, stream.partition(source, 0, 1, 0),
                                  _examples_fn(split, splits, with_text=False))
-    out = [b["label"] for b in dataset.batch(4096).as_numpy_iterator()]
+    out = [b["label"] for b in dataset.as_numpy_iterator()]
     if out:
         return np.concatenate(out)
     width = (0, splits.num_classes) if splits.multi_label else (0,)

@@ -116,7 +116,7 @@ class Store:
                  ) -> Callable[[tf.Tensor, tf.Tensor], tf.data.Dataset]:
         """``examples(file, index)`` for ``stream``: the file's stored chunks when complete,
         else ``cold(file, index)`` (its chunks, computed), written as they pass when this
-        store writes; unbatched into examples either way."""
+        store writes; in chunks either way."""
         chunks = tf.constant(self.chunks or [0], tf.int64)
         root, token = self.root, self.token
 
@@ -158,7 +158,6 @@ class Store:
             stored = tf.cast(tf.size(tf.io.matching_files(marker(index))) > 0, tf.int64)
             return (tf.data.Dataset.range(stored).flat_map(lambda _: replay(index))
                     .concatenate(tf.data.Dataset.range(1 - stored).flat_map(
-                        lambda _: computed(file, index)))
-                    .unbatch())
+                        lambda _: computed(file, index))))
 
         return examples

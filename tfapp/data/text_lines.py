@@ -480,7 +480,7 @@ def make_generator_dataset(data: GeneratorData, split: SplitData, cfg: DataConfi
 
         def examples(file, j):
             return lines(file, j).map(windows, num_parallel_calls=tf.data.AUTOTUNE,
-                                      deterministic=True).unbatch()
+                                      deterministic=True)
     dataset = stream.batches(source, examples, cfg, training=training, seed=seed,
                              batch_size=batch_size, input_context=input_context, start=start,
                              store=store)

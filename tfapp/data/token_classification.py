@@ -285,7 +285,7 @@ def make_ner_dataset(data: NerData, split: SplitData, preprocess_fn: Any, cfg: D
 
         def examples(file, j):
             return sentences(file, j).map(cut, num_parallel_calls=tf.data.AUTOTUNE,
-                                          deterministic=True).unbatch()
+                                          deterministic=True)
     dataset = stream.batches(source, examples, cfg, training=training, seed=seed,
                              batch_size=batch_size, input_context=input_context, start=start,
                              store=store, what="window")
@@ -300,8 +300,8 @@ def _eval_windows(data: NerData, split: SplitData, preprocess_fn: Any, seq_lengt
     sentences = _sentences(split, data.tag_names, SENTENCE_BATCH)
     cut = _cut(preprocess_fn.module, seq_length, eval_fields=True)
     return stream.eval_stream(source, stream.partition(source, 0, 1, 0),
-                              lambda f, j: sentences(f, j).map(cut).unbatch()
-                              ).batch(batch_size).prefetch(2)
+                              lambda f, j: sentences(f, j).map(cut)
+                              ).rebatch(batch_size).prefetch(2)
 
 
 def predict_tags(call: Callable, data: NerData, split: SplitData, preprocess_fn: Any,

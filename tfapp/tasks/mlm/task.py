@@ -150,7 +150,7 @@ class MaskedLMTask(Task):
         def texts(file, index):
             del index
             return tf.data.TFRecordDataset(file).batch(1024).map(
-                lambda records: tf.io.parse_example(records, text)["text"]).unbatch()
+                lambda records: tf.io.parse_example(records, text)["text"])
 
         def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
             part = stream.partition(source, ctx.input_pipeline_id, ctx.num_input_pipelines,
@@ -159,7 +159,7 @@ class MaskedLMTask(Task):
             ds = stream.training_stream(source, part, texts, seed=seed,
                                         block=max(1, d.shuffle_buffer),
                                         examples_per_pass=steps * per_step, start=start)
-            ds = ds.batch(local, drop_remainder=True)
+            ds = ds.rebatch(local, drop_remainder=True)
             ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
             # The batch index seeds the masks: new masks every step, the same run for the
             # same seed, and a resumed run draws the masks the first run would have. Each
