@@ -340,17 +340,17 @@ def table(results: dict) -> str:
              "tf.data streaming: 1st batch / RSS / ex/s | HF datasets: 1st batch / RSS / ex/s "
              "| prepare rows/s | HF load + tokenise rows/s |",
              "|" + "---|" * 10]
+    def cell(r: dict, key: str) -> str:
+        v = r.get(key)
+        return f"{fmt(v.get('first_s'), '.1f')} s / {v['rss_mb'] / 1024:.2f} GB" if v else "-"
+
     for rows, r in results.items():
-        def cell(key, first="first_s"):
-            v = r.get(key)
-            return (f"{fmt(v.get(first), '.1f')} s / {v['rss_mb'] / 1024:.2f} GB"
-                    if v else "-")
         first = r["raw_first"]
         plain, hf = r.get("plain"), r.get("hf")
         lines.append(
-            f"| {int(rows):,} ({r['csv_mb']:,.0f} MB) | {cell('raw_first')} "
-            f"({fmt(first.get('prepare_s'), '.1f')} s) | {cell('raw_again')} | "
-            f"{cell('prepared')} | {cell('replay')} | "
+            f"| {int(rows):,} ({r['csv_mb']:,.0f} MB) | {cell(r, 'raw_first')} "
+            f"({fmt(first.get('prepare_s'), '.1f')} s) | {cell(r, 'raw_again')} | "
+            f"{cell(r, 'prepared')} | {cell(r, 'replay')} | "
             f"{fmt((r.get('input_cold') or {}).get('rate'), ',.0f')} / "
             f"{fmt((r.get('input_replayed') or {}).get('rate'), ',.0f')} | "
             + (f"{fmt(plain['first_s'], '.1f')} s / {plain['rss_mb'] / 1024:.2f} GB / "
