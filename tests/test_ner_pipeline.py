@@ -60,7 +60,7 @@ def test_tags_go_to_first_pieces(tmp_path, preprocess):
 
 
 def test_long_sentence_windows_and_rejoin(tmp_path, preprocess):
-    from tfapp.data.token_classification import gold_tags, predict_tags
+    from tfapp.data.token_classification import eval_windows, gold_tags, predict_tags
 
     data, features, labels = _batches(tmp_path, preprocess, 4)  # 2 pieces per window
     assert data.counts["train"] == [4]  # 3 windows, then 1
@@ -78,7 +78,8 @@ def test_long_sentence_windows_and_rejoin(tmp_path, preprocess):
     pre = preprocess(4)
     gold = gold_tags(data, data.split("train"))
     assert gold == [["B-PER", "I-PER", "O", "B-LOC"], ["B-LOC"]]
-    assert predict_tags(call, data, data.split("train"), pre, 4, batch_size=8) == gold
+    windows = eval_windows(data, data.split("train"), pre, 4, 8)
+    assert predict_tags(call, windows, data.tag_names) == gold
 
 
 def test_snapshot_replays_the_same_windows(tmp_path, preprocess):

@@ -21,7 +21,10 @@ from collections import Counter
 
 __all__ = ["ARMED", "reached"]
 
-_POINT, _, _SIGNAL = os.environ.get("TFAPP_KILL_AT", "").partition(":")
+_SETTING = os.environ.get("TFAPP_KILL_AT", "")
+_POINT, _, _SIGNAL = _SETTING.rpartition(":")
+if _SIGNAL not in ("TERM", "KILL", "INT"):  # a point's own name may hold ":"
+    _POINT, _SIGNAL = _SETTING, ""
 _TARGET, _, _NTH = _POINT.partition("@")
 ARMED = bool(_TARGET)
 _seen: Counter[str] = Counter()

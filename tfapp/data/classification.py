@@ -213,7 +213,7 @@ def _split_counts(splits: ClassificationSplits, split: SplitData, data_cfg: Data
     examples = _examples_fn(split, splits, with_text=False)
     for j, path in enumerate(split.manifest.files()):
         counts.append(int(examples(tf.constant(path), tf.constant(j, tf.int64)).reduce(
-            np.int64(0), lambda n, _: n + 1)))
+            np.int64(0), lambda n, chunk: n + stream.rows(chunk))))
     dropped = split.rows - sum(counts)
     splits.report.count += dropped
     splits.report.per_split[split.name] = splits.report.per_split.get(split.name, 0) + dropped

@@ -42,8 +42,8 @@ from tfapp.data.tagged import NerSplits
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["IGNORE", "NerData", "build_ner_data", "make_ner_dataset", "predict_tags",
-           "gold_tags", "word_pieces", "window_features"]
+__all__ = ["IGNORE", "NerData", "build_ner_data", "make_ner_dataset", "eval_windows",
+           "predict_tags", "gold_tags", "word_pieces", "window_features"]
 
 IGNORE = -1
 #: sentences tokenised per call
@@ -68,37 +68,52 @@ def window_features(tokenize: Callable, pack: Callable, words: tf.RaggedTensor,
     return out["features"], out.get("labels")
 
 
-def _windows(tokenize: Callable, pack: Callable, words: tf.RaggedTensor, window: tf.Tensor,
-             seq_length: int, tags: tf.RaggedTensor | None = None) -> dict[str, Any]:
+def _windows(tokenize: Callable, pack: Callable, words: tf.RaggedTensor,
+             window: tf.Tensor | None, seq_length: int, tags: tf.RaggedTensor | None = None
+             ) -> dict[str, Any]:
     """``window_features``, plus ``word_index`` ``[b, seq_length]``: the index (in its
-    sentence) of the word whose first piece is at each position, ``IGNORE`` elsewhere."""
+    sentence) of the word whose first piece is at each position, ``IGNORE`` elsewhere.
+
+    With ``window=None`` every window of every sentence is made (each sentence tokenised
+    once, however many windows it has), and ``sentence`` ``[windows]`` says whose each is.
+    """
     size = seq_length - 2
     pieces = word_pieces(tokenize, words.flat_values)  # [words, (pieces)]
     per_sentence = tf.RaggedTensor.from_row_lengths(pieces, words.row_lengths())
     tokens = per_sentence.merge_dims(1, 2)  # [b, (pieces of the sentence)]
+    sentence = None
+    if window is None:
+        windows = tf.maximum(tf.constant(1, tf.int64), -(-tokens.row_lengths() // size))
+        sentence = tf.repeat(tf.range(tokens.nrows(), dtype=tf.int64), windows)
+        window = tf.ragged.range(windows).flat_values
+    first = tf.equal(tf.ragged.range(tf.cast(pieces.row_lengths(), tf.int32)), 0)
+    first = tf.RaggedTensor.from_row_lengths(first, words.row_lengths()).merge_dims(1, 2)
+
+    def per_piece(per_word: tf.Tensor) -> tf.RaggedTensor:
+        """A value per word (flat, int32) at its first piece, IGNORE at the others."""
+        values = tf.RaggedTensor.from_row_lengths(
+            tf.repeat(per_word, pieces.row_lengths()), tokens.row_lengths())
+        return tf.ragged.map_flat_values(tf.where, first, values,
+                                         tf.fill(tf.shape(values.flat_values), IGNORE))
+
+    values = {"word_index": per_piece(
+        tf.ragged.range(tf.cast(words.row_lengths(), tf.int32)).flat_values)}
+    if tags is not None:
+        values["labels"] = per_piece(tf.cast(tags.flat_values, tf.int32))
+    if sentence is not None:
+        tokens = tf.gather(tokens, sentence)
+        values = {k: tf.gather(v, sentence) for k, v in values.items()}
     position = tf.ragged.range(tf.cast(tokens.row_lengths(), tf.int32))
     start = tf.cast(window, tf.int32)[:, tf.newaxis] * size
     keep = (position >= start) & (position < start + size)
     features = pack([tf.ragged.boolean_mask(tokens, keep)], seq_length=seq_length)
-    features = {k: tf.ensure_shape(tf.cast(features[k], tf.int32), [None, seq_length])
-                for k in FEATURE_KEYS}
-    first = tf.equal(tf.ragged.range(tf.cast(pieces.row_lengths(), tf.int32)), 0)
-    first = tf.RaggedTensor.from_row_lengths(first, words.row_lengths()).merge_dims(1, 2)
-
-    def on_first_pieces(per_word: tf.Tensor) -> tf.Tensor:
-        """A value per word (flat, int32) at its first piece's position, IGNORE elsewhere."""
-        per_piece = tf.RaggedTensor.from_row_lengths(
-            tf.repeat(per_word, pieces.row_lengths()), tokens.row_lengths())
-        values = tf.ragged.map_flat_values(tf.where, first, per_piece,
-                                           tf.fill(tf.shape(per_piece.flat_values), IGNORE))
-        values = tf.ragged.boolean_mask(values, keep)
-        values = tf.concat([tf.fill([values.nrows(), 1], IGNORE), values], axis=1)
-        return values.to_tensor(default_value=IGNORE, shape=[None, seq_length])
-
-    out: dict[str, Any] = {"features": features, "word_index": on_first_pieces(
-        tf.ragged.range(tf.cast(words.row_lengths(), tf.int32)).flat_values)}
-    if tags is not None:
-        out["labels"] = on_first_pieces(tf.cast(tags.flat_values, tf.int32))
+    out: dict[str, Any] = {"features": {
+        k: tf.ensure_shape(tf.cast(features[k], tf.int32), [None, seq_length])
+        for k in FEATURE_KEYS}, "sentence": sentence, "window": window}
+    for name, value in values.items():
+        value = tf.ragged.boolean_mask(value, keep)
+        value = tf.concat([tf.fill([value.nrows(), 1], IGNORE), value], axis=1)
+        out[name] = value.to_tensor(default_value=IGNORE, shape=[None, seq_length])
     return out
 
 
@@ -141,17 +156,11 @@ def _cut(module: Any, seq_length: int, *, eval_fields: bool = False) -> Callable
     """A batch of sentences -> the batch of its windows: features, labels, the id of the
     window (sentence id x 2**16 + window) and, for evaluation, each position's word
     index and the sentence's word count."""
-    size = seq_length - 2
-
     def cut(batch):
         words, tags = batch["words"], batch["tags"]
-        pieces = word_pieces(module.tokenize, words.flat_values).row_lengths()
-        totals = tf.math.unsorted_segment_sum(pieces, words.value_rowids(), words.nrows())
-        windows = tf.maximum(tf.constant(1, tf.int64), -(-totals // size))
-        sentence = tf.repeat(tf.range(words.nrows(), dtype=tf.int64), windows)
-        window = tf.ragged.range(windows).flat_values
-        out = _windows(module.tokenize, module.bert_pack_inputs, tf.gather(words, sentence),
-                       window, seq_length, tf.gather(tags, sentence))
+        out = _windows(module.tokenize, module.bert_pack_inputs, words, None, seq_length,
+                       tags)
+        sentence, window = out["sentence"], out["window"]
         example = {**out["features"], "labels": out["labels"],
                    "id": tf.gather(batch["id"], sentence) * (1 << 16) + tf.cast(window,
                                                                                 tf.int64)}
@@ -294,8 +303,11 @@ def make_ner_dataset(data: NerData, split: SplitData, preprocess_fn: Any, cfg: D
                            deterministic=True, training=training)
 
 
-def _eval_windows(data: NerData, split: SplitData, preprocess_fn: Any, seq_length: int,
-                  batch_size: int) -> tf.data.Dataset:
+def eval_windows(data: NerData, split: SplitData, preprocess_fn: Any, seq_length: int,
+                 batch_size: int) -> tf.data.Dataset:
+    """The windows of ``split`` in order, batched, with what re-joins predictions to words:
+    each window's ``sentence`` (id) and ``words`` (the sentence's word count), each
+    position's ``word_index``. Build it once and predict over it at every evaluation."""
     source = data.source(split)
     sentences = _sentences(split, data.tag_names, SENTENCE_BATCH)
     cut = _cut(preprocess_fn.module, seq_length, eval_fields=True)
@@ -304,30 +316,34 @@ def _eval_windows(data: NerData, split: SplitData, preprocess_fn: Any, seq_lengt
                               ).rebatch(batch_size).prefetch(2)
 
 
-def predict_tags(call: Callable, data: NerData, split: SplitData, preprocess_fn: Any,
-                 seq_length: int, *, batch_size: int) -> list[list[str]]:
-    """The predicted IOB2 tags of every sentence of ``split``, in order: ``call`` (a
-    tagger: features -> tag ids) on its windows, each word read at its first piece (O for
-    a word without pieces)."""
-    names = data.tag_names
-    out: list[list[str]] = []
-    current, tags = None, None
-    for batch in _eval_windows(data, split, preprocess_fn, seq_length, batch_size
-                               ).as_numpy_iterator():
+def predict_tags(call: Callable, windows: tf.data.Dataset, tag_names: list[str]
+                 ) -> list[list[str]]:
+    """The predicted IOB2 tags of every sentence of an ``eval_windows`` dataset, in order:
+    ``call`` (a tagger: features -> tag ids) on its windows, each word read at its first
+    piece (O for a word without pieces)."""
+    window_sentences, window_words, positions, seen = [], [], [], 0
+    for batch in windows.as_numpy_iterator():
         predicted = np.asarray(call({k: batch[k] for k in FEATURE_KEYS}))
-        for row in range(len(predicted)):
-            sentence = int(batch["sentence"][row])
-            if sentence != current:
-                if tags is not None:
-                    out.append([names[i] for i in tags])
-                current, tags = sentence, [0] * int(batch["words"][row])
-            where = batch["word_index"][row] >= 0
-            for word, tag in zip(batch["word_index"][row][where], predicted[row][where],
-                                 strict=True):
-                tags[int(word)] = int(tag)
-    if tags is not None:
-        out.append([names[i] for i in tags])
-    return out
+        rows, cols = np.nonzero(batch["word_index"] >= 0)
+        # (window, word in its sentence, predicted tag) of every word's first piece
+        positions.append(np.stack([seen + rows, batch["word_index"][rows, cols],
+                                   predicted[rows, cols]], 1))
+        window_sentences.append(batch["sentence"])
+        window_words.append(batch["words"])
+        seen += len(batch["sentence"])
+    if not window_sentences:
+        return []
+    sentence_of_window = np.concatenate(window_sentences)
+    # Windows of a sentence are consecutive: a new sentence wherever the id changes.
+    new = np.r_[True, sentence_of_window[1:] != sentence_of_window[:-1]]
+    starts, index_of_window = np.flatnonzero(new), np.cumsum(new) - 1
+    words = np.concatenate(window_words)[starts].astype(np.int64)
+    offsets = np.r_[0, np.cumsum(words)]
+    tags = np.zeros(offsets[-1], np.int64)  # O for words without pieces
+    found = np.concatenate(positions)
+    tags[offsets[index_of_window[found[:, 0]]] + found[:, 1]] = found[:, 2]
+    names = np.array(tag_names)
+    return [names[tags[offsets[i]:offsets[i + 1]]].tolist() for i in range(len(words))]
 
 
 def gold_tags(data: NerData, split: SplitData) -> list[list[str]]:

@@ -16,6 +16,7 @@ from tfapp.data.tagged import load_ner_splits
 from tfapp.data.token_classification import (
     NerData,
     build_ner_data,
+    eval_windows,
     gold_tags,
     make_ner_dataset,
     predict_tags,
@@ -50,12 +51,14 @@ class NerInputs(Inputs):
     Attributes:
       data: the splits, tag names and windows per shard file (``build_ner_data``).
       gold: split name -> its sentences' tags (what the entity scores compare against).
+      windows: split name -> its windows in order (``eval_windows``), built once.
       preprocess: the BERT preprocessing function (its ``.module`` tokenises and packs).
       encoder_handle / preprocessor_handle: the resolved Hub handles.
     """
 
     data: NerData | None = None
     gold: dict[str, list[list[str]]] = field(default_factory=dict)
+    windows: dict[str, Any] = field(default_factory=dict)
     preprocess: Any = None
     encoder_handle: str = ""
     preprocessor_handle: str = ""
@@ -152,6 +155,8 @@ class NerTask(Task):
         validation = data.split("validation") if data.size(data.split("validation")) else None
         gold = {name: gold_tags(data, data.split(name)) for name in ("validation", "test")
                 if data.size(data.split(name))}
+        windows = {name: eval_windows(data, data.split(name), preprocess, d.seq_length,
+                                      global_batch) for name in gold}
         return NerInputs(
             train=dataset(train, True),
             validation=dataset(validation, False) if validation else None,
@@ -159,7 +164,8 @@ class NerTask(Task):
             num_validation_examples=data.size(validation),
             validation_steps=(math.ceil(data.size(validation) / global_batch)
                               if validation else None),
-            data=data, gold=gold, preprocess=preprocess, encoder_handle=encoder,
+            data=data, gold=gold, windows=windows, preprocess=preprocess,
+            encoder_handle=encoder,
             preprocessor_handle=preprocessor)
 
     def build_model(self, inputs: NerInputs):
@@ -174,9 +180,7 @@ class NerTask(Task):
         return [MaskedTokenAccuracy()]
 
     def _report(self, call, inputs: NerInputs, split: str) -> dict:
-        pred = predict_tags(call, inputs.data, inputs.data.split(split), inputs.preprocess,
-                            self.cfg.data.seq_length,
-                            batch_size=self.runtime.global_batch_size(self.cfg.data.batch_size))
+        pred = predict_tags(call, inputs.windows[split], inputs.data.tag_names)
         return entity_report(inputs.gold[split], pred)
 
     def metric_callbacks(self, model, inputs: NerInputs) -> list:
