@@ -142,7 +142,9 @@ class DataConfig:
         first pass reads them and replayed afterwards ("" = off); keyed by the prepared
         data and the preprocessing, so any change stores anew.
       prefetch: prefetch batches with tf.data.AUTOTUNE.
-      deterministic: keep element order fixed in parallel stages.
+      deterministic: under the tf.data service, read shard files in a fixed order (else
+        in whatever order they come; the service does not resume mid-pass anyway).
+        Without the service the stream's order is always fixed: exact resume rests on it.
       on_bad_rows: fail stops at the first malformed row naming file and line; skip drops such
         rows and reports their count and first examples.
       service: tf.data service settings.

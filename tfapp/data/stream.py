@@ -258,14 +258,15 @@ def eval_stream(source: Source, part: Part, examples: ExamplesFn) -> tf.data.Dat
 
 
 def service_stream(source: Source, examples: ExamplesFn, *, seed: int, block: int,
-                   training: bool) -> tf.data.Dataset:
+                   training: bool, deterministic: bool = False) -> tf.data.Dataset:
     """One pass of ``source`` in the shape the tf.data service shards: a dataset of shard
     files, read (interleaved) by ``examples``. The dispatcher hands these files out to
     its workers (``dynamic``: on request; ``file``: worker ``i`` of ``N`` reads files
     ``i::N``), or each worker reads them all (``off``). Training reads its files in a
-    seeded new order each pass and shuffles examples over ``block``; the consumer repeats
-    the pass. The service decides who reads what, so this stream cannot start mid-pass: a
-    resumed run begins a new pass (docs/scale_out.md).
+    seeded new order each pass and shuffles examples over ``block``, its files read side
+    by side in any order unless ``deterministic``; the consumer repeats the pass. The
+    service decides who reads what, so this stream cannot start mid-pass: a resumed run
+    begins a new pass (docs/scale_out.md).
     """
     files = tf.constant(list(source.files), tf.string)
     index_of = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
@@ -278,7 +279,7 @@ def service_stream(source: Source, examples: ExamplesFn, *, seed: int, block: in
         lambda file: examples(file, index_of.lookup(file)),
         cycle_length=min(4, len(source.files)) if training else 1,
         num_parallel_calls=tf.data.AUTOTUNE if training else None,
-        deterministic=not training)
+        deterministic=deterministic or not training)
     if shuffle:
         dataset = dataset.unbatch().shuffle(block, seed=seed, reshuffle_each_iteration=True)
         return dataset.batch(1024)
@@ -305,7 +306,7 @@ def batches(source: Source, examples: ExamplesFn, data_cfg: Any, *, training: bo
         local_batch = input_context.get_per_replica_batch_size(batch_size)
     if data_cfg.service.address:
         dataset = service_stream(source, examples, seed=seed, block=data_cfg.shuffle_buffer,
-                                 training=training)
+                                 training=training, deterministic=data_cfg.deterministic)
         return dataset.rebatch(local_batch, drop_remainder=training)
     part = partition(source, index, pipelines, seed)
     if not training:
