@@ -156,6 +156,27 @@ def test_bad_rows_fail_with_file_line_or_are_skipped_and_counted(tmp_path):
         P.prepared([path], LABELLED, cache=cache, mode="fail", split="train")
 
 
+def test_a_run_prepares_raw_files_once_and_says_which_it_did(tmp_path, monkeypatch, caplog):
+    import logging
+
+    from tfapp.config import DataConfig
+    from tfapp.data.splits import prepared_splits
+
+    monkeypatch.setenv("TFAPP_CACHE_DIR", str(tmp_path / "cache"))
+    path = write_csv(tmp_path / "t.csv", 40)
+    said = []
+    for _ in range(2):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="tfapp.data"):
+            splits = prepared_splits(path, "", "", LABELLED, DataConfig(), seed=0)
+        said += [r.getMessage() for r in caplog.records if r.getMessage().startswith("data:")]
+    assert splits.train.manifest.rows == 40
+    assert len(said) == 2, said
+    assert said[0].startswith("data: prepared 40 rows of 1 file(s) into ") and \
+        str(tmp_path / "cache" / "prepared") in said[0]
+    assert said[1].startswith("data: reading 40 rows of 1 file(s) prepared earlier in ")
+
+
 def test_a_rerun_resumes_the_sources_left_and_refuses_a_changed_one(tmp_path):
     files = [write_csv(tmp_path / f"p{k}.csv", 200, 200 * k) for k in range(3)]
     out = str(tmp_path / "out")

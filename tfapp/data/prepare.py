@@ -837,7 +837,7 @@ def prepare(files: list[str], out: str, spec: RowSpec, *, mode: str = "fail",
                 for future in futures:
                     future.cancel()
                 raise
-        log.info("data: prepared %d source file(s) into %s in %.1fs", len(todo), out,
+        log.debug("data: prepared %d source file(s) into %s in %.1fs", len(todo), out,
                  time.time() - started)
     return merge(files, out, spec, split=split)
 

@@ -154,7 +154,10 @@ def prepared_splits(train: str, validation: str, test: str, row: RowSpec, data_c
         out.report.count += bad.get("count", 0)
     for done in made:
         m = done.manifest
-        message = (f"data: prepared {m.rows} rows of {len(m.sources)} file(s) into "
-                   f"{m.root} in {done.seconds:.1f}s (once: later runs read it from there)")
-        log.info("%s", message)
+        if done.prepared_now:
+            log.info("data: prepared %d rows of %d file(s) into %s in %.1fs (once: later "
+                     "runs read it from there)", m.rows, len(m.sources), m.root, done.seconds)
+        else:
+            log.info("data: reading %d rows of %d file(s) prepared earlier in %s", m.rows,
+                     len(m.sources), m.root)
     return out
