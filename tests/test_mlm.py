@@ -232,6 +232,7 @@ def test_pretrain_one_line_errors(tiny_module, tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_pretrain_under_mirrored_strategy(tiny_module, tmp_path):
     """Two replicas (logical CPUs): the global masked-token mean is all-reduced."""
     root, hub_dir = tiny_module

@@ -92,6 +92,7 @@ def test_predict_and_evaluate_commands(trained):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_tune_searches_on_entity_f1(tmp_path):
     """A 2-trial search: each trial is an NER run scored on its val_entity_f1."""
     config = tmp_path / "ner_tune.yaml"
@@ -111,6 +112,7 @@ def test_tune_searches_on_entity_f1(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_mirrored_replicas_score_and_export(tmp_path):
     """Two replicas (CPU split in two): the entity-F1 callback runs the mirrored model from
     inside fit (a plain call there fails), on snapshot-stored windows."""
@@ -129,6 +131,7 @@ def test_mirrored_replicas_score_and_export(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_two_worker_processes_train_the_tagger_and_agree(tmp_path):
     """MultiWorkerMirrored: every worker scores val_entity_f1 on its own (no collective in
     the callback), both end with the same weights, the chief exports."""

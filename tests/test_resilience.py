@@ -140,6 +140,7 @@ def _worker_pids(proc: subprocess.Popen, lines: list[str]) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_multi_worker_with_data_service_stops_together_on_sigterm_then_resumes(tmp_path):
     """The launcher runs two workers fed by a two-worker tf.data service. SIGTERM to one
     worker stops both at the same step with a backup (exit 143); the same command then
@@ -191,6 +192,7 @@ def test_a_dead_worker_stops_the_other_with_one_clear_line(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_classifier_trains_under_mirrored_over_four_logical_cpus(tmp_path):
     """The BERT classifier end to end through the driver with 4 replicas and
     steps_per_execution=4 (the 2-replica case is in test_models_classifier)."""

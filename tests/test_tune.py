@@ -230,6 +230,7 @@ def _wait_for_line(log: Path, pattern: str, proc: subprocess.Popen, seconds: flo
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_killed_workers_trial_goes_to_the_next_worker_and_the_search_ends(tmp_path):
     """KerasTuner alone would wait forever for a worker killed mid-trial.
 
