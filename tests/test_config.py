@@ -180,3 +180,10 @@ def test_importing_tfapp_turns_on_onednn_unless_the_user_chose(user_value, expec
     env["PYTHONPATH"] = str(REPO)
     proc = run_python(["-c", code], env=env, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == expected, proc.stderr[-1500:]
+
+
+def test_an_empty_override_is_the_empty_string():
+    path = REPO / "configs" / "generator_local.yaml"
+    assert load_config(path).data.drop_regex == "^#"
+    assert load_config(path, ["data.drop_regex="]).data.drop_regex == ""
+    assert load_config(path, ["data.drop_regex=''"]).data.drop_regex == ""

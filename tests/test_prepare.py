@@ -96,6 +96,19 @@ def test_the_arrow_reader_agrees_with_csv_row_for_row(tmp_path, header, lines, f
         assert fast == slow
 
 
+def test_a_field_longer_than_the_csv_modules_default_limit_is_text(tmp_path):
+    # Python's csv refuses fields over 128 KiB unless told otherwise; long documents are
+    # valid input on both readers.
+    text = "word " * 60_000
+    path = tmp_path / "long.csv"
+    path.write_text(f'text,label\n"{text}",a\nshort,b\n')
+    fast, slow = _read_both(str(path), LABELLED)
+    rows, bad = slow[0], slow[2]
+    assert bad == 0 and [line for line, _ in rows] == [2, 3]
+    assert len(rows[0][1]["text"]) == len(text) and rows[1][1]["text"] == b"short"
+    assert fast is None or fast == slow
+
+
 def test_lines_are_counted_across_quoted_line_breaks(tmp_path):
     path = tmp_path / "q.csv"
     path.write_text('text,label\n"two\nlines",pos\n\n"a\r\nb",neg\nbad,row,x\n,pos\nok,neg\n',
