@@ -43,7 +43,8 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = ["IGNORE", "NerData", "build_ner_data", "make_ner_dataset", "eval_windows",
-           "predict_tags", "gold_tags", "word_pieces", "window_features"]
+           "predict_tags", "gold_tags", "word_pieces", "window_features",
+           "windows_per_sentence"]
 
 IGNORE = -1
 #: sentences tokenised per call
@@ -57,6 +58,12 @@ def word_pieces(tokenize: Callable, words: tf.Tensor) -> tf.RaggedTensor:
     if pieces.shape.rank > 2:
         pieces = pieces.merge_dims(1, -1)
     return tf.cast(pieces, tf.int32)
+
+
+def windows_per_sentence(pieces: tf.Tensor, seq_length: int) -> tf.Tensor:
+    """How many windows of ``seq_length`` (with [CLS] and [SEP]) hold sentences of
+    ``pieces`` word pieces (int64): at least one, also for a sentence with none."""
+    return tf.maximum(tf.constant(1, tf.int64), -(-pieces // (seq_length - 2)))
 
 
 def window_features(tokenize: Callable, pack: Callable, words: tf.RaggedTensor,
@@ -83,7 +90,7 @@ def _windows(tokenize: Callable, pack: Callable, words: tf.RaggedTensor,
     tokens = per_sentence.merge_dims(1, 2)  # [b, (pieces of the sentence)]
     sentence = None
     if window is None:
-        windows = tf.maximum(tf.constant(1, tf.int64), -(-tokens.row_lengths() // size))
+        windows = windows_per_sentence(tokens.row_lengths(), seq_length)
         sentence = tf.repeat(tf.range(tokens.nrows(), dtype=tf.int64), windows)
         window = tf.ragged.range(windows).flat_values
     first = tf.equal(tf.ragged.range(tf.cast(pieces.row_lengths(), tf.int32)), 0)
@@ -213,7 +220,6 @@ def build_ner_data(splits: NerSplits, preprocess_fn: Any, seq_length: int) -> Ne
     words, cached by the prepared data, the tags, the preprocessing and ``seq_length``);
     sentences dropped for unknown tags are counted in the bad-row report."""
     data = NerData(splits)
-    size = seq_length - 2
     module = preprocess_fn.module
     for split in splits.prepared.splits():
         path = _counts_path(split, splits.tag_names, str(preprocess_fn.fingerprint), seq_length)
@@ -226,7 +232,7 @@ def build_ner_data(splits: NerSplits, preprocess_fn: Any, seq_length: int) -> Ne
                 pieces = word_pieces(module.tokenize, words.flat_values).row_lengths()
                 totals = tf.math.unsorted_segment_sum(pieces, words.value_rowids(),
                                                       words.nrows())
-                return tf.reduce_sum(tf.maximum(tf.constant(1, tf.int64), -(-totals // size)))
+                return tf.reduce_sum(windows_per_sentence(totals, seq_length))
 
             counts, total = [], 0
             for j, file in enumerate(split.manifest.files()):

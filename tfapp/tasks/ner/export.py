@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 
 from tfapp.atomic import save_model
-from tfapp.data.token_classification import window_features, word_pieces
+from tfapp.data.token_classification import window_features, windows_per_sentence, word_pieces
 from tfapp.model_card import CARD_FILE
 from tfapp.serving import EXPORT_MARKERS
 from tfapp.tasks.ner.tags import OUTSIDE, split_tag
@@ -65,7 +65,7 @@ class NerServing(tf.Module):
         counts = word_pieces(tokenize, words.flat_values).row_lengths()  # [words]
         per_text = tf.RaggedTensor.from_row_lengths(counts, words.row_lengths())
         total = tf.reduce_sum(per_text, axis=1)
-        windows = tf.maximum(tf.cast(1, tf.int64), (total + size - 1) // size)  # [n]
+        windows = windows_per_sentence(total, self._seq_length)  # [n]
         text_of_window = tf.repeat(tf.range(tf.shape(windows, tf.int64)[0]), windows)
         within = tf.ragged.range(windows).flat_values
         features, _ = window_features(tokenize, self.preprocessor.bert_pack_inputs,
