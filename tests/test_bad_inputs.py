@@ -138,7 +138,7 @@ ROWS = [
      ["--config", "configs/classifier_local.yaml", "output_dir={in}", "name=photos",
       "--overwrite"], "not a tfapp run directory"),
     ("rerun-finished-other-config", "tfapp.train", [*RERUN, "optimizer.learning_rate=0.01"],
-     "finished run with another config (optimizer.learning_rate differs)"),
+     "finished run with another config (optimizer.learning_rate: 0.001 -> 0.01)"),
     ("run-dir-locked", "tfapp.train", RERUN, "is in use by pid"),
     # data files and labels
     ("data-missing", "tfapp.train", [*TRAIN, "data.train_files=/no/such/file.csv"],

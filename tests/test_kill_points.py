@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tfapp.run_layout import RunLayout
 from tfapp.serving import LoadedClassifier
 
 import pytest
@@ -103,7 +104,7 @@ def test_a_run_killed_at_any_point_finishes_when_rerun(point, where, resumes, tm
     run = tmp_path / "classifier_local"
     if run.exists():
         _check_nothing_half_written_is_good(run)
-    assert (run / "backup").is_dir() == resumes, where
+    assert RunLayout(run).has_backup() == resumes, where
 
     rerun = _run(tmp_path)
     assert rerun.returncode == 0, (where, rerun.stderr[-3000:])

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from tfapp.run_layout import RunLayout
 from tfapp.training.status import read_status
 
 import pytest
@@ -234,7 +235,7 @@ def test_a_failed_export_keeps_the_backup_and_the_rerun_only_exports(tmp_path, m
         with pytest.raises(OSError, match="No space left"):
             train(cfg)
     assert read_status(run)["state"] == "failed"
-    assert any((run / "backup").iterdir())  # the trained state survived the failure
+    assert RunLayout(run).has_backup()  # the trained state survived the failure
     assert len(_history(run)) == 2
 
     result = train(cfg)  # the same command again

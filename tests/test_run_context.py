@@ -80,34 +80,114 @@ def test_one_process_at_a_time_trains_into_a_run_directory(tmp_path):
     second.release()
 
 
-def test_a_backup_resumes_only_under_its_own_config(tmp_path):
-    ctx = RunContext.create(_cfg(tmp_path, "trainer.epochs=2"))
+def _interrupted(tmp_path, *overrides: str) -> RunLayout:
+    """A run that began and left a backup (as a killed run does)."""
+    ctx = RunContext.create(_cfg(tmp_path, *overrides))
     ctx.begin()
+    (tmp_path / "run" / "backup" / "chief").mkdir(parents=True)
+    (tmp_path / "run" / "backup" / "chief" / "checkpoint").write_text("x")
+    ctx.keep_config_with_backup()  # as the loop does after the first backup
     ctx.release()
-    (tmp_path / "run" / "backup").mkdir()
-    (tmp_path / "run" / "backup" / "checkpoint").write_text("x")  # a run was interrupted
-    params = (tmp_path / "run" / "params.yaml").read_text()
+    return ctx.run
 
+
+def test_a_backup_resumes_only_under_its_own_config(tmp_path):
+    run = _interrupted(tmp_path, "trainer.epochs=2")
+    assert "epochs: 2" in run.backup_params.read_text()  # kept with the backup
     longer = RunContext.create(_cfg(tmp_path, "trainer.epochs=5"))  # train longer: fine
     longer.begin()
     longer.release()
-    changed = RunContext.create(_cfg(tmp_path, "optimizer.learning_rate=0.1"))
-    with pytest.raises(ConfigError, match="holds a backup of a run with another config "
-                                          r"\(optimizer.learning_rate differs\); pass "
-                                          "--overwrite"):
+    assert longer.changed_since_backup == []
+    changed = RunContext.create(_cfg(tmp_path, "optimizer.learning_rate=0.1",
+                                     "data.batch_size=8"))
+    with pytest.raises(ConfigError) as refused:
         changed.begin()
-    assert "epochs: 5" in (tmp_path / "run" / "params.yaml").read_text() != params
-    assert (tmp_path / "run" / "backup" / "checkpoint").is_file()  # nothing lost
-    changed.begin(restart=True)  # --overwrite: start over
-    assert not (tmp_path / "run" / "backup").exists()
-    assert "learning_rate: 0.1" in (tmp_path / "run" / "params.yaml").read_text()
+    message = str(refused.value)
+    # Every key that differs, with both values, and each way forward with what it does.
+    assert (f"{run.root} holds a backup made under another config (data.batch_size: 32 -> "
+            "8, optimizer.learning_rate: 0.0005 -> 0.1); nothing was changed; to resume it "
+            "with these changes, pass --resume-anyway; to resume it as it was, rerun with "
+            f"--config {run.backup_params}; to start over, pass --start-over (the run is "
+            f"moved to {run.root}.old-<date>-<time>, nothing is deleted)") in message
+    assert "--overwrite" not in message
+    assert (run.backup / "chief" / "checkpoint").is_file()  # nothing lost
+    assert "epochs: 2" in run.backup_params.read_text()  # until longer's first backup
+
+    anyway = RunContext.create(_cfg(tmp_path, "optimizer.learning_rate=0.1"))
+    anyway.begin(resume_anyway=True)
+    anyway.release()
+    assert anyway.resuming
+    assert anyway.changed_since_backup == ["optimizer.learning_rate: 0.0005 -> 0.1"]
+    # Once a backup is written under the new config (not before: the one on disk is the
+    # old config's), that is what a rerun compares with.
+    assert "learning_rate: 0.0005" in run.backup_params.read_text()
+    anyway.keep_config_with_backup()
+    assert "learning_rate: 0.1" in run.backup_params.read_text()
+
+
+def test_an_edited_params_yaml_given_back_is_compared_with_the_backups_config(tmp_path):
+    """params.yaml is the user's to edit; ``--config RUN/params.yaml`` after an edit used to
+    resume silently under the edit, as the comparison was with params.yaml itself."""
+    run = _interrupted(tmp_path)
+    run.params.write_text(run.params.read_text().replace("dropout: 0.1", "dropout: 0.3"))
+    edited = RunContext.create(load_config(run.params))
+    with pytest.raises(ConfigError, match=r"another config \(model.dropout: 0.1 -> 0.3\)"):
+        edited.begin()
+    as_it_was = RunContext.create(load_config(run.backup_params))  # the way forward named
+    as_it_was.begin()
+    as_it_was.release()
+
+
+def test_resume_anyway_refuses_another_encoder_task_or_optimizer(tmp_path):
+    _interrupted(tmp_path)
+    for override, key in (("optimizer.name=sgd", "optimizer.name"),
+                          ("model.kind=cnn", "model.kind"),
+                          ("optimizer.ema_decay=0.99", "optimizer.ema_decay")):
+        with pytest.raises(ConfigError, match=rf"--resume-anyway: {key}: .* since the backup "
+                                              rf"was made, and a backup cannot be resumed "
+                                              rf"under another {key}; to resume it as it was"):
+            RunContext.create(_cfg(tmp_path, override)).begin(resume_anyway=True)
+
+
+def test_start_over_moves_the_run_aside_and_deletes_nothing(tmp_path):
+    run = _interrupted(tmp_path)
+    (run.root / "history.csv").write_text("epoch,loss\n0,1.0\n")
+    over = RunContext.create(_cfg(tmp_path, "optimizer.learning_rate=0.1"))
+    over.begin(start_over=True)
+    over.release()
+    (aside,) = tmp_path.glob("run.old-*")
+    assert (aside / "backup" / "chief" / "checkpoint").read_text() == "x"
+    assert (aside / "history.csv").is_file()
+    assert "learning_rate: 0.0005" in (aside / "params.yaml").read_text()
+    assert not over.resuming and not (run.root / "history.csv").exists()
+    assert "learning_rate: 0.1" in run.params.read_text()
+    again = RunContext.create(_cfg(tmp_path, "optimizer.learning_rate=0.1"))
+    again.begin(start_over=True)  # a second start-over in the same second: another name
+    again.release()
+    assert len(list(tmp_path.glob("run.old-*"))) == 2
+
+
+def test_a_resumed_run_counts_the_time_trained_before_it(tmp_path):
+    run = _interrupted(tmp_path)
+    status = json.loads(run.status.read_text())
+    status.update(state="running", train_seconds=125.0)  # as a killed run's last epoch left
+    run.status.write_text(json.dumps(status))
+    resumed = RunContext.create(_cfg(tmp_path))
+    resumed.begin()
+    resumed.release()
+    assert 125.0 <= resumed.train_seconds() < 125.0 + 60
+    assert json.loads(run.status.read_text())["train_seconds"] >= 125.0
+    fresh = RunContext.create(_cfg(tmp_path, "name=fresh"))
+    fresh.begin()
+    fresh.release()
+    assert fresh.train_seconds() < 60
 
 
 def test_a_resume_may_change_where_data_is_served_from_and_what_is_logged(tmp_path):
     ctx = RunContext.create(_cfg(tmp_path, "data.service.address=localhost:1"))
     ctx.begin()
     ctx.release()
-    (tmp_path / "run" / "backup").mkdir()
+    (tmp_path / "run" / "backup").mkdir(exist_ok=True)
     (tmp_path / "run" / "backup" / "checkpoint").write_text("x")
     again = RunContext.create(_cfg(tmp_path, "data.service.address=localhost:2",
                                    "tracking.tensorboard=false", "trainer.epochs=9",
@@ -132,24 +212,27 @@ def test_a_finished_run_is_trained_again_only_under_its_own_config(tmp_path):
     for changed in ("optimizer.learning_rate=0.1", "trainer.epochs=5"):
         other = RunContext.create(_cfg(tmp_path, "trainer.epochs=2", changed))
         with pytest.raises(ConfigError, match=r"holds a finished run with another config \("
-                                              rf"{changed.split('=')[0]} differs\); nothing "
-                                              "was changed; pass --overwrite"):
+                                              rf"{changed.split('=')[0]}: .* -> .*\); "
+                                              "nothing was changed; pass --start-over to "
+                                              "train it again \\(the finished run is moved"):
             other.begin()
         assert (tmp_path / "run" / "params.yaml").read_text() == params
-    other.begin(restart=True)  # --overwrite: train it again under the new config
+    other.begin(start_over=True)  # train it again under the new config
     assert "epochs: 5" in (tmp_path / "run" / "params.yaml").read_text()
     other.release()
+    (aside,) = tmp_path.glob("run.old-*")  # the finished run, kept
+    assert (aside / "params.yaml").read_text() == params
 
 
 def test_a_folder_of_other_files_is_never_taken_as_a_run_directory(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "backup").mkdir()  # someone's own "backup" folder
     (tmp_path / "run" / "backup" / "thesis.tex").write_text("keep")
-    for restart in (False, True):
+    for start_over in (False, True):
         with pytest.raises(ConfigError, match=rf"{tmp_path / 'run'} is not a tfapp run "
                                               r"directory \(no params.yaml\) and holds other "
                                               r"files \(backup\); nothing was changed"):
-            RunContext.create(_cfg(tmp_path)).begin(restart=restart)
+            RunContext.create(_cfg(tmp_path)).begin(start_over=start_over)
     assert sorted(p.name for p in (tmp_path / "run").rglob("*")) == ["backup", "thesis.tex"]
     (tmp_path / "empty").mkdir()
     ctx = RunContext.create(_cfg(tmp_path, "name=empty"))  # an empty folder is a new run
@@ -161,7 +244,7 @@ def test_a_moved_run_directory_still_resumes(tmp_path):
     ctx = RunContext.create(_cfg(tmp_path / "a"))
     ctx.begin()
     ctx.release()
-    (tmp_path / "a" / "run" / "backup").mkdir()
+    (tmp_path / "a" / "run" / "backup").mkdir(exist_ok=True)
     (tmp_path / "a" / "run" / "backup" / "checkpoint").write_text("x")
     (tmp_path / "a" / "run").rename(tmp_path / "moved")  # output_dir and name both change
     moved = RunContext.create(load_config(None, [f"output_dir={tmp_path}", "name=moved"]))

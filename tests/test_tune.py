@@ -3,6 +3,7 @@ with two workers, results and best_params.yaml."""
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import subprocess
@@ -83,23 +84,28 @@ def test_a_search_dir_resumes_only_its_own_search(tmp_path):
     from tfapp.tune import _check_same_search
 
     cfg = load_config(None, [f"output_dir={tmp_path}", "name=s", SPACE])
-    _check_same_search(cfg, "local", overwrite=False)
-    _check_same_search(cfg, "local", overwrite=False)  # the same search: resumes
+    _check_same_search(cfg, "local", start_over=False)
+    _check_same_search(cfg, "local", start_over=False)  # the same search: resumes
     more = load_config(None, [f"output_dir={tmp_path}", "name=s", SPACE, "tune.max_trials=99"])
-    _check_same_search(more, "local", overwrite=False)  # more trials: continues the search
+    _check_same_search(more, "local", start_over=False)  # more trials: continues the search
     changed = load_config(None, [f"output_dir={tmp_path}", "name=s", SPACE, "tune.tuner=grid"])
-    with pytest.raises(ConfigError, match="holds a different search.*--overwrite"):
-        _check_same_search(changed, "local", overwrite=False)
-    _check_same_search(changed, "local", overwrite=True)
+    with pytest.raises(ConfigError, match="holds a different search.*nothing was changed; "
+                                          "pass --start-over"):
+        _check_same_search(changed, "local", start_over=False)
+    (tmp_path / "s" / "trial_0").mkdir()  # a trial of the first search
+    _check_same_search(changed, "local", start_over=True)
     assert load_config(tmp_path / "s" / "search.yaml").tune.tuner == "grid"
+    (aside,) = tmp_path.glob("s.old-*")  # the first search: moved aside, not deleted
+    assert (aside / "trial_0").is_dir()
+    assert load_config(aside / "search.yaml").tune.tuner == cfg.tune.tuner
 
-    # --overwrite deletes only a search: a trained run of that name is kept, untouched.
+    # --start-over moves only a search: a trained run of that name is kept, untouched.
     run = tmp_path / "trained"
     (run / "export").mkdir(parents=True)
     (run / "params.yaml").write_text("task: classifier\n")
     named_like_it = load_config(None, [f"output_dir={tmp_path}", "name=trained", SPACE])
-    with pytest.raises(ConfigError, match="is not a tfapp search .*nothing was deleted"):
-        _check_same_search(named_like_it, "local", overwrite=True)
+    with pytest.raises(ConfigError, match="is not a tfapp search .*nothing was changed"):
+        _check_same_search(named_like_it, "local", start_over=True)
     assert (run / "params.yaml").read_text() == "task: classifier\n"
     assert (run / "export").is_dir()
 
@@ -184,6 +190,7 @@ def test_killed_search_resumes_and_best_config_trains(tmp_path):
     proc.kill()
     proc.wait()
     assert _trial_status(search, "1") == "RUNNING"  # killed mid-trial
+    trained_before = json.loads((history.parent / "status.json").read_text())["train_seconds"]
 
     proc = _tune(args, tmp_path / "second.log")
     assert proc.wait(timeout=300) == 0, (tmp_path / "second.log").read_text()[-3000:]
@@ -194,6 +201,13 @@ def test_killed_search_resumes_and_best_config_trains(tmp_path):
     # Its own BackupAndRestore checkpoint: training continues after the finished epoch(s).
     assert re.search(r"Epoch [23]/3", resumed) and "Epoch 1/3" not in resumed, resumed
     assert [r.split(",")[0] for r in history.read_text().splitlines()[1:]] == ["0", "1", "2"]
+    # The resumed trial is scored on its whole history (its best epoch may be one trained
+    # before the kill) and timed over both processes.
+    with history.open() as fh:
+        best_before_and_after = min(float(r["val_loss"]) for r in csv.DictReader(fh))
+    record = json.loads((search / "trial_1" / "tfapp_trial.json").read_text())
+    assert record["value"] == pytest.approx(best_before_and_after)
+    assert record["seconds"] > trained_before > 0
 
     results = json.loads((search / "results.json").read_text())
     assert sorted(t["trial"] for t in results["trials"]) == ["0", "1", "2"]

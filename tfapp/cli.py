@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import shlex
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp.config import ConfigError, ExperimentConfig, config_reference, group_docs, load_config
@@ -97,8 +99,28 @@ def resolve_config(args: argparse.Namespace) -> ExperimentConfig:
     return load_config(args.config, args.overrides)
 
 
-def run_main(body: Callable[[], int | None]) -> int:
-    """Run an entry point's body; user errors become one line and exit code 2."""
+def resume_line(module: str, argv: Sequence[str] | None, run_dir: Path, *,
+                search: bool = False) -> str:
+    """What an interrupted run (``search``: a tuning search) kept and the exact command
+    that resumes it: the same one, less ``--start-over`` (which would move it aside)."""
+    from tfapp.run_layout import RunLayout
+
+    args = [a for a in (sys.argv[1:] if argv is None else argv)
+            if a not in ("--start-over", "--overwrite")]
+    command = shlex.join(["python", "-m", module, *args])
+    if search:
+        return (f"the search in {run_dir} keeps its finished trials, and the trial that was "
+                f"running its backup; continue it with: {command}")
+    if RunLayout(run_dir).has_backup():
+        return f"resume with: {command}"
+    return f"no backup was written yet, so a rerun starts over: {command}"
+
+
+def run_main(body: Callable[[], int | None], *,
+             resume: Callable[[], str] | None = None) -> int:
+    """Run an entry point's body; user errors become one line and exit code 2. An
+    interruption (Ctrl-C, SIGTERM) is one line too, ending with ``resume()``: what was
+    kept and the command that resumes."""
     try:
         return body() or 0
     except ConfigError as err:
@@ -110,7 +132,13 @@ def run_main(body: Callable[[], int | None]) -> int:
         print(f"tfapp: error: {missing_tensorflow_message(err.name)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt as err:  # Ctrl-C (130), or SIGTERM after a backup (Preempted)
-        print(f"tfapp: interrupted{': ' + str(err) if str(err) else ''}", file=sys.stderr)
+        parts = [str(err)] if str(err) else []
+        if resume is not None:
+            try:
+                parts.append(resume())
+            except Exception as hint_err:  # noqa: BLE001 (the line is printed regardless)
+                parts.append(f"(could not tell how to resume: {hint_err})")
+        print(f"tfapp: interrupted{': ' + '; '.join(parts) if parts else ''}", file=sys.stderr)
         return getattr(err, "exit_code", 130)
     except Exception as err:  # errors that carry an exit code (e.g. WorkerLost) are one line
         if not isinstance(getattr(err, "exit_code", None), int):

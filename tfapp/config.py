@@ -924,11 +924,14 @@ def to_yaml(cfg: ExperimentConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
-def save_params(cfg: ExperimentConfig, run_dir: str | os.PathLike) -> Path:
-    """Write the resolved config to ``run_dir/params.yaml`` atomically (temp + rename)."""
+def save_params(cfg: ExperimentConfig, run_dir: str | os.PathLike, *,
+                path: str | os.PathLike | None = None,
+                note: str = "Resolved tfapp config; rerun with") -> Path:
+    """Write the resolved config to ``run_dir/params.yaml`` (or ``path``) atomically (temp +
+    rename), under a comment ``note`` ending in the command that reruns it."""
     from tfapp.run_layout import RunLayout
 
-    target = RunLayout(run_dir).params
-    return write_text(target, "# Resolved tfapp config; rerun with: python -m tfapp.train "
-                      f"--config {target}\n" + to_yaml(cfg))
-
+    target = Path(path) if path is not None else RunLayout(run_dir).params
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return write_text(target, f"# {note}: python -m tfapp.train --config {target}\n"
+                      + to_yaml(cfg))

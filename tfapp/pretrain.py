@@ -87,6 +87,29 @@ def _module_seq_length(hub: str) -> int:
     return int(meta.get("default_seq_length", 128))
 
 
+def _config(args: argparse.Namespace) -> ExperimentConfig:
+    """The masked-LM run the flags describe (flags checked first)."""
+    from tfapp.config import ConfigError, load_config
+
+    for name in ("steps", "batch_size", "log_every"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
+    if not 0.0 < args.mask_rate < 1.0:
+        raise ConfigError(f"--mask-rate {args.mask_rate} must be in (0, 1)")
+    log_every = min(args.log_every, args.steps)
+    return load_config(None, [
+        "task=mlm", f"name=pretrain_{Path(args.out).name}",
+        f"model.hub_handle={args.hub}", f"data.train_files={','.join(args.corpus)}",
+        f"data.text_column={args.text_column}",
+        f"data.seq_length={args.seq_length or _module_seq_length(args.hub)}",
+        f"data.batch_size={args.batch_size}", f"runtime.seed={args.seed}",
+        f"trainer.max_steps={-(-args.steps // log_every) * log_every}",
+        f"trainer.eval_every_steps={log_every}", f"mlm.mask_rate={args.mask_rate}",
+        f"mlm.whole_word={args.whole_word_masking}",
+        f"mlm.max_predictions={args.max_predictions}", f"mlm.output={args.out}",
+        f"mlm.overwrite={args.overwrite}", *args.overrides])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # Flags may come between the overrides (`--out DIR key=value --steps 10 key=value`).
     args = _parser().parse_intermixed_args(argv)
@@ -100,34 +123,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
 
     def body() -> int:
-        from tfapp.config import ConfigError, load_config
-
-        for name in ("steps", "batch_size", "log_every"):
-            if getattr(args, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
-        if not 0.0 < args.mask_rate < 1.0:
-            raise ConfigError(f"--mask-rate {args.mask_rate} must be in (0, 1)")
-        log_every = min(args.log_every, args.steps)
-        cfg = load_config(None, [
-            "task=mlm", f"name=pretrain_{Path(args.out).name}",
-            f"model.hub_handle={args.hub}", f"data.train_files={','.join(args.corpus)}",
-            f"data.text_column={args.text_column}",
-            f"data.seq_length={args.seq_length or _module_seq_length(args.hub)}",
-            f"data.batch_size={args.batch_size}", f"runtime.seed={args.seed}",
-            f"trainer.max_steps={-(-args.steps // log_every) * log_every}",
-            f"trainer.eval_every_steps={log_every}", f"mlm.mask_rate={args.mask_rate}",
-            f"mlm.whole_word={args.whole_word_masking}",
-            f"mlm.max_predictions={args.max_predictions}", f"mlm.output={args.out}",
-            f"mlm.overwrite={args.overwrite}", *args.overrides])
+        cfg = _config(args)
         from tfapp.training.driver import train
 
-        result = train(cfg, restart=args.overwrite)  # a finished run: train it again
+        # A finished run: train it again (the old one is moved aside).
+        result = train(cfg, start_over=args.overwrite)
         print("\n".join(result.lines))
         print(f"run directory: {result.run_dir}; TensorBoard: tensorboard --logdir "
               f"{result.run_dir}")
         return 0
 
-    return cli.run_main(body)
+    return cli.run_main(body, resume=lambda: cli.resume_line(
+        "tfapp.pretrain", argv, _config(args).run_dir))
 
 
 if __name__ == "__main__":

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tfapp.atomic import read_state
 
-__all__ = ["RunLayout", "WORKERS_DIR", "is_worker_scratch"]
+__all__ = ["RunLayout", "WORKERS_DIR", "aside_path", "is_worker_scratch"]
 
 #: the folder next to a run directory that holds non-chief workers' scratch copies
 WORKERS_DIR = ".workers"
@@ -105,6 +106,17 @@ class RunLayout:
         return self.root / "backup"
 
     @property
+    def backup_params(self) -> Path:
+        """The config the backup was made under, kept with it: a rerun is compared with
+        this one, not with params.yaml, which a user may have edited."""
+        return self.backup / "tfapp_params.yaml"
+
+    def has_backup(self) -> bool:
+        """Whether the backup folder holds a backup to resume (not only its config)."""
+        return self.backup.is_dir() and any(p.name != self.backup_params.name
+                                            for p in self.backup.iterdir())
+
+    @property
     def history(self) -> Path:
         return self.root / "history.csv"
 
@@ -164,3 +176,15 @@ class RunLayout:
 def is_worker_scratch(path: str | os.PathLike) -> bool:
     """Whether ``path`` lies in a worker's scratch copy (reports skip those)."""
     return WORKERS_DIR in Path(path).parts
+
+
+def aside_path(root: Path) -> Path:
+    """Where ``--start-over`` moves a run directory: ``<name>.old-<date>-<time>`` beside it
+    (with ``-2``, ``-3`` ... when taken)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = root.with_name(f"{root.name}.old-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = root.with_name(f"{root.name}.old-{stamp}-{n}")
+    return aside

@@ -22,10 +22,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "trainer.max_steps, trainer.eval_every_steps and trainer.log_every_steps; the run "
         "header (run_header.txt) and lr_schedule.png show the plan before the first step. "
         "Pick a learning rate with python -m tfapp.lr_find, or optimizer.learning_rate=auto.")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="start the run over: delete its backup instead of resuming it "
-                             "(a rerun whose config changed is refused without this)")
-    # Flags may come between the overrides (`... --overwrite key=value`), as in tune.
+    resume = parser.add_mutually_exclusive_group()
+    resume.add_argument("--start-over", "--overwrite", dest="start_over", action="store_true",
+                        help="start the run again from scratch: the run directory is moved "
+                             "to NAME.old-<date>-<time> beside it (nothing is deleted)")
+    resume.add_argument("--resume-anyway", action="store_true",
+                        help="resume the run's backup under a config that changed since it "
+                             "was made (refused without this; never for another task, "
+                             "encoder or optimizer, nor for a change of a weight's shape)")
+    # Flags may come between the overrides (`... --start-over key=value`), as in tune.
     args = parser.parse_intermixed_args(argv)
     cli.setup_logging(args.verbose)
 
@@ -38,11 +43,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tfapp.training.faults import worker_loss_explained
 
         with worker_loss_explained():  # a lost peer: one line and exit 75, not a traceback
-            result = train(cfg, restart=args.overwrite)
+            result = train(cfg, start_over=args.start_over,
+                           resume_anyway=args.resume_anyway)
         print(result.summary())
         return 0
 
-    return cli.run_main(body)
+    return cli.run_main(body, resume=lambda: cli.resume_line(
+        "tfapp.train", argv, cli.resolve_config(args).run_dir))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ an interrupted search. See docs/tuning.md.
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import sys
 from collections.abc import Sequence
 
@@ -17,33 +16,40 @@ import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import cli
 from tfapp.atomic import write_text
 from tfapp.config import ConfigError, ExperimentConfig, load_config, to_yaml
+from tfapp.run_layout import aside_path
 
 
 def _same_but_max_trials(cfg: ExperimentConfig) -> str:
     return to_yaml(dataclasses.replace(cfg, tune=dataclasses.replace(cfg.tune, max_trials=1)))
 
 
-def _check_same_search(cfg: ExperimentConfig, role: str, overwrite: bool) -> None:
+def _check_same_search(cfg: ExperimentConfig, role: str, start_over: bool) -> None:
     """A search directory resumes only the search that made it (same config; a larger
-    tune.max_trials is fine: it runs that many trials in all)."""
+    tune.max_trials is fine: it runs that many trials in all). ``start_over`` moves it
+    aside (never deletes it) and starts a new search."""
     search_dir = cfg.run_dir
     stored = search_dir / "search.yaml"
-    if overwrite and role != "worker" and search_dir.exists():
-        # Only a search tfapp made (its search.yaml) or an empty folder is deleted: a trained
-        # run, or anything else, of the same name stays.
+    if start_over and role != "worker" and search_dir.exists():
+        # Only a search tfapp made (its search.yaml) or an empty folder is moved: a trained
+        # run, or anything else, of the same name stays where it is.
         if not stored.is_file() and any(search_dir.iterdir()):
-            raise ConfigError(f"--overwrite: {search_dir} is not a tfapp search (no "
-                              "search.yaml) and is not empty; nothing was deleted; set name= "
+            raise ConfigError(f"--start-over: {search_dir} is not a tfapp search (no "
+                              "search.yaml) and is not empty; nothing was changed; set name= "
                               "for the search, or move that folder away")
-        shutil.rmtree(search_dir)
+        aside = aside_path(search_dir)
+        search_dir.rename(aside)
+        print(f"--start-over: the earlier search was moved to {aside} (nothing was deleted)",
+              flush=True)
     current = to_yaml(cfg)
     if stored.is_file():
         if stored.read_text() == current:
             return
         if _same_but_max_trials(load_config(stored)) != _same_but_max_trials(cfg):
             raise ConfigError(f"{search_dir} holds a different search (its search.yaml differs "
-                              "from this config in more than tune.max_trials); pass --overwrite "
-                              "to start it again, or set name= for a new search")
+                              "from this config in more than tune.max_trials); nothing was "
+                              "changed; pass --start-over to start it again (the search is "
+                              "moved aside, nothing is deleted), or set name= for a new "
+                              "search")
     if role != "worker":
         write_text(stored, current)  # workers may read it at any moment
 
@@ -54,8 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "Search the config's tune.space with KerasTuner; each trial trains the config with "
         "the sampled values. Writes oracle state, trials, results.csv/json and "
         "best_params.yaml into output_dir/name; re-running continues a stopped search.")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="delete the search directory first and start a new search")
+    parser.add_argument("--start-over", "--overwrite", dest="start_over",
+                        action="store_true",
+                        help="start a new search: the search directory is moved to "
+                             "NAME.old-<date>-<time> beside it (nothing is deleted)")
     parser.add_argument("--chief", action="store_true",
                         help="distributed: serve the oracle (run no trials) at --oracle")
     parser.add_argument("--worker", metavar="ID",
@@ -68,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "worker then sends)")
     parser.add_argument("--top", type=int, default=10, metavar="N",
                         help="trials shown in the results table (default 10)")
-    # Flags may come between the overrides (`... --overwrite key=value`).
+    # Flags may come between the overrides (`... --start-over key=value`).
     args = parser.parse_intermixed_args(argv)
     cli.setup_logging(args.verbose)
 
@@ -84,10 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tfapp.tuning import distributed
 
         role = distributed.configure(args.chief, args.worker, args.oracle)
-        _check_same_search(cfg, role, args.overwrite)
+        _check_same_search(cfg, role, args.start_over)
         return _search(cfg, role, args.top)
 
-    return cli.run_main(body)
+    return cli.run_main(body, resume=lambda: cli.resume_line(
+        "tfapp.tune", argv, cli.resolve_config(args).run_dir, search=True))
 
 
 # The longest a worker waits for the chief to answer before saying so (and exiting).

@@ -6,9 +6,10 @@ import contextlib
 import csv
 import json
 import logging
+import math
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tfapp import compat, killpoints
@@ -131,6 +132,19 @@ class HistoryLog(tf.keras.callbacks.CSVLogger):
             self._open = False
 
 
+class EpochStatus(tf.keras.callbacks.Callback):
+    """Rewrites ``status.json`` (``running``) at every epoch end through ``write``
+    (``RunContext.status``), so the time trained so far survives a kill: a resumed run
+    counts it."""
+
+    def __init__(self, write: Callable[..., None]):
+        super().__init__()
+        self._write = write
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._write("running", epoch=epoch + 1)
+
+
 class ResumableEarlyStopping(tf.keras.callbacks.EarlyStopping):
     """Keras's ``EarlyStopping`` whose patience survives a resume.
 
@@ -169,6 +183,18 @@ def _drop_rows_from(history_csv: Path, epoch: int) -> None:
                         and int(line.split(",", 1)[0]) < epoch]
     if kept != lines:
         write_text(history_csv, "".join(kept))
+
+
+def read_history(history_csv: Path) -> dict[str, list[float]]:
+    """history.csv as Keras's ``History.history`` (metric -> one value per epoch): the
+    whole run's, the epochs before a resume included; empty when there is none."""
+    if not history_csv.is_file():
+        return {}
+    with history_csv.open(encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    keys = [k for k in (rows[0] if rows else {}) if k != "epoch"]
+    return {k: [float(r[k]) if r.get(k) not in ("", "NA", None) else math.nan for r in rows]
+            for k in keys}
 
 
 def history_row(history_csv: Path, epoch: int) -> dict[str, float]:
@@ -231,7 +257,8 @@ class KillPoints(tf.keras.callbacks.Callback):
 
 
 def standard_callbacks(cfg: ExperimentConfig, layout: RunLayout, *, backup: Path,
-                       monitor: str, has_validation: bool
+                       monitor: str, has_validation: bool, changed: tuple[str, ...] = (),
+                       on_backup: Callable[[], None] | None = None
                        ) -> tuple[list[tf.keras.callbacks.Callback], NonFiniteLossStop]:
     """Callbacks for ``cfg`` writing into ``layout``, and the NaN stop among them (the loop
     asks it whether training broke).
@@ -239,6 +266,8 @@ def standard_callbacks(cfg: ExperimentConfig, layout: RunLayout, *, backup: Path
     Every worker of a multi-worker run gets them all (saves are collective); a non-chief's
     ``layout`` is its own scratch copy. ``backup`` is the run directory's for every worker:
     each restores from the chief's (Keras points non-chiefs' writes at temporary folders).
+    ``changed``: the config keys a resume changed (``RunContext.changed_since_backup``);
+    ``on_backup`` runs after the first backup written (``ResumableBackup``).
     """
     t = cfg.trainer
     nan_stop = NonFiniteLossStop()
@@ -246,7 +275,7 @@ def standard_callbacks(cfg: ExperimentConfig, layout: RunLayout, *, backup: Path
         nan_stop,
         HistoryLog(layout.history),  # before the backup: see HistoryLog
         # Epoch-end backups + save-and-stop on SIGTERM; a rerun resumes (epoch, step).
-        ResumableBackup(backup),
+        ResumableBackup(backup, changed=changed, on_backup=on_backup),
     ]
     if not has_validation:
         monitor = monitor.removeprefix("val_")

@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -34,7 +35,7 @@ from tfapp.config import (
     load_config,
     save_params,
 )
-from tfapp.run_layout import RunLayout
+from tfapp.run_layout import RunLayout, aside_path
 from tfapp.training.status import write_status
 
 log = logging.getLogger("tfapp")
@@ -94,13 +95,19 @@ class RunContext:
         return (f"{self.runtime.describe(self.cfg.data.batch_size)} "
                 f"xla={'on' if self.jit_compile else 'off'}")
 
-    def begin(self, *, restart: bool = False) -> Path:
+    def begin(self, *, start_over: bool = False, resume_anyway: bool = False) -> Path:
         """Check the run directory is a run's (or new) and writable and take it (one
-        process at a time); refuse to resume a backup made under another config, or to
-        train a finished run again under another config (``restart`` deletes the backup
-        and allows both); write params.yaml and status ``running``. Returns params.yaml's
-        path."""
+        process at a time); write params.yaml and status ``running``. Returns
+        params.yaml's path.
+
+        A backup is resumed only under the config it was made under (``backup_params``),
+        but for keys that do not touch the trained state; ``resume_anyway`` resumes it
+        under changed keys too, unless a key makes the backup meaningless (another
+        encoder, optimizer, task). A finished run is trained again only under its own
+        config. ``start_over`` moves the run directory aside (never deletes it) and starts
+        a new run in its place. ``changed_since_backup`` says what a resume changed."""
         root = self.layout.root
+        self.changed_since_backup: list[str] = []
         if self.is_chief:
             _check_is_a_run(root)  # before anything is written into it
         try:
@@ -118,18 +125,48 @@ class RunContext:
                     log.info("removed %s, left half-written by an interrupted run",
                              folder / name)
             if self.is_chief:
-                if restart:
-                    shutil.rmtree(self.run.backup, ignore_errors=True)
+                if start_over:
+                    self._move_aside()
                 elif self.resuming:
-                    _check_resumable(self.run.params, self.cfg)
+                    self.changed_since_backup = _check_resumable(self.run, self.cfg,
+                                                                 resume_anyway)
                 else:
                     _check_finished_same(self.run, self.cfg)
             params = save_params(self.cfg, root)
+            # Time trained before a resume counts too (the status of the run resumed).
+            previous = (read_state(self.layout.status, "run status") or {}
+                        if self.resuming else {})
+            self._seconds_before = float(previous.get("train_seconds") or 0.0)
+            self._started = time.time()
             self.status("running")
         except BaseException:
             self.release()
             raise
         return params
+
+    def keep_config_with_backup(self) -> None:
+        """Record this run's config as the one its backup is made under (the chief's).
+        The loop calls it once the first backup of this process is written: until then
+        the backup on disk, if any, is still the one made under the stored config."""
+        if self.is_chief:
+            save_params(self.cfg, self.run.root, path=self.run.backup_params,
+                        note="The config this run's backup was made under; resume it as it "
+                             "was with")
+
+    def _move_aside(self) -> None:
+        """Rename the run directory (when it holds a run) to a free ``<name>.old-<time>``
+        and take the new, empty one: starting over never deletes a run."""
+        root = self.layout.root
+        if not any(p.name != self.layout.lock.name for p in root.iterdir()):
+            return
+        aside = aside_path(root)
+        old_lock = self._lock
+        root.rename(aside)  # the lock we hold moves with it; nobody else can hold it
+        root.mkdir()
+        self._lock = _hold(self.layout.lock)
+        old_lock.close()
+        log.warning("--start-over: the earlier run in %s was moved to %s (nothing was "
+                    "deleted)", root, aside)
 
     def resumed_batches(self) -> int:
         """Global batches the training stream had delivered when the backup this run
@@ -153,7 +190,7 @@ class RunContext:
     @property
     def resuming(self) -> bool:
         """Whether a backup of this run exists (fit will resume from it)."""
-        return self.run.backup.is_dir() and any(self.run.backup.iterdir())
+        return self.run.has_backup()
 
     def release(self) -> None:
         """Let go of the run directory (``begin`` took it); idempotent."""
@@ -163,8 +200,18 @@ class RunContext:
             self._lock = None
 
     def status(self, state: str, **extra) -> None:
-        """``status.json`` of this process's directory (see ``training.status``)."""
-        write_status(self.layout.root, state, **extra)
+        """``status.json`` of this process's directory (see ``training.status``), with the
+        seconds trained so far (``train_seconds``)."""
+        write_status(self.layout.root, state, train_seconds=round(self.train_seconds(), 2),
+                     **extra)
+
+    def train_seconds(self) -> float:
+        """Seconds this run has trained: this process since ``begin``, plus the processes
+        before a resume (as far as their last status says)."""
+        started = getattr(self, "_started", None)
+        if started is None:
+            return 0.0
+        return self._seconds_before + time.time() - started
 
     def end(self) -> None:
         """After a finished run, its export and reports written: drop the backup (the
@@ -224,8 +271,8 @@ _FINISHED_CHANGES = tuple(k for k in _RESUMABLE_CHANGES
 
 def _check_is_a_run(root: Path) -> None:
     """A run directory is new, empty, or one tfapp made (params.yaml or status.json in it);
-    a folder of other files is refused, --overwrite or not: training would write over or
-    (restart) delete what is in it."""
+    a folder of other files is refused, --start-over or not: training would write over it
+    or move it away."""
     if not root.is_dir() or RunLayout(root).params.exists() or RunLayout(root).status.exists():
         return
     theirs = sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
@@ -236,52 +283,94 @@ def _check_is_a_run(root: Path) -> None:
                           "output_dir= to a new or empty folder")
 
 
+#: changes a backup cannot be resumed under even when asked to (--resume-anyway): its
+#: weights would belong to another encoder or task, or its optimizer state to another
+#: optimizer (slots that do not exist, or are silently left unrestored)
+_NEVER_RESUMED = ("task", "model.kind", "model.hub_handle", "model.hub_preprocessor",
+                  "optimizer.name", "optimizer.ema_decay",
+                  "trainer.gradient_accumulation_steps")
+
+_WAYS_FORWARD = ("to resume it as it was, rerun with --config {stored}; to start over, pass "
+                 "--start-over (the run is moved to {aside}, nothing is deleted); or set "
+                 "name= for a new run")
+
+
+def _ways_forward(run: RunLayout, stored: Path) -> str:
+    aside = run.root.with_name(f"{run.root.name}.old-<date>-<time>")
+    return _WAYS_FORWARD.format(stored=stored, aside=aside)
+
+
 def _check_finished_same(run: RunLayout, cfg: ExperimentConfig) -> None:
     """Training a finished run again starts from scratch and replaces its export and
     checkpoints: done silently only under the same config (but for logging, caching or
-    serving); under another one it is refused unless --overwrite."""
+    serving); under another one it is refused unless --start-over, which moves the
+    finished run aside."""
     status = read_state(run.status, "run status") or {}
     if status.get("state") != "finished" or not run.params.is_file():
         return
     try:
-        changed = _first_difference(load_config(run.params), cfg, _FINISHED_CHANGES)
+        changed = _describe(_differences(load_config(run.params), cfg, _FINISHED_CHANGES))
     except ConfigError:
-        changed = "its params.yaml (unreadable)"
+        changed = "its params.yaml is unreadable"
     if changed:
-        raise ConfigError(f"{run.root} holds a finished run with another config ({changed} "
-                          "differs); nothing was changed; pass --overwrite to train it again "
-                          "(its export and checkpoints are replaced), or set name= for a new "
-                          "run")
-
-
-def _check_resumable(params: Path, cfg: ExperimentConfig) -> None:
-    """Resuming a backup is only right under the config that made it (but for a longer
-    run, or other logging, caching or serving); a rerun that changed anything else is
-    refused in one line naming the key."""
-    if not params.is_file():
-        return
-    try:
-        changed = _first_difference(load_config(params), cfg)
-    except ConfigError:
-        changed = "its params.yaml (unreadable)"
-    if changed:
-        raise ConfigError(f"{params.parent} holds a backup of a run with another config "
-                          f"({changed} differs); pass --overwrite to start it over, or set "
+        aside = run.root.with_name(f"{run.root.name}.old-<date>-<time>")
+        raise ConfigError(f"{run.root} holds a finished run with another config ({changed}); "
+                          "nothing was changed; pass --start-over to train it again (the "
+                          f"finished run is moved to {aside}, nothing is deleted), or set "
                           "name= for a new run")
 
 
-def _first_difference(a: Any, b: Any, allowed: tuple[str, ...] = _RESUMABLE_CHANGES,
-                      prefix: str = "") -> str:
-    """The first dotted key whose value differs (``allowed`` changes aside), or ""."""
+def _check_resumable(run: RunLayout, cfg: ExperimentConfig,
+                     resume_anyway: bool) -> list[str]:
+    """Resuming a backup is only right under the config that made it (but for a longer
+    run, or other logging, caching or serving). Another config is refused in one line
+    naming every key that differs and each way forward; with ``resume_anyway`` it is
+    resumed (returns the changes), unless a key makes the backup meaningless."""
+    stored = run.backup_params if run.backup_params.is_file() else run.params
+    if not stored.is_file():
+        return []
+    try:
+        changes = _differences(load_config(stored), cfg)
+    except ConfigError as err:
+        raise ConfigError(f"{stored}, the config {run.root}'s backup was made under, cannot "
+                          f"be read ({err}); pass --start-over to start the run again (it "
+                          "is moved aside, nothing is deleted)") from None
+    if not changes:
+        return []
+    if not resume_anyway:
+        raise ConfigError(f"{run.root} holds a backup made under another config "
+                          f"({_describe(changes)}); nothing was changed; to resume it with "
+                          "these changes, pass --resume-anyway; "
+                          + _ways_forward(run, stored))
+    never = [c for c in changes if c[0] in _NEVER_RESUMED]
+    if never:
+        raise ConfigError(f"--resume-anyway: {_describe(never)} since the backup was made, "
+                          f"and a backup cannot be resumed under another {never[0][0]}; "
+                          + _ways_forward(run, stored))
+    log.warning("resuming %s under a changed config: %s", run.root, _describe(changes))
+    return [_describe([c]) for c in changes]
+
+
+def _describe(changes: list[tuple[str, Any, Any]]) -> str:
+    """``key: old -> new`` for each change, joined."""
+    def short(value: Any) -> str:
+        text = repr(value) if isinstance(value, str) else str(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    return ", ".join(f"{key}: {short(old)} -> {short(new)}" for key, old, new in changes)
+
+
+def _differences(a: Any, b: Any, allowed: tuple[str, ...] = _RESUMABLE_CHANGES,
+                 prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """Every (dotted key, a's value, b's value) that differs, ``allowed`` changes aside."""
+    found = []
     for f in dataclasses.fields(a):
         key = f"{prefix}{f.name}"
         x, y = getattr(a, f.name), getattr(b, f.name)
         if x == y or key in allowed:
             continue
         if dataclasses.is_dataclass(x):
-            found = _first_difference(x, y, allowed, key + ".")
-            if found:
-                return found
-            continue
-        return key
-    return ""
+            found += _differences(x, y, allowed, key + ".")
+        else:
+            found.append((key, x, y))
+    return found

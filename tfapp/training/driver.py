@@ -19,7 +19,6 @@ import json
 import logging
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +29,13 @@ from tfapp.tasks import get_task
 from tfapp.tasks.base import Inputs, Task
 from tfapp.tracking import wandb_run
 from tfapp.training import fit as fit_lib
-from tfapp.training.callbacks import history_row, plot_curves, standard_callbacks
+from tfapp.training.callbacks import (
+    EpochStatus,
+    history_row,
+    plot_curves,
+    read_history,
+    standard_callbacks,
+)
 from tfapp.training.context import RunContext
 from tfapp.training.lr_finder import LRFindResult, find_lr, plot_lr_find
 from tfapp.training.optimizers import build_optimizer, build_schedule
@@ -111,22 +116,22 @@ def _step_callbacks(cfg: ExperimentConfig, plan: TrainingPlan, schedule,
 
 
 def train(cfg: ExperimentConfig, ctx: RunContext | None = None, *,
-          restart: bool = False) -> TrainResult:
+          start_over: bool = False, resume_anyway: bool = False) -> TrainResult:
     """Run the experiment ``cfg`` describes end to end; ``ctx`` reuses a run context built
     by the caller (``tune`` hands each trial one over its once-built runtime). A rerun
-    resumes the run's backup; ``restart`` deletes it and starts over."""
-    started = time.time()
+    resumes the run's backup (``resume_anyway``: under a changed config); ``start_over``
+    moves the run aside and starts a new one (``RunContext.begin``)."""
     ctx = ctx or RunContext.create(cfg)
     try:
-        return _train(cfg, ctx, restart=restart, started=started)
+        return _train(cfg, ctx, start_over=start_over, resume_anyway=resume_anyway)
     finally:
         ctx.release()
 
 
-def _train(cfg: ExperimentConfig, ctx: RunContext, *, restart: bool,
-           started: float) -> TrainResult:
+def _train(cfg: ExperimentConfig, ctx: RunContext, *, start_over: bool,
+           resume_anyway: bool) -> TrainResult:
     run = ctx.layout
-    paths: dict = {"params": ctx.begin(restart=restart)}
+    paths: dict = {"params": ctx.begin(start_over=start_over, resume_anyway=resume_anyway)}
     log.info("runtime: %s", ctx.describe())
 
     task = get_task(cfg.task)(ctx)
@@ -145,7 +150,9 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, restart: bool,
             "seed": cfg.runtime.seed}) + "\n")
         callbacks, nan_stop = standard_callbacks(
             cfg, run, backup=ctx.run.backup, monitor=cfg.trainer.monitor or task.default_monitor,
-            has_validation=inputs.validation is not None)
+            has_validation=inputs.validation is not None,
+            changed=tuple(ctx.changed_since_backup),
+            on_backup=ctx.keep_config_with_backup)
         resuming = ctx.resuming
         if not resuming:  # starting over: an earlier attempt's history and best are not ours
             run.history.unlink(missing_ok=True)
@@ -173,10 +180,14 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, restart: bool,
         callbacks = task.metric_callbacks(model, inputs) + callbacks + task.callbacks(model,
                                                                                     inputs)
         callbacks += tracker.callbacks(cfg) if tracker else []
+        # First: an epoch's time is on record before its backup, so a kill loses none.
+        callbacks.insert(0, EpochStatus(ctx.status))
         history = fit_lib.fit(ctx, model, inputs.train, validation=inputs.validation,
                               validation_steps=inputs.validation_steps,
                               epochs=plan.fit_epochs, steps_per_epoch=plan.fit_steps_per_epoch,
                               callbacks=callbacks)
+        # Keras's history holds this process's epochs; a resumed run's is the whole run's.
+        history = read_history(run.history) or history
         if nan_stop.bad_batch is not None:
             raise ConfigError(
                 f"training stopped: the loss became NaN/inf near optimizer step "
@@ -206,7 +217,7 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, restart: bool,
     if curves:
         paths["curves"] = curves
     result = TrainResult(run_dir=run.root, paths=paths, history=history,
-                         seconds=time.time() - started, model=model)
+                         seconds=ctx.train_seconds(), model=model)
     row = history_row(run.history, best["epoch"]) if best else {}
     result.metrics = ({k: row[k] for k in [*history, *row] if k in row} if row
                       else {k: v[-1] for k, v in history.items() if v})

@@ -36,8 +36,12 @@ import math
 import os
 import signal
 import threading
+from collections.abc import Callable
+from pathlib import Path
 
 from tfapp import compat, killpoints
+from tfapp.config import ConfigError
+from tfapp.run_layout import RunLayout
 
 import tensorflow as tf
 
@@ -47,26 +51,44 @@ EXIT_PREEMPTED = 128 + signal.SIGTERM  # 143: what shells and schedulers expect 
 
 
 class Preempted(KeyboardInterrupt):
-    """Training stopped on a termination signal after writing a backup to resume from.
+    """Training stopped on SIGTERM or Ctrl-C after writing a backup to resume from.
 
-    A KeyboardInterrupt, like Ctrl-C: the driver marks the run ``interrupted`` and the
-    entry point exits with ``exit_code`` instead of printing a traceback.
+    A KeyboardInterrupt, like a plain Ctrl-C: the driver marks the run ``interrupted`` and
+    the entry point exits with ``exit_code`` (128 + the signal: 143 for SIGTERM, 130 for
+    Ctrl-C) after one line, instead of printing a traceback.
     """
 
     exit_code = EXIT_PREEMPTED
 
+    def __init__(self, message: str, signum: int = signal.SIGTERM):
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+def _signal_name(signum: int) -> str:
+    return "Ctrl-C" if signum == signal.SIGINT else "a termination signal"
+
 
 class ResumableBackup(tf.keras.callbacks.BackupAndRestore):
-    """Back up at every epoch end and on SIGTERM; restore (epoch, step) on restart.
+    """Back up at every epoch end and on SIGTERM or Ctrl-C; restore (epoch, step) on restart.
+
+    The first Ctrl-C, like SIGTERM, stops training at the end of the step with a backup; a
+    second one stops at once (Python's KeyboardInterrupt), keeping the last backup.
 
     Args:
       backup_dir: where backups live (``<run>/backup``); kept after fit (the training loop
         deletes it once the run's outputs are written).
-      signals: the signals that mean "save and stop".
+      signals: the signals that mean "save and stop" (SIGTERM and SIGINT).
+      changed: the config keys changed since the backup was made (``--resume-anyway``):
+        a backup whose weights no longer fit the model is refused naming them.
+      on_backup: called after the first backup this process writes (the loop records the
+        config the backup is now made under).
     """
 
     def __init__(self, backup_dir: str | os.PathLike,
-                 signals: tuple[int, ...] = (signal.SIGTERM,)):
+                 signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT),
+                 changed: tuple[str, ...] = (),
+                 on_backup: Callable[[], None] | None = None):
         # An integer save_freq makes Keras resume at the saved *step* (a string "epoch"
         # makes it resume at the next epoch); when to save is decided below, not by it.
         self._steps = compat.step_backups_supported()
@@ -78,14 +100,22 @@ class ResumableBackup(tf.keras.callbacks.BackupAndRestore):
         self._epoch = 0
         self._signals = signals
         self._signalled = threading.Event()
+        self._signum = signal.SIGTERM
         self._previous: dict[int, object] = {}
         self._active = False
+        self._changed = changed
+        self._on_backup = on_backup
 
     # -- signals ---------------------------------------------------------------------
     def _on_signal(self, signum, frame):  # noqa: ARG002
+        if self._active and signum == signal.SIGINT and self._signalled.is_set():
+            self._restore_handlers()  # a second Ctrl-C: stop now, keep the last backup
+            raise KeyboardInterrupt
         if self._active:
-            log.warning("received signal %d: saving a backup at the end of this step, "
-                        "then stopping", signum)
+            again = " (Ctrl-C again to stop at once)" if signum == signal.SIGINT else ""
+            log.warning("received %s: saving a backup at the end of this step, then "
+                        "stopping%s", _signal_name(signum), again)
+            self._signum = signum
             self._signalled.set()
             return
         self._restore_handlers()  # a fit that ended abnormally: behave as if never here
@@ -116,7 +146,19 @@ class ResumableBackup(tf.keras.callbacks.BackupAndRestore):
 
     # -- training hooks ----------------------------------------------------------------
     def on_train_begin(self, logs=None):
-        super().on_train_begin(logs)  # restores the latest backup, if there is one
+        try:
+            super().on_train_begin(logs)  # restores the latest backup, if there is one
+        except (ValueError, tf.errors.InvalidArgumentError) as err:
+            # A variable of another shape: the model this config builds is not the one
+            # backed up (a changed model key, or a changed vocabulary or label set).
+            detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            changed = (f"; changed since the backup: {', '.join(self._changed)}"
+                       if self._changed else "")
+            raise ConfigError(
+                f"the backup in {self.backup_dir} does not fit the model this config builds "
+                f"({detail}){changed}; resume it under the config it was made under "
+                f"(--config {RunLayout(Path(self.backup_dir).parent).backup_params}) or pass "
+                "--start-over") from None
         self._install_handlers()
         if not self._steps:
             return
@@ -142,15 +184,16 @@ class ResumableBackup(tf.keras.callbacks.BackupAndRestore):
         # ``batch`` is the last step this call covered (steps_per_execution > 1 included).
         if self._stop_requested():
             self._restore_handlers()
+            why = _signal_name(self._signum)
             if not self._steps:
-                raise Preempted(f"stopped by a termination signal at epoch {self._epoch + 1} "
-                                f"step {batch + 1}; the last backup in {self.backup_dir} is "
-                                "from the previous epoch end: run the same command again to "
-                                "resume from there")
+                raise Preempted(f"stopped by {why} at epoch {self._epoch + 1} step "
+                                f"{batch + 1}; the last backup, in {self.backup_dir}, is from "
+                                "the previous epoch end", self._signum)
             self._save(self._epoch, batch)
-            raise Preempted(f"stopped by a termination signal at epoch {self._epoch + 1} "
-                            f"step {batch + 1}; a backup is in {self.backup_dir}: run the same "
-                            "command again to resume")
+            self._backed_up()
+            raise Preempted(f"stopped by {why} at epoch {self._epoch + 1} step {batch + 1} "
+                            f"and saved a backup of that step in {self.backup_dir}",
+                            self._signum)
 
     def on_epoch_end(self, epoch, logs=None):
         loss = (logs or {}).get("loss")
@@ -160,6 +203,7 @@ class ResumableBackup(tf.keras.callbacks.BackupAndRestore):
             self._save(epoch, self.params["steps"] - 1)
         else:
             super().on_epoch_end(epoch, logs)
+        self._backed_up()
         killpoints.reached("backup-saved")
 
     def on_train_end(self, logs=None):
@@ -168,9 +212,14 @@ class ResumableBackup(tf.keras.callbacks.BackupAndRestore):
         stop = self._stop_requested()
         self._restore_handlers()
         if stop:
-            raise Preempted(f"stopped by a termination signal after the last epoch; a backup is "
-                            f"in {self.backup_dir}: run the same command again to finish")
+            raise Preempted(f"stopped by {_signal_name(self._signum)} after the last epoch, "
+                            f"with its backup in {self.backup_dir}", self._signum)
         super().on_train_end(logs)
+
+    def _backed_up(self) -> None:
+        if self._on_backup is not None:
+            self._on_backup()
+            self._on_backup = None  # once: the config does not change during fit
 
     def _save(self, epoch: int, step: int) -> None:
         compat.write_backup(self, epoch, step)

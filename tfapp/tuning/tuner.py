@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +167,7 @@ class ConfigTuner(base_tuner.BaseTuner):
             trial.hyperparameters.values).items())
         epochs = trial.hyperparameters.values.get("tuner/epochs")
         first_run = Path(self.get_trial_dir(trial.trial_id)) / trial_run_name(0)
-        resumed = any(RunLayout(first_run).backup.glob("*"))
+        resumed = RunLayout(first_run).has_backup()
         print(f"trial {trial.trial_id} [{self.tuner_id}]: {shown}"
               + (f" ({epochs} epochs)" if epochs else "")
               + (" -- resuming from its checkpoint" if resumed else ""), flush=True)
@@ -189,10 +188,9 @@ class ConfigTuner(base_tuner.BaseTuner):
             print(f"trial {trial.trial_id} {trial.status}: {failure(trial.message)}", flush=True)
 
     def run_trial(self, trial, *args, **kwargs) -> list[dict[str, float]]:
-        started = time.time()
         values = trial.hyperparameters.values
         objective = self.oracle.objective
-        results, runs = [], []
+        results, runs, seconds = [], [], 0.0
         for execution in range(self.cfg.tune.executions_per_trial):
             try:
                 run_cfg = trial_config(self.cfg, values, trial.trial_id, execution, objective)
@@ -206,14 +204,16 @@ class ConfigTuner(base_tuner.BaseTuner):
             # Each run's TensorBoard logs already hold an HParams session with its config
             # values (tfapp.training.tb_logging), so `tensorboard --logdir SEARCH_DIR`
             # compares the trials in the HParams tab.
+            # The whole run's history and time, a resume's earlier part included.
             metrics = best_epoch_metrics(result.history, result.metrics, objective)
+            seconds += result.seconds
             results.append(metrics)
             runs.append({"run_dir": str(result.run_dir), "metrics": metrics,
                          "exported": str(result.paths.get("exported", "")) or None})
         self.last_value = float(sum(r[objective.name] for r in results) / len(results))
         record = {"trial_id": trial.trial_id, "tuner_id": self.tuner_id,
                   "values": config_values(values), "objective": objective.name,
-                  "value": self.last_value, "seconds": round(time.time() - started, 2),
+                  "value": self.last_value, "seconds": round(seconds, 2),
                   "runs": runs}
         write_text(Path(self.get_trial_dir(trial.trial_id)) / RECORD,
                    json.dumps(record, indent=1, default=str))
