@@ -60,7 +60,7 @@ def _files(tmp: Path) -> dict[str, str]:
     (tmp / "hf_latin1").mkdir()  # a Hugging Face checkpoint folder with a Latin-1 config
     (tmp / "hf_latin1" / "config.json").write_bytes(b'{"model_type": "b\xe9rt"}')
     (tmp / "ner_short_line.conll").write_text("Anna B-PER x\nParis\n")
-    (tmp / "ner_bad_tag.conll").write_text("Anna E-PER\n")
+    (tmp / "ner_bad_tag.conll").write_text("Anna X-PER\n")
     (tmp / "ner_train.conll").write_text("Anna B-PER\nlives O\nin O\nParis B-LOC\n")
     (tmp / "ner_unseen.conll").write_text("ACME B-ORG\nhires O\n")
     (tmp / "ner_all_o.conll").write_text("just O\nwords O\n")
@@ -325,7 +325,7 @@ ROWS = [
     ("ner-short-line", "tfapp.train", [*NER, "data.train_files={ner_short_line}"],
      "ner_short_line.conll:2: has 1 column(s)"),
     ("ner-bad-tag", "tfapp.train", [*NER, "data.train_files={ner_bad_tag}"],
-     "is not a tag of the IOB2 scheme"),
+     "ner_bad_tag.conll:1: tag 'X-PER' is not an IOB1, IOB2 or BIOES tag"),
     ("ner-unseen-type", "tfapp.train",
      [*NER, "data.train_files={ner_train}", "data.validation_files={ner_unseen}"],
      "entity type 'ORG' is not among"),

@@ -61,7 +61,7 @@ def test_jsonl_bioes_and_skip(tmp_path):
     report = BadRowReport()
     got = read_tagged(str(path), cfg, split="train", mode="skip", report=report)
     assert [s.tags for s in got] == [["B-PER", "I-PER", "O", "B-LOC"]]
-    assert report.count == 2 and "train.jsonl:3: tag 'X-LOC' is not a tag of the BIOES scheme" in \
+    assert report.count == 2 and "train.jsonl:3: tag 'X-LOC' is not an IOB1, IOB2 or BIOES tag" in \
         report.summary()
 
 

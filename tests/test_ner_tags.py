@@ -35,11 +35,13 @@ def test_iob1_conversion():
 
 
 def test_tag_problems():
-    assert tag_problem("B-PER", "iob2") is None and tag_problem("O", "bioes") is None
-    assert "not a tag of the IOB2 scheme" in tag_problem("E-PER", "iob2")
-    assert tag_problem("S-PER", "bioes") is None
-    assert tag_problem("PER", "iob1") is not None
-    assert tag_problem("B-", "iob2") is not None
+    # a tag of any scheme is a tag: which scheme a file is in is read from its tags
+    assert tag_problem("B-PER") is None and tag_problem("O") is None
+    assert tag_problem("E-PER") is None and tag_problem("S-PER") is None
+    assert tag_problem("X-LOC") == ("tag 'X-LOC' is not an IOB1, IOB2 or BIOES tag (O, or B-, "
+                                    "I-, E- or S- and the entity type, e.g. B-PER)")
+    assert tag_problem("PER") is not None
+    assert tag_problem("B-") is not None
     assert tag_names(["PER", "LOC", "PER"]) == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
 
 
