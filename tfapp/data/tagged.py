@@ -174,8 +174,7 @@ def tagged_rows(path: str, fmt: str, tag_column: int, scheme: str, counts: Entit
         found: list = []
         if problem is None:
             lines = where(start, tags)
-            why = next(((i, w) for i, w in ((i, tag_problem(t)) for i, t in enumerate(tags))
-                        if w), None)
+            why = _first_tag_problem(tags)
             if why is None:
                 found, why = read_entities(tags, counts.scheme)
             if why is not None:
@@ -187,6 +186,14 @@ def tagged_rows(path: str, fmt: str, tag_column: int, scheme: str, counts: Entit
             yield start, words, tags, problem
             continue
         yield start, words, from_spans(found, len(tags)), None
+
+
+def _first_tag_problem(tags: list[str]) -> tuple[int, str] | None:
+    for i, tag in enumerate(tags):
+        why = tag_problem(tag)
+        if why:
+            return i, why
+    return None
 
 
 def log_entity_counts(name: str, counts: EntityCounts | dict, configured: str) -> None:
