@@ -60,8 +60,12 @@ def _files(tmp: Path) -> dict[str, str]:
     (tmp / "hf_latin1").mkdir()  # a Hugging Face checkpoint folder with a Latin-1 config
     (tmp / "hf_latin1" / "config.json").write_bytes(b'{"model_type": "b\xe9rt"}')
     (tmp / "ner_short_line.conll").write_text("Anna B-PER x\nParis\n")
-    (tmp / "ner_bad_tag.conll").write_text("Anna E-PER\n")
+    (tmp / "ner_bad_tag.conll").write_text("Anna X-PER\n")
     (tmp / "ner_train.conll").write_text("Anna B-PER\nlives O\nin O\nParis B-LOC\n")
+    # BIOES (it holds S-) with what no scheme reads one way: refused, not read as O
+    (tmp / "ner_bioes_open.conll").write_text("Anna S-PER\n\nBob B-PER\nLee I-PER\nleft O\n")
+    (tmp / "ner_bioes_iob1.conll").write_text("Anna S-PER\n\nin O\nOslo I-LOC\n")
+    (tmp / "ner_bioes_type.conll").write_text("Anna B-PER\nBerg E-LOC\n")
     (tmp / "ner_unseen.conll").write_text("ACME B-ORG\nhires O\n")
     (tmp / "ner_all_o.conll").write_text("just O\nwords O\n")
     (tmp / "ner_mismatch.jsonl").write_text('{"tokens": ["Anna"], "tags": ["B-PER", "O"]}\n')
@@ -325,7 +329,14 @@ ROWS = [
     ("ner-short-line", "tfapp.train", [*NER, "data.train_files={ner_short_line}"],
      "ner_short_line.conll:2: has 1 column(s)"),
     ("ner-bad-tag", "tfapp.train", [*NER, "data.train_files={ner_bad_tag}"],
-     "is not a tag of the IOB2 scheme"),
+     "ner_bad_tag.conll:1: tag 'X-PER' is not an IOB1, IOB2 or BIOES tag"),
+    ("ner-bioes-never-ends", "tfapp.train", [*NER, "data.train_files={ner_bioes_open}"],
+     "ner_bioes_open.conll:3: tag 'B-PER' begins a BIOES entity that never ends"),
+    ("ner-bioes-with-iob1-start", "tfapp.train", [*NER, "data.train_files={ner_bioes_iob1}"],
+     "ner_bioes_iob1.conll:4: tag 'I-LOC' begins an entity, as in IOB1, in a file of BIOES"),
+    ("ner-bioes-type-changes", "tfapp.train",
+     [*NER, "data.train_files={ner_bioes_type}", "data.tag_scheme=bioes"],
+     "ner_bioes_type.conll:2: tag 'E-LOC' changes the type of the BIOES entity"),
     ("ner-unseen-type", "tfapp.train",
      [*NER, "data.train_files={ner_train}", "data.validation_files={ner_unseen}"],
      "entity type 'ORG' is not among"),

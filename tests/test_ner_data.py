@@ -61,7 +61,7 @@ def test_jsonl_bioes_and_skip(tmp_path):
     report = BadRowReport()
     got = read_tagged(str(path), cfg, split="train", mode="skip", report=report)
     assert [s.tags for s in got] == [["B-PER", "I-PER", "O", "B-LOC"]]
-    assert report.count == 2 and "train.jsonl:3: tag 'X-LOC' is not a tag of the BIOES scheme" in \
+    assert report.count == 2 and "train.jsonl:3: tag 'X-LOC' is not an IOB1, IOB2 or BIOES tag" in \
         report.summary()
 
 
@@ -127,3 +127,147 @@ def test_shipped_demo_is_what_the_seeded_script_writes(tmp_path):
     splits = load_ner_splits(_cfg("data.train_files=demo"), 1)
     assert splits.entity_types == ["DATE", "LOC", "ORG", "PER"]
     assert [s.rows for s in splits.prepared.splits()] == [900, 200, 200]
+
+
+# One text in each scheme: "Anna Berg" and "Bob Lee" (adjacent PER), Oslo (LOC), ACME (ORG).
+SCHEME_FILES = {
+    "iob1": "Anna I-PER\nBerg I-PER\nBob B-PER\nLee I-PER\nvisit O\nOslo I-LOC\n\n"
+            "ACME I-ORG\nhires O\n",
+    "iob2": "Anna B-PER\nBerg I-PER\nBob B-PER\nLee I-PER\nvisit O\nOslo B-LOC\n\n"
+            "ACME B-ORG\nhires O\n",
+    "bioes": "Anna B-PER\nBerg E-PER\nBob B-PER\nLee E-PER\nvisit O\nOslo S-LOC\n\n"
+             "ACME S-ORG\nhires O\n"}
+SCHEME_IOB2 = [["B-PER", "I-PER", "B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
+# entities the configured scheme's strict reading would lose or cut, per (file, configured)
+CONVERTED = {("iob1", "iob1"): 0, ("iob1", "iob2"): 3, ("iob1", "bioes"): 4,
+             ("iob2", "iob1"): 0, ("iob2", "iob2"): 0, ("iob2", "bioes"): 4,
+             ("bioes", "iob1"): 4, ("bioes", "iob2"): 4, ("bioes", "bioes"): 0}
+
+
+@pytest.mark.parametrize("written, configured", sorted(CONVERTED))
+def test_each_scheme_read_under_each_configured_scheme(written, configured, tmp_path, caplog):
+    path = tmp_path / f"{written}.conll"
+    path.write_text(SCHEME_FILES[written])
+    caplog.set_level("INFO", "tfapp.data")
+    got = read_tagged(str(path), _cfg(f"data.tag_scheme={configured}"), split="train",
+                      mode="fail", report=BadRowReport())
+    assert [s.tags for s in got] == SCHEME_IOB2  # the same four entities, whatever the config
+    converted = CONVERTED[written, configured]
+    line = f"data: {path}: {written.upper()} tags (data.tag_scheme={configured}): 4 entities " \
+           f"read, {converted} converted, 0 refused"
+    if converted:
+        line += (f" (converted: read as {written.upper()}, which data.tag_scheme={configured} "
+                 f"would read as O or cut, first at line 1; set data.tag_scheme={written} to "
+                 "say what the data is)")
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING" if converted else "INFO", line)]
+
+
+def test_iob1_starts_mixed_with_iob2_are_both_read(tmp_path, caplog):
+    path = tmp_path / "mixed.conll"
+    path.write_text("Anna B-PER\nBerg I-PER\nin O\nOslo I-LOC\n\nACME I-ORG\nand O\nBob B-PER\n")
+    caplog.set_level("INFO", "tfapp.data")
+    got = read_tagged(str(path), _cfg(), split="train", mode="fail", report=BadRowReport())
+    assert [s.tags for s in got] == [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O", "B-PER"]]
+    assert caplog.records[-1].getMessage().startswith(
+        f"data: {path}: IOB1 tags (data.tag_scheme=iob2): 4 entities read, 2 converted, 0 "
+        "refused (converted: read as IOB1, which data.tag_scheme=iob2 would read as O or cut, "
+        "first at line 4;")
+
+
+BIOES_AND_IOB = ("Anna S-PER\nleft O\n\n"      # 1-2: BIOES
+                 "Bob B-PER\nLee I-PER\nleft O\n\n"  # 4-6: IOB2's B-PER I-PER: never ends
+                 "in O\nOslo I-LOC\n\n"          # 8-9: an IOB1 start
+                 "Al B-PER\nBerg E-LOC\n\n"      # 11-12: the type changes mid-entity
+                 "Ed B-ORG\nCo E-ORG\n")         # 14-15: BIOES
+BIOES_REFUSED = [
+    (4, "tag 'B-PER' begins a BIOES entity that never ends (next comes 'O', not I-PER or "
+        "E-PER; a one-word entity is S-PER)"),
+    (9, "tag 'I-LOC' begins an entity, as in IOB1, in a file of BIOES tags (E-, S-), where an "
+        "entity begins with B- or S-; write the file in one scheme"),
+    (12, "tag 'E-LOC' changes the type of the BIOES entity that 'B-PER' begins (its B-, I- and "
+         "E- tags have one type)")]
+
+
+@pytest.mark.parametrize("configured", ["bioes", "iob2"])
+def test_bioes_mixed_with_iob_is_refused_naming_file_and_line(configured, tmp_path, caplog):
+    path = tmp_path / "mixed.conll"
+    path.write_text(BIOES_AND_IOB)
+    cfg = _cfg(f"data.tag_scheme={configured}")
+    line, why = BIOES_REFUSED[0]
+    with pytest.raises(DataError) as err:
+        read_tagged(str(path), cfg, split="train", mode="fail", report=BadRowReport())
+    assert str(err.value) == (f"{path}:{line}: {why} (fix the data, or set "
+                              "data.on_bad_rows=skip to drop such rows)")
+    report = BadRowReport()
+    caplog.set_level("INFO", "tfapp.data")
+    got = read_tagged(str(path), cfg, split="train", mode="skip", report=report)
+    assert [s.tags for s in got] == [["B-PER", "O"], ["B-ORG", "I-ORG"]]
+    assert [(b.line, b.problem) for b in report.examples] == BIOES_REFUSED
+    converted = 0 if configured == "bioes" else 2  # IOB2 reads neither S-PER nor B-ORG E-ORG
+    tail = "" if not converted else " (converted: read as BIOES"
+    assert caplog.records[-1].levelname == "WARNING"
+    assert caplog.records[-1].getMessage().startswith(
+        f"data: {path}: BIOES tags (data.tag_scheme={configured}): 2 entities read, "
+        f"{converted} converted, 4 refused{tail}")
+
+
+def test_jsonl_bioes_refusal_names_the_sentences_line(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"tokens": ["Anna"], "tags": ["S-PER"]}\n'
+                    '{"tokens": ["Bob", "Lee"], "tags": ["B-PER", "I-PER"]}\n')
+    with pytest.raises(DataError, match=r"train.jsonl:2: tag 'B-PER' begins a BIOES entity "
+                                        r"that never ends \(the sentence ends before an E-PER"):
+        read_tagged(str(path), _cfg(), split="train", mode="fail", report=BadRowReport())
+
+
+# CoNLL-2003 as published: IOB1 (I- begins an entity; B- only between two of one type),
+# four columns, -DOCSTART- lines.
+CONLL2003_IOB1 = """-DOCSTART- -X- O O
+
+EU NNP I-NP I-ORG
+rejects VBZ I-VP O
+German JJ I-NP I-MISC
+call NN I-NP O
+to TO I-VP O
+boycott VB I-VP O
+British JJ I-NP I-MISC
+lamb NN I-NP O
+. . O O
+
+Peter NNP I-NP I-PER
+Blackburn NNP I-NP I-PER
+
+the DT I-NP O
+letter NN I-NP O
+from IN I-PP O
+Hans NNP I-NP I-PER
+Schmidt NNP I-NP I-PER
+Anna NNP B-NP B-PER
+Berg NNP I-NP I-PER
+in IN I-PP O
+Bonn NNP I-NP I-LOC
+"""
+
+
+def test_iob1_data_with_the_default_iob2_config_loses_no_entity(tmp_path, caplog):
+    """The real-world case: CoNLL-2003's IOB1 files trained with data.tag_scheme=iob2 (the
+    default) read every entity that begins with I- as O; now all are read, and said."""
+    from tfapp.data.token_classification import gold_tags
+
+    train = tmp_path / "eng.train"
+    train.write_text(CONLL2003_IOB1)
+    caplog.set_level("INFO", "tfapp.data")
+    splits = load_ner_splits(_cfg(f"data.train_files={train}", "data.validation_split=0"), 1)
+    assert sorted(gold_tags(_data(splits), splits.prepared.train)) == sorted([
+        ["B-ORG", "O", "B-MISC", "O", "O", "O", "B-MISC", "O", "O"],
+        ["B-PER", "I-PER"],
+        ["O", "O", "O", "B-PER", "I-PER", "B-PER", "I-PER", "O", "B-LOC"]])
+    assert splits.entity_types == ["LOC", "MISC", "ORG", "PER"]
+    entities = splits.prepared.train.manifest.sources[0].entities
+    assert entities == {"scheme": "iob1", "read": 7, "converted": 6, "refused": 0,
+                        "first_converted": 3}
+    assert (f"data: {train}: IOB1 tags (data.tag_scheme=iob2): 7 entities read, 6 converted, "
+            "0 refused (converted: read as IOB1, which data.tag_scheme=iob2 would read as O or "
+            "cut, first at line 3; set data.tag_scheme=iob1 to say what the data is)"
+            ) in [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]

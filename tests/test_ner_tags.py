@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from tfapp.tasks.ner.scores import entity_report, format_entity_report
-from tfapp.tasks.ner.tags import spans, tag_names, tag_problem, to_iob2
+from tfapp.tasks.ner.tags import (
+    EntityCounts,
+    SchemeEvidence,
+    begun,
+    read_entities,
+    spans,
+    tag_names,
+    tag_problem,
+    to_iob2,
+)
 
 import pytest
 
@@ -35,11 +44,13 @@ def test_iob1_conversion():
 
 
 def test_tag_problems():
-    assert tag_problem("B-PER", "iob2") is None and tag_problem("O", "bioes") is None
-    assert "not a tag of the IOB2 scheme" in tag_problem("E-PER", "iob2")
-    assert tag_problem("S-PER", "bioes") is None
-    assert tag_problem("PER", "iob1") is not None
-    assert tag_problem("B-", "iob2") is not None
+    # a tag of any scheme is a tag: which scheme a file is in is read from its tags
+    assert tag_problem("B-PER") is None and tag_problem("O") is None
+    assert tag_problem("E-PER") is None and tag_problem("S-PER") is None
+    assert tag_problem("X-LOC") == ("tag 'X-LOC' is not an IOB1, IOB2 or BIOES tag (O, or B-, "
+                                    "I-, E- or S- and the entity type, e.g. B-PER)")
+    assert tag_problem("PER") is not None
+    assert tag_problem("B-") is not None
     assert tag_names(["PER", "LOC", "PER"]) == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
 
 
@@ -80,3 +91,70 @@ def test_majority_tag_baseline_scores_zero():
     gold = [["B-PER", "O", "O"], ["O", "B-LOC", "I-LOC"]]
     r = entity_report(gold, [["O"] * 3, ["O"] * 3])
     assert r["f1"] == 0.0 and r["token_accuracy"] == pytest.approx(3 / 6)
+
+
+def _evidence(*sentences):
+    """SchemeEvidence of a CoNLL file of these sentences (line numbers as in the file)."""
+    evidence, line = SchemeEvidence(), 1
+    for tags in sentences:
+        evidence.add(tags, list(range(line, line + len(tags))))
+        line += len(tags) + 1  # the blank line between sentences
+    return evidence
+
+
+def test_a_files_scheme_is_read_from_its_tags():
+    # B- begins every entity: IOB2 (and valid IOB1: the readings agree)
+    assert _evidence(["B-PER", "I-PER", "O", "B-LOC"], ["B-PER", "B-PER"]).scheme == "iob2"
+    # an I- that begins an entity (first in a sentence, after O, after another type): IOB1
+    assert _evidence(["B-PER", "I-PER", "O"], ["O", "I-LOC"]) == SchemeEvidence(iob1=6)
+    assert _evidence(["I-ORG", "O"]) == SchemeEvidence(iob1=1)
+    assert _evidence(["B-PER", "I-LOC"]).scheme == "iob1"
+    # any E- or S-: BIOES, whatever else the file holds (that is refused when read)
+    assert _evidence(["I-PER"], ["O", "S-LOC"]) == SchemeEvidence(bioes=4, iob1=1)
+    assert _evidence(["I-PER"], ["O", "S-LOC"]).scheme == "bioes"
+    assert _evidence(["B-PER", "E-PER", "I-PER"]) == SchemeEvidence(bioes=2, iob1=3)
+
+
+def test_read_entities_in_the_files_scheme():
+    iob1 = ["I-PER", "I-PER", "B-PER", "O", "I-LOC"]
+    # B-/I- files: B- begins, I- continues its type or else begins one (IOB1 and IOB2 alike)
+    assert read_entities(iob1, "iob1") == ([("PER", 0, 2), ("PER", 2, 3), ("LOC", 4, 5)], None)
+    assert read_entities(["B-PER", "I-PER", "O", "B-LOC"], "iob2") == (
+        [("PER", 0, 2), ("LOC", 3, 4)], None)
+    assert read_entities(["B-PER", "I-LOC"], "iob1") == ([("PER", 0, 1), ("LOC", 1, 2)], None)
+    # BIOES strictly; a sentence that is no well-formed BIOES: its token's index and why
+    assert read_entities(["B-PER", "I-PER", "E-PER", "S-LOC"], "bioes") == (
+        [("PER", 0, 3), ("LOC", 3, 4)], None)
+    assert read_entities(["B-PER", "I-PER", "O"], "bioes") == ([], (
+        0, "tag 'B-PER' begins a BIOES entity that never ends (next comes 'O', not I-PER or "
+           "E-PER; a one-word entity is S-PER)"))
+    assert read_entities(["S-LOC", "B-PER"], "bioes") == ([("LOC", 0, 1)], (
+        1, "tag 'B-PER' begins a BIOES entity that never ends (the sentence ends before an "
+           "E-PER; a one-word entity is S-PER)"))
+    assert read_entities(["B-PER", "I-PER", "E-LOC"], "bioes") == ([], (
+        2, "tag 'E-LOC' changes the type of the BIOES entity that 'B-PER' begins (its B-, I- "
+           "and E- tags have one type)"))
+    assert read_entities(["S-PER", "O", "I-LOC"], "bioes") == ([("PER", 0, 1)], (
+        2, "tag 'I-LOC' begins an entity, as in IOB1, in a file of BIOES tags (E-, S-), where "
+           "an entity begins with B- or S-; write the file in one scheme"))
+    assert read_entities(["O", "E-PER"], "bioes") == ([], (
+        1, "tag 'E-PER' ends no entity (no B-PER before it: a BIOES entity is B-PER ... E-PER, "
+           "or S-PER for one word)"))
+
+
+def test_entity_counts_converted_and_refused():
+    counts = EntityCounts(scheme="iob1")
+    tags = ["I-PER", "I-PER", "B-PER", "O", "I-LOC"]
+    # read as IOB1: PER 0-2 and LOC 4-5 are what strict IOB2 would lose; PER 2-3 it reads
+    counts.add(tags, read_entities(tags, "iob1")[0], "iob2", [10, 11, 12, 13, 14])
+    assert (counts.read, counts.converted, counts.first_converted) == (3, 2, 10)
+    counts.add(["B-PER"], [("PER", 0, 1)], "iob2", [16])
+    assert (counts.read, counts.converted) == (4, 2)
+    assert begun(["B-PER", "I-PER", "E-LOC", "O", "I-ORG", "S-PER"]) == 4
+    counts.refused += begun(["B-PER", "I-PER", "E-LOC"])
+    assert counts.describe("a.conll", "iob2") == (
+        "a.conll: IOB1 tags (data.tag_scheme=iob2): 4 entities read, 2 converted, 2 refused "
+        "(converted: read as IOB1, which data.tag_scheme=iob2 would read as O or cut, first "
+        "at line 10; set data.tag_scheme=iob1 to say what the data is)")
+    assert EntityCounts("iob2", 5).describe("b.conll", "iob1") == (
+        "b.conll: IOB2 tags (data.tag_scheme=iob1): 5 entities read, 0 converted, 0 refused")

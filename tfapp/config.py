@@ -168,7 +168,9 @@ class DataConfig:
         as in CoNLL-2003's "word POS chunk tag" lines).
         JSONL rows hold the lists "tokens" and "tags".
       tag_scheme: ner: the data's tag scheme, iob2 (B- begins every entity), iob1 (B- only
-        between adjacent entities of one type) or bioes (B- I- E- S-); read into IOB2.
+        between adjacent entities of one type) or bioes (B- I- E- S-). Each file is read
+        in the scheme its tags are written in and converted to IOB2; entities this
+        setting would have lost are counted as converted in the log (docs/ner.md).
     """
 
     train_files: str = "demo"

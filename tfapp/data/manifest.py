@@ -36,8 +36,9 @@ __all__ = ["BUCKETS", "MANIFEST", "FORMAT_VERSION", "Manifest", "ShardInfo", "So
 
 MANIFEST = "tfapp_manifest.json"
 #: bump when the records or the manifest change meaning (old prepared folders are refused,
-#: cached ones rebuilt)
-FORMAT_VERSION = 1
+#: cached ones rebuilt). 2: tagged rows read in each file's own tag scheme (format 1 read
+#: them as data.tag_scheme said and lost entities of another scheme), sources' entities.
+FORMAT_VERSION = 2
 #: hash buckets of held-out splits: fractions are taken in steps of 1 / BUCKETS
 BUCKETS = 1000
 _MASK64 = (1 << 64) - 1
@@ -73,6 +74,8 @@ class SourceInfo:
     mtime_ns: int
     rows: int = 0
     bad_rows: int = 0
+    #: tagged rows: the file's entity counts (``tfapp.tasks.ner.tags.EntityCounts``)
+    entities: dict[str, Any] = field(default_factory=dict)
 
     @property
     def identity(self) -> tuple[str, int, int]:

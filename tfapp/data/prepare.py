@@ -58,6 +58,7 @@ from tfapp.data.manifest import (
     row_buckets,
 )
 from tfapp.data.records import BytesList, encode_examples, large_binary
+from tfapp.tasks.ner.tags import EntityCounts
 
 import numpy as np
 import pyarrow as pa
@@ -168,6 +169,7 @@ class _SourceLog:
         self.first: str | None = None
         self.labels: dict[str, int] = {}
         self.first_seen: dict[str, str] = {}
+        self.entities = EntityCounts()  # tagged rows: what was read, converted, refused
 
     def bad(self, line: int | str, problem: str) -> None:
         if self.first is None:
@@ -290,26 +292,15 @@ def _python_rows(path: str, fmt: str, spec: RowSpec, log_: _SourceLog) -> Iterat
 
 def _tagged_rows(path: str, spec: RowSpec, log_: _SourceLog, batcher: _Batcher
                  ) -> Iterator[_Rows]:
-    from tfapp.data.tagged import _conll, _format, _jsonl
-    from tfapp.tasks.ner.tags import tag_problem, to_iob2
+    from tfapp.data.tagged import tagged_rows
 
-    conll = _format(path, spec.format) == "conll"
-    rows = _conll(path, spec.tag_column, spec.tag_scheme) if conll else _jsonl(path)
-    for start, words, tags, problem in rows:
-        if problem is None and not words:
-            continue
-        if problem is None:
-            for i, tag in enumerate(tags):
-                why = tag_problem(tag, spec.tag_scheme)
-                if why:  # CoNLL: the tag's own line; JSONL: the sentence's line
-                    problem = (start + i if conll else start, why)
-                    break
+    for start, words, tags, problem in tagged_rows(path, spec.format, spec.tag_column,
+                                                   spec.tag_scheme, log_.entities):
         if problem is not None:
             log_.bad(problem[0], problem[1])
             continue
-        iob2 = to_iob2(tags, spec.tag_scheme)
-        log_.count_labels(iob2, [start] * len(iob2))  # a sentence is one row: its line
-        done = batcher.add(start, (words, iob2))
+        log_.count_labels(tags, [start] * len(tags))  # a sentence is one row: its line
+        done = batcher.add(start, (words, tags))
         if done is not None:
             yield done
     done = batcher.flush()
@@ -754,6 +745,8 @@ def _prepare_source(index: int, path: str, spec: RowSpec, out: str, *, mode: str
         raise
     info.rows = sum(s.count for s in shards)
     info.bad_rows = log_.report.count
+    if spec.kind == "tagged":
+        info.entities = dataclasses.asdict(log_.entities)
     return {"source": dataclasses.asdict(info), "index": index, "settings": spec.settings(),
             "version": FORMAT_VERSION, "shards": [dataclasses.asdict(s) for s in shards],
             "labels": log_.labels, "first_seen": log_.first_seen,
@@ -823,8 +816,11 @@ def prepare(files: list[str], out: str, spec: RowSpec, *, mode: str = "fail",
                                skip_option=skip_option, shard_bytes=shard_bytes)
         _write_json(_part_path(out, i), part)
         if progress:
+            entities = part["source"].get("entities")
             progress(f"prepared {files[i]}: {part['source']['rows']} rows in "
-                     f"{len(part['shards'])} shard(s)")
+                     f"{len(part['shards'])} shard(s)" + (
+                         "; " + EntityCounts(**entities).describe(files[i], spec.tag_scheme)
+                         if entities else ""))
         return part
 
     if todo:

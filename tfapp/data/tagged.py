@@ -3,14 +3,17 @@
 CoNLL-2003 style files hold one word per line with whitespace-separated columns (the
 word first, the tag in ``data.tag_column``), a blank line between sentences and
 ``-DOCSTART-`` lines between documents (skipped). JSONL files hold one sentence per line:
-``{"tokens": [...], "tags": [...]}``. Tags of ``data.tag_scheme`` (IOB1, IOB2, BIOES) are
-read into IOB2 (``tfapp.tasks.ner.tags``).
+``{"tokens": [...], "tags": [...]}``. Tags are read into IOB2 (``tfapp.tasks.ner.tags``)
+in the scheme each file is written in, read from its tags (a first pass over the file),
+whatever ``data.tag_scheme`` says: ``tagged_rows`` counts the entities it read, converted
+(those ``data.tag_scheme`` would have lost) and refused, and ``log_entity_counts`` logs
+them per file, so no entity becomes ``O`` silently.
 
-A sentence is one row for ``data.on_bad_rows``: a bad line (too few columns, a tag that
-is not of the scheme, bytes that are not UTF-8) fails naming ``FILE:LINE`` or, with
-``skip``, drops its sentence and is counted in the ``BadRowReport``. Bytes are decoded
-and split into lines by ``tfapp.data.textio`` (BOM dropped, "\\n" endings only), as for
-every other reader.
+A sentence is one row for ``data.on_bad_rows``: a bad line (too few columns, a tag of no
+scheme, a tag that breaks its file's scheme, bytes that are not UTF-8) fails naming
+``FILE:LINE`` or, with ``skip``, drops its sentence and is counted in the
+``BadRowReport``. Bytes are decoded and split into lines by ``tfapp.data.textio`` (BOM
+dropped, "\\n" endings only), as for every other reader.
 """
 
 from __future__ import annotations
@@ -35,10 +38,20 @@ from tfapp.data.sources import (  # the classifier reader's file handling and ba
 )
 from tfapp.data.textio import NOT_UTF8, has_undecodable, iter_lines
 from tfapp.demo import DEMO_DIR
-from tfapp.tasks.ner.tags import OUTSIDE, split_tag, tag_names, tag_problem, to_iob2
+from tfapp.tasks.ner.tags import (
+    OUTSIDE,
+    EntityCounts,
+    SchemeEvidence,
+    begun,
+    from_spans,
+    read_entities,
+    split_tag,
+    tag_names,
+    tag_problem,
+)
 
-__all__ = ["TaggedSentence", "NerSplits", "read_tagged", "load_ner_splits", "demo_ner_file",
-           "read_tag_vocab", "keep_known_tags"]
+__all__ = ["TaggedSentence", "NerSplits", "read_tagged", "tagged_rows", "load_ner_splits",
+           "demo_ner_file", "read_tag_vocab", "keep_known_tags", "log_entity_counts"]
 
 log = logging.getLogger("tfapp.data")
 
@@ -67,8 +80,8 @@ def _format(path: str, configured: str) -> str:
     return "jsonl" if name.lower().endswith(_JSONL) else "conll"
 
 
-def _conll(path: str, tag_column: int, scheme: str):
-    """(line, words, tags, problem) per sentence of a CoNLL file; tags in ``scheme``."""
+def _conll(path: str, tag_column: int):
+    """(line, words, tags, problem) per sentence of a CoNLL file, tags as written."""
     with open_source(path) as fh:
         yield from _conll_sentences(iter_lines(fh), tag_column)
 
@@ -131,6 +144,66 @@ def _jsonl_sentences(lines: Iterator[str]):
         yield 1, [], [], (1, "empty file (no JSON lines)")
 
 
+Row = tuple[int, list[str], list[str], tuple[int, str] | None]
+
+
+def tagged_rows(path: str, fmt: str, tag_column: int, scheme: str, counts: EntityCounts
+                ) -> Iterator[Row]:
+    """``(line, words, IOB2 tags, problem)`` of each sentence of one file: ``problem`` is
+    ``(line, why)`` of a bad sentence (CoNLL: the offending tag's own line; JSONL: the
+    sentence's), whose words and tags are then of no use. Tags are read in the scheme
+    the file is written in (a first pass reads it: ``SchemeEvidence``), converted from
+    it; ``counts`` counts the entities read, converted (from what ``scheme``, the
+    configured one, would read) and refused."""
+    conll = _format(path, fmt) == "conll"
+
+    def sentences():
+        return _conll(path, tag_column) if conll else _jsonl(path)
+
+    def where(start: int, tags: list[str]) -> list[int]:
+        return [start + i for i in range(len(tags))] if conll else [start] * len(tags)
+
+    evidence = SchemeEvidence()
+    for start, _, tags, problem in sentences():
+        if problem is None and tags:
+            evidence.add(tags, where(start, tags))
+    counts.scheme = evidence.scheme
+    for start, words, tags, problem in sentences():
+        if problem is None and not words:
+            continue
+        found: list = []
+        if problem is None:
+            lines = where(start, tags)
+            why = _first_tag_problem(tags)
+            if why is None:
+                found, why = read_entities(tags, counts.scheme)
+            if why is not None:
+                counts.refused += begun(tags)
+                problem = (lines[why[0]], why[1])
+            else:
+                counts.add(tags, found, scheme, lines)
+        if problem is not None:
+            yield start, words, tags, problem
+            continue
+        yield start, words, from_spans(found, len(tags)), None
+
+
+def _first_tag_problem(tags: list[str]) -> tuple[int, str] | None:
+    for i, tag in enumerate(tags):
+        why = tag_problem(tag)
+        if why:
+            return i, why
+    return None
+
+
+def log_entity_counts(name: str, counts: EntityCounts | dict, configured: str) -> None:
+    """Log one file's entity counts: a warning when entities were converted or refused."""
+    if isinstance(counts, dict):
+        counts = EntityCounts(**counts)
+    level = logging.WARNING if counts.converted or counts.refused else logging.INFO
+    log.log(level, "data: %s", counts.describe(name, configured))
+
+
 def read_tagged(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
                 report: BadRowReport) -> list[TaggedSentence]:
     """The tagged sentences of the files in ``spec`` (one split), tags read into IOB2.
@@ -142,22 +215,14 @@ def read_tagged(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
     scheme = data_cfg.tag_scheme
     out: list[TaggedSentence] = []
     for path in resolve_files(spec, what):
-        conll = _format(path, data_cfg.format) == "conll"
-        rows = _conll(path, data_cfg.tag_column, scheme) if conll else _jsonl(path)
-        for start, words, tags, problem in rows:
-            if problem is None and not words:
-                continue
-            if problem is None:
-                for i, tag in enumerate(tags):
-                    why = tag_problem(tag, scheme)
-                    if why:
-                        # CoNLL: the tag's own line; JSONL: the sentence's line
-                        problem = (start + i if conll else start, why)
-                        break
+        counts = EntityCounts()
+        for start, words, tags, problem in tagged_rows(path, data_cfg.format,
+                                                       data_cfg.tag_column, scheme, counts):
             if problem is not None:
                 bad(path, problem[0], problem[1])
                 continue
-            out.append(TaggedSentence(words, to_iob2(tags, scheme), (path, start)))
+            out.append(TaggedSentence(words, tags, (path, start)))
+        log_entity_counts(path, counts, scheme)
     if not out:
         raise DataError(f"{what}: no usable sentences in '{spec}' "
                         f"({report.per_split.get(split, 0)} bad row(s) skipped: "
@@ -256,6 +321,11 @@ def load_ner_splits(data_cfg: DataConfig, seed: int, tag_vocab_path: Path | str 
         names, known_from = tag_names(types), "the training data's"
         if path is not None:
             write_tag_vocab(names, path)
+    # every run, prepared now or read from the cache: what the data it trains on holds
+    for manifest in {id(s.manifest): s.manifest for s in prepared.splits()}.values():
+        for source in manifest.sources:
+            if source.entities:
+                log_entity_counts(source.path, source.entities, data_cfg.tag_scheme)
     prepared.check_held_out(data_cfg, "sentences")
     out = NerSplits(prepared, names, prepared.report)
     types = ", ".join(sorted({split_tag(t)[1] for t in names if t != OUTSIDE}))
