@@ -46,6 +46,8 @@ def _files(tmp: Path) -> dict[str, str]:
     (tmp / "bad.yaml").write_text("trainer: {epochs: 3\n")
     (tmp / "unknown_key.yaml").write_text("trainer:\n  epochz: 3\n")
     (tmp / "list.yaml").write_text("- just\n- a list\n")
+    (tmp / "group_list.yaml").write_text("trainer: [1, 2]\n")
+    (tmp / "group_scalar.yaml").write_text("trainer: 3\n")
     (tmp / "not_a_model").mkdir()
     (tmp / "not_a_model" / "saved_model.pb").write_bytes(b"not a protobuf")
     (tmp / "a_file").write_text("x")
@@ -113,9 +115,15 @@ ROWS = [
     ("config-bad-yaml", "tfapp.train", ["--config", "{bad}"], "bad.yaml"),
     ("config-unknown-key", "tfapp.train", ["--config", "{unknown_key}"], "epochz"),
     ("config-not-a-mapping", "tfapp.train", ["--config", "{list}"], "list.yaml"),
+    ("config-group-a-list", "tfapp.train", ["--config", "{group_list}"],
+     "trainer: a config group takes a mapping of its keys, not [1, 2]"),
+    ("config-group-a-scalar", "tfapp.train", ["--config", "{group_scalar}"],
+     "trainer: a config group takes a mapping of its keys, not 3"),
     # overrides
     ("override-unknown-key", "tfapp.train", [*TRAIN, "trainer.epochz=3"], "epochz"),
     ("override-not-key-value", "tfapp.train", [*TRAIN, "epochs"], "epochs"),
+    ("override-group-a-scalar", "tfapp.train", [*TRAIN, "trainer=3"],
+     "trainer: a config group takes a mapping of its keys, not 3 (command-line override)"),
     ("override-bad-type", "tfapp.train", [*TRAIN, "trainer.epochs=many"], "trainer.epochs"),
     ("override-out-of-range", "tfapp.train", [*TRAIN, "data.batch_size=0"], "data.batch_size"),
     ("override-bad-choice", "tfapp.train", [*TRAIN, "runtime.strategy=gpu9"], "gpu9"),
