@@ -292,6 +292,33 @@ ROWS = [
     ("profile-capture-zero-duration", "tfapp.profile",
      ["capture", "--address", "127.0.0.1:{port}", "--duration-ms", "0", "--logdir",
       "{out}/logs"], "--duration-ms"),
+    # a broken environment: the cache root (TFAPP_CACHE_DIR, or HOME's) and TF_CONFIG (set
+    # by SETUP below). A path under a regular file stands for a read-only place: it fails
+    # for root too, where a chmod 0555 folder would not.
+    ("cache-dir-a-file", "tfapp.train", TRAIN,
+     "tfapp cache {a_file} (TFAPP_CACHE_DIR) is unusable: {a_file} is a file, not a folder; "
+     "set TFAPP_CACHE_DIR to a writable folder"),
+    ("cache-dir-not-writable", "tfapp.train", TRAIN,
+     "tfapp cache {a_file}/cache (TFAPP_CACHE_DIR) is unusable: {a_file} is a file"),
+    ("home-a-file", "tfapp.train", TRAIN,
+     "tfapp cache {a_file}/.cache/tfapp (from HOME={a_file}) is unusable: {a_file} is a file, "
+     "not a folder; set TFAPP_CACHE_DIR to a writable folder (or HOME to your home folder)"),
+    ("tf-config-not-json", "tfapp.train", TRAIN,
+     "TF_CONFIG is not valid JSON (Expecting value at character 0); set TF_CONFIG to JSON like"),
+    ("tf-config-not-an-object", "tfapp.train", TRAIN, "TF_CONFIG is a JSON list, not an object"),
+    ("tf-config-cluster-not-a-mapping", "tfapp.train", TRAIN,
+     "TF_CONFIG 'cluster' must map each job (worker, chief) to its list of host:port "
+     "addresses, got [\"h0:1\"]"),
+    ("tf-config-task-without-type", "tfapp.train", TRAIN,
+     "TF_CONFIG 'task' must say which of the cluster's tasks this process is"),
+    ("tf-config-index-out-of-range", "tfapp.train", TRAIN,
+     "TF_CONFIG task index 2 is out of range: job 'worker' lists 1 address(es), so 0 to 0"),
+    ("tf-config-type-not-in-cluster", "tfapp.train", TRAIN,
+     "TF_CONFIG task type \"chief\" is not a job of the cluster (it has: worker)"),
+    ("tf-config-tune", "tfapp.tune", TUNE,
+     "TF_CONFIG is not valid JSON (Expecting property name enclosed in double quotes"),
+    ("tf-config-multi-worker", "tfapp.train", [*TRAIN, "runtime.strategy=multi_worker"],
+     "TF_CONFIG task index 2 is out of range"),
     ("data-service-no-workers", "tfapp.data_service", ["--workers", "0", "--port", "0"],
      "--workers 0"),
     ("data-service-port-in-use", "tfapp.data_service", ["--workers", "1", "--port", "{busy}"],
@@ -391,8 +418,52 @@ def _unprintable_token(names: dict) -> Iterator[dict]:  # noqa: ARG001
         del os.environ["TFAPP_ORACLE_TOKEN"]
 
 
+def _env(**values: str):
+    """A SETUP that sets environment variables for the row ({name} in a value: the row's
+    file; None unsets), restored afterwards."""
+    @contextlib.contextmanager
+    def setup(names: dict) -> Iterator[dict]:
+        before = {key: os.environ.get(key) for key in values}
+        try:
+            for key, value in values.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value.format(**names)
+            yield {}
+        finally:
+            for key, value in before.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+    return setup
+
+
+def _tf_config(config: object) -> str:
+    """TF_CONFIG as JSON, braces doubled for _env's str.format."""
+    return json.dumps(config).replace("{", "{{").replace("}", "}}")
+
+
+ONE_WORKER = {"worker": ["h0:1"]}
 SETUP = {"run-dir-locked": _run_dir_locked, "data-service-port-in-use": _port_in_use,
-         "tune-token-not-printable": _unprintable_token}
+         "tune-token-not-printable": _unprintable_token,
+         "cache-dir-a-file": _env(TFAPP_CACHE_DIR="{a_file}"),
+         "cache-dir-not-writable": _env(TFAPP_CACHE_DIR="{a_file}/cache"),
+         "home-a-file": _env(HOME="{a_file}", TFAPP_CACHE_DIR=None),
+         "tf-config-not-json": _env(TF_CONFIG="not json"),
+         "tf-config-not-an-object": _env(TF_CONFIG="[1, 2]"),
+         "tf-config-cluster-not-a-mapping": _env(TF_CONFIG=_tf_config(
+             {"cluster": ["h0:1"], "task": {"type": "worker", "index": 0}})),
+         "tf-config-task-without-type": _env(TF_CONFIG=_tf_config(
+             {"cluster": ONE_WORKER, "task": {"index": 0}})),
+         "tf-config-index-out-of-range": _env(TF_CONFIG=_tf_config(
+             {"cluster": ONE_WORKER, "task": {"type": "worker", "index": 2}})),
+         "tf-config-type-not-in-cluster": _env(TF_CONFIG=_tf_config(
+             {"cluster": ONE_WORKER, "task": {"type": "chief", "index": 0}})),
+         "tf-config-tune": _env(TF_CONFIG="{{not json"),
+         "tf-config-multi-worker": _env(TF_CONFIG=_tf_config(
+             {"cluster": ONE_WORKER, "task": {"type": "worker", "index": 2}}))}
 
 
 def _listen_all() -> list[str]:
@@ -429,6 +500,7 @@ def test_bad_input_is_one_line_and_leaves_nothing(row_id, module, argv, fragment
                  port=str(free_ports(1)[0]))
     with SETUP.get(row_id, lambda _: contextlib.nullcontext({}))(names) as extra:
         argv = [a.format(**names, **extra) for a in argv]
+        fragment = fragment.format(**names) if "{a_file}" in fragment else fragment
         if module == "tfapp.data_service" and row_id != "data-service-without-listen-all":
             argv += _listen_all()
         # The run's lock file is tfapp's, rewritten by whoever takes it; the rest is kept.
