@@ -61,6 +61,15 @@ def _files(tmp: Path) -> dict[str, str]:
     (tmp / "quoted.tsv").write_text('text\tlabel\n"a\tb"\tpos\n')
     (tmp / "hf_latin1").mkdir()  # a Hugging Face checkpoint folder with a Latin-1 config
     (tmp / "hf_latin1" / "config.json").write_bytes(b'{"model_type": "b\xe9rt"}')
+    for name, vocab in (("hf_dup_vocab", "[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\nthe\n"),
+                        ("hf_blank_vocab", "[PAD]\n[UNK]\n\n[CLS]\n[SEP]\n"),
+                        ("hf_space_vocab", "[PAD]\n[UNK]\n[CLS]\n[SEP]\nnew york\n")):
+        (tmp / name).mkdir()  # a Hugging Face checkpoint folder whose vocab.txt is bad
+        (tmp / name / "config.json").write_text(json.dumps({
+            "model_type": "bert", "vocab_size": 8, "hidden_size": 4, "num_hidden_layers": 1,
+            "num_attention_heads": 1, "intermediate_size": 8, "max_position_embeddings": 16}))
+        (tmp / name / "vocab.txt").write_text(vocab)
+        (tmp / name / "tokenizer_config.json").write_text('{"do_lower_case": true}')
     (tmp / "ner_short_line.conll").write_text("Anna B-PER x\nParis\n")
     (tmp / "ner_bad_tag.conll").write_text("Anna E-PER\n")
     (tmp / "ner_train.conll").write_text("Anna B-PER\nlives O\nin O\nParis B-LOC\n")
@@ -218,6 +227,18 @@ ROWS = [
      "not a tfapp classifier export"),
     ("evaluate-given-generator", "tfapp.evaluate",
      ["--model", "{fake_generator}", "--data", "{good}"], "not a tfapp classifier export"),
+    # a damaged export (SETUP damages the row's copy of the run): one line naming it
+    ("predict-export-pb-truncated", "tfapp.predict", ["--model", "{run}", "hello"],
+     "the classifier export {run}/export is damaged (OSError: Cannot parse file"),
+    ("predict-export-variables-deleted", "tfapp.predict", ["--model", "{run}", "hello"],
+     "is damaged (variables/variables.index is missing); export it again (train with "
+     "trainer.export=true)"),
+    ("evaluate-export-data-truncated", "tfapp.evaluate", ["--model", "{run}", "--data", "{good}"],
+     "is damaged (IndexError: Read less bytes than requested)"),
+    ("predict-export-marker-corrupt", "tfapp.predict", ["--model", "{run}", "hello"],
+     "is damaged (tfapp_export.json is unreadable: Expecting property name"),
+    ("generate-export-damaged", "tfapp.generate", ["--model", "{fake_generator}", "hello"],
+     "the generator export {fake_generator} is damaged (variables/variables.index is missing)"),
     ("predict-no-texts", "tfapp.predict", ["--model", "{run}"], "no texts given"),
     ("predict-input-not-utf8", "tfapp.predict", ["--model", "{run}", "--input", "{binary}"],
      "UTF-8"),
@@ -252,6 +273,16 @@ ROWS = [
      ["convert", "--from", "/no/hf", "--out", "{out}/hub"], "/no/hf"),
     ("hub-convert-not-a-checkpoint", "tfapp.hub.__main__",
      ["convert", "--from", "{photos}", "--out", "{out}/hub"], "no config.json"),
+    ("hub-convert-vocab-duplicate", "tfapp.hub.__main__",
+     ["convert", "--from", "{hf_dup_vocab}", "--out", "{out}/hub"],
+     "hf_dup_vocab/vocab.txt:6: token 'the' is already on line 5; a BERT vocab lists each "
+     "token once"),
+    ("hub-convert-vocab-empty-line", "tfapp.hub.__main__",
+     ["convert", "--from", "{hf_blank_vocab}", "--out", "{out}/hub"],
+     "hf_blank_vocab/vocab.txt:3: empty line"),
+    ("hub-convert-vocab-space-in-token", "tfapp.hub.__main__",
+     ["convert", "--from", "{hf_space_vocab}", "--out", "{out}/hub"],
+     "hf_space_vocab/vocab.txt:5: token 'new york' has whitespace inside"),
     ("hub-resolve-missing", "tfapp.hub.__main__", ["resolve", "/no/encoder"], "/no/encoder"),
     ("hub-no-command", "tfapp.hub.__main__", [], "COMMAND"),
     # pretrain
@@ -445,9 +476,29 @@ def _tf_config(config: object) -> str:
     return json.dumps(config).replace("{", "{{").replace("}", "}}")
 
 
+def _damaged_export(damage):
+    """A SETUP that damages the row's copy of the trained run's export with ``damage``."""
+    @contextlib.contextmanager
+    def setup(names: dict) -> Iterator[dict]:
+        damage(Path(names["run"]) / "export")
+        yield {}
+    return setup
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+
+
 ONE_WORKER = {"worker": ["h0:1"]}
 SETUP = {"run-dir-locked": _run_dir_locked, "data-service-port-in-use": _port_in_use,
          "tune-token-not-printable": _unprintable_token,
+         "predict-export-pb-truncated": _damaged_export(lambda e: _truncate(e / "saved_model.pb")),
+         "predict-export-variables-deleted": _damaged_export(
+             lambda e: shutil.rmtree(e / "variables")),
+         "evaluate-export-data-truncated": _damaged_export(
+             lambda e: _truncate(next((e / "variables").glob("variables.data-*")))),
+         "predict-export-marker-corrupt": _damaged_export(
+             lambda e: (e / "tfapp_export.json").write_text("{not json")),
          "cache-dir-a-file": _env(TFAPP_CACHE_DIR="{a_file}"),
          "cache-dir-not-writable": _env(TFAPP_CACHE_DIR="{a_file}/cache"),
          "home-a-file": _env(HOME="{a_file}", TFAPP_CACHE_DIR=None),
@@ -500,7 +551,7 @@ def test_bad_input_is_one_line_and_leaves_nothing(row_id, module, argv, fragment
                  port=str(free_ports(1)[0]))
     with SETUP.get(row_id, lambda _: contextlib.nullcontext({}))(names) as extra:
         argv = [a.format(**names, **extra) for a in argv]
-        fragment = fragment.format(**names) if "{a_file}" in fragment else fragment
+        fragment = fragment.format(**names) if "{" in fragment else fragment
         if module == "tfapp.data_service" and row_id != "data-service-without-listen-all":
             argv += _listen_all()
         # The run's lock file is tfapp's, rewritten by whoever takes it; the rest is kept.
