@@ -76,6 +76,10 @@ def _files(tmp: Path) -> dict[str, str]:
     (tmp / "ner_unseen.conll").write_text("ACME B-ORG\nhires O\n")
     (tmp / "ner_all_o.conll").write_text("just O\nwords O\n")
     (tmp / "ner_mismatch.jsonl").write_text('{"tokens": ["Anna"], "tags": ["B-PER", "O"]}\n')
+    for name, capture in (("empty_capture", b""), ("corrupt_capture", b"\x0agarbage\x00")):
+        session = tmp / name / "logs" / "plugins" / "profile" / "2026_01_01_00_00_00"
+        session.mkdir(parents=True)  # a run's profiler capture, killed or damaged
+        (session / "host.xplane.pb").write_bytes(capture)
     (tmp / "photos").mkdir()  # someone's folder: no command may write to or delete it
     (tmp / "photos" / "beach.jpg").write_bytes(b"\xff\xd8 holiday")
     (tmp / "photos" / "notes.txt").write_text("keep me")
@@ -314,6 +318,13 @@ ROWS = [
     ("share-no-runs", "tfapp.share", ["{photos}"], "holds no tfapp run"),
     ("profile-summary-no-capture", "tfapp.profile", ["summary", "{run}"],
      "no profiler capture"),
+    ("profile-summary-empty-capture", "tfapp.profile", ["summary", "{empty_capture}"],
+     "no usable profiler capture in {empty_capture}/logs/plugins/profile/2026_01_01_00_00_00 "
+     "(host.xplane.pb is empty); take a new one: train with trainer.profile_steps=START,STOP"),
+    ("profile-summary-corrupt-capture", "tfapp.profile", ["summary", "{corrupt_capture}"],
+     "(the profile plugin cannot read host.xplane.pb (input_pipeline_analyzer): truncated or "
+     "corrupt, or from another TensorFlow version); take a new one: train with "
+     "trainer.profile_steps=START,STOP"),
     ("profile-summary-missing-dir", "tfapp.profile", ["summary", "/no/run"], "/no/run"),
     ("profile-capture-no-server", "tfapp.profile",
      ["capture", "--address", "127.0.0.1:{port}", "--duration-ms", "200", "--logdir",
