@@ -46,6 +46,8 @@ def _files(tmp: Path) -> dict[str, str]:
     (tmp / "bad.yaml").write_text("trainer: {epochs: 3\n")
     (tmp / "unknown_key.yaml").write_text("trainer:\n  epochz: 3\n")
     (tmp / "list.yaml").write_text("- just\n- a list\n")
+    (tmp / "group_list.yaml").write_text("trainer: [1, 2]\n")
+    (tmp / "group_scalar.yaml").write_text("trainer: 3\n")
     (tmp / "not_a_model").mkdir()
     (tmp / "not_a_model" / "saved_model.pb").write_bytes(b"not a protobuf")
     (tmp / "a_file").write_text("x")
@@ -59,6 +61,15 @@ def _files(tmp: Path) -> dict[str, str]:
     (tmp / "quoted.tsv").write_text('text\tlabel\n"a\tb"\tpos\n')
     (tmp / "hf_latin1").mkdir()  # a Hugging Face checkpoint folder with a Latin-1 config
     (tmp / "hf_latin1" / "config.json").write_bytes(b'{"model_type": "b\xe9rt"}')
+    for name, vocab in (("hf_dup_vocab", "[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\nthe\n"),
+                        ("hf_blank_vocab", "[PAD]\n[UNK]\n\n[CLS]\n[SEP]\n"),
+                        ("hf_space_vocab", "[PAD]\n[UNK]\n[CLS]\n[SEP]\nnew york\n")):
+        (tmp / name).mkdir()  # a Hugging Face checkpoint folder whose vocab.txt is bad
+        (tmp / name / "config.json").write_text(json.dumps({
+            "model_type": "bert", "vocab_size": 8, "hidden_size": 4, "num_hidden_layers": 1,
+            "num_attention_heads": 1, "intermediate_size": 8, "max_position_embeddings": 16}))
+        (tmp / name / "vocab.txt").write_text(vocab)
+        (tmp / name / "tokenizer_config.json").write_text('{"do_lower_case": true}')
     (tmp / "ner_short_line.conll").write_text("Anna B-PER x\nParis\n")
     (tmp / "ner_bad_tag.conll").write_text("Anna X-PER\n")
     (tmp / "ner_train.conll").write_text("Anna B-PER\nlives O\nin O\nParis B-LOC\n")
@@ -69,6 +80,10 @@ def _files(tmp: Path) -> dict[str, str]:
     (tmp / "ner_unseen.conll").write_text("ACME B-ORG\nhires O\n")
     (tmp / "ner_all_o.conll").write_text("just O\nwords O\n")
     (tmp / "ner_mismatch.jsonl").write_text('{"tokens": ["Anna"], "tags": ["B-PER", "O"]}\n')
+    for name, capture in (("empty_capture", b""), ("corrupt_capture", b"\x0agarbage\x00")):
+        session = tmp / name / "logs" / "plugins" / "profile" / "2026_01_01_00_00_00"
+        session.mkdir(parents=True)  # a run's profiler capture, killed or damaged
+        (session / "host.xplane.pb").write_bytes(capture)
     (tmp / "photos").mkdir()  # someone's folder: no command may write to or delete it
     (tmp / "photos" / "beach.jpg").write_bytes(b"\xff\xd8 holiday")
     (tmp / "photos" / "notes.txt").write_text("keep me")
@@ -117,9 +132,15 @@ ROWS = [
     ("config-bad-yaml", "tfapp.train", ["--config", "{bad}"], "bad.yaml"),
     ("config-unknown-key", "tfapp.train", ["--config", "{unknown_key}"], "epochz"),
     ("config-not-a-mapping", "tfapp.train", ["--config", "{list}"], "list.yaml"),
+    ("config-group-a-list", "tfapp.train", ["--config", "{group_list}"],
+     "trainer: a config group takes a mapping of its keys, not [1, 2]"),
+    ("config-group-a-scalar", "tfapp.train", ["--config", "{group_scalar}"],
+     "trainer: a config group takes a mapping of its keys, not 3"),
     # overrides
     ("override-unknown-key", "tfapp.train", [*TRAIN, "trainer.epochz=3"], "epochz"),
     ("override-not-key-value", "tfapp.train", [*TRAIN, "epochs"], "epochs"),
+    ("override-group-a-scalar", "tfapp.train", [*TRAIN, "trainer=3"],
+     "trainer: a config group takes a mapping of its keys, not 3 (command-line override)"),
     ("override-bad-type", "tfapp.train", [*TRAIN, "trainer.epochs=many"], "trainer.epochs"),
     ("override-out-of-range", "tfapp.train", [*TRAIN, "data.batch_size=0"], "data.batch_size"),
     ("override-bad-choice", "tfapp.train", [*TRAIN, "runtime.strategy=gpu9"], "gpu9"),
@@ -214,6 +235,18 @@ ROWS = [
      "not a tfapp classifier export"),
     ("evaluate-given-generator", "tfapp.evaluate",
      ["--model", "{fake_generator}", "--data", "{good}"], "not a tfapp classifier export"),
+    # a damaged export (SETUP damages the row's copy of the run): one line naming it
+    ("predict-export-pb-truncated", "tfapp.predict", ["--model", "{run}", "hello"],
+     "the classifier export {run}/export is damaged (OSError: Cannot parse file"),
+    ("predict-export-variables-deleted", "tfapp.predict", ["--model", "{run}", "hello"],
+     "is damaged (variables/variables.index is missing); export it again (train with "
+     "trainer.export=true)"),
+    ("evaluate-export-data-truncated", "tfapp.evaluate", ["--model", "{run}", "--data", "{good}"],
+     "is damaged (IndexError: Read less bytes than requested)"),
+    ("predict-export-marker-corrupt", "tfapp.predict", ["--model", "{run}", "hello"],
+     "is damaged (tfapp_export.json is unreadable: Expecting property name"),
+    ("generate-export-damaged", "tfapp.generate", ["--model", "{fake_generator}", "hello"],
+     "the generator export {fake_generator} is damaged (variables/variables.index is missing)"),
     ("predict-no-texts", "tfapp.predict", ["--model", "{run}"], "no texts given"),
     ("predict-input-not-utf8", "tfapp.predict", ["--model", "{run}", "--input", "{binary}"],
      "UTF-8"),
@@ -248,6 +281,16 @@ ROWS = [
      ["convert", "--from", "/no/hf", "--out", "{out}/hub"], "/no/hf"),
     ("hub-convert-not-a-checkpoint", "tfapp.hub.__main__",
      ["convert", "--from", "{photos}", "--out", "{out}/hub"], "no config.json"),
+    ("hub-convert-vocab-duplicate", "tfapp.hub.__main__",
+     ["convert", "--from", "{hf_dup_vocab}", "--out", "{out}/hub"],
+     "hf_dup_vocab/vocab.txt:6: token 'the' is already on line 5; a BERT vocab lists each "
+     "token once"),
+    ("hub-convert-vocab-empty-line", "tfapp.hub.__main__",
+     ["convert", "--from", "{hf_blank_vocab}", "--out", "{out}/hub"],
+     "hf_blank_vocab/vocab.txt:3: empty line"),
+    ("hub-convert-vocab-space-in-token", "tfapp.hub.__main__",
+     ["convert", "--from", "{hf_space_vocab}", "--out", "{out}/hub"],
+     "hf_space_vocab/vocab.txt:5: token 'new york' has whitespace inside"),
     ("hub-resolve-missing", "tfapp.hub.__main__", ["resolve", "/no/encoder"], "/no/encoder"),
     ("hub-no-command", "tfapp.hub.__main__", [], "COMMAND"),
     # pretrain
@@ -279,6 +322,13 @@ ROWS = [
     ("share-no-runs", "tfapp.share", ["{photos}"], "holds no tfapp run"),
     ("profile-summary-no-capture", "tfapp.profile", ["summary", "{run}"],
      "no profiler capture"),
+    ("profile-summary-empty-capture", "tfapp.profile", ["summary", "{empty_capture}"],
+     "no usable profiler capture in {empty_capture}/logs/plugins/profile/2026_01_01_00_00_00 "
+     "(host.xplane.pb is empty); take a new one: train with trainer.profile_steps=START,STOP"),
+    ("profile-summary-corrupt-capture", "tfapp.profile", ["summary", "{corrupt_capture}"],
+     "(the profile plugin cannot read host.xplane.pb (input_pipeline_analyzer): truncated or "
+     "corrupt, or from another TensorFlow version); take a new one: train with "
+     "trainer.profile_steps=START,STOP"),
     ("profile-summary-missing-dir", "tfapp.profile", ["summary", "/no/run"], "/no/run"),
     ("profile-capture-no-server", "tfapp.profile",
      ["capture", "--address", "127.0.0.1:{port}", "--duration-ms", "200", "--logdir",
@@ -288,6 +338,33 @@ ROWS = [
     ("profile-capture-zero-duration", "tfapp.profile",
      ["capture", "--address", "127.0.0.1:{port}", "--duration-ms", "0", "--logdir",
       "{out}/logs"], "--duration-ms"),
+    # a broken environment: the cache root (TFAPP_CACHE_DIR, or HOME's) and TF_CONFIG (set
+    # by SETUP below). A path under a regular file stands for a read-only place: it fails
+    # for root too, where a chmod 0555 folder would not.
+    ("cache-dir-a-file", "tfapp.train", TRAIN,
+     "tfapp cache {a_file} (TFAPP_CACHE_DIR) is unusable: {a_file} is a file, not a folder; "
+     "set TFAPP_CACHE_DIR to a writable folder"),
+    ("cache-dir-not-writable", "tfapp.train", TRAIN,
+     "tfapp cache {a_file}/cache (TFAPP_CACHE_DIR) is unusable: {a_file} is a file"),
+    ("home-a-file", "tfapp.train", TRAIN,
+     "tfapp cache {a_file}/.cache/tfapp (from HOME={a_file}) is unusable: {a_file} is a file, "
+     "not a folder; set TFAPP_CACHE_DIR to a writable folder (or HOME to your home folder)"),
+    ("tf-config-not-json", "tfapp.train", TRAIN,
+     "TF_CONFIG is not valid JSON (Expecting value at character 0); set TF_CONFIG to JSON like"),
+    ("tf-config-not-an-object", "tfapp.train", TRAIN, "TF_CONFIG is a JSON list, not an object"),
+    ("tf-config-cluster-not-a-mapping", "tfapp.train", TRAIN,
+     "TF_CONFIG 'cluster' must map each job (worker, chief) to its list of host:port "
+     "addresses, got [\"h0:1\"]"),
+    ("tf-config-task-without-type", "tfapp.train", TRAIN,
+     "TF_CONFIG 'task' must say which of the cluster's tasks this process is"),
+    ("tf-config-index-out-of-range", "tfapp.train", TRAIN,
+     "TF_CONFIG task index 2 is out of range: job 'worker' lists 1 address(es), so 0 to 0"),
+    ("tf-config-type-not-in-cluster", "tfapp.train", TRAIN,
+     "TF_CONFIG task type \"chief\" is not a job of the cluster (it has: worker)"),
+    ("tf-config-tune", "tfapp.tune", TUNE,
+     "TF_CONFIG is not valid JSON (Expecting property name enclosed in double quotes"),
+    ("tf-config-multi-worker", "tfapp.train", [*TRAIN, "runtime.strategy=multi_worker"],
+     "TF_CONFIG task index 2 is out of range"),
     ("data-service-no-workers", "tfapp.data_service", ["--workers", "0", "--port", "0"],
      "--workers 0"),
     ("data-service-port-in-use", "tfapp.data_service", ["--workers", "1", "--port", "{busy}"],
@@ -394,8 +471,72 @@ def _unprintable_token(names: dict) -> Iterator[dict]:  # noqa: ARG001
         del os.environ["TFAPP_ORACLE_TOKEN"]
 
 
+def _env(**values: str):
+    """A SETUP that sets environment variables for the row ({name} in a value: the row's
+    file; None unsets), restored afterwards."""
+    @contextlib.contextmanager
+    def setup(names: dict) -> Iterator[dict]:
+        before = {key: os.environ.get(key) for key in values}
+        try:
+            for key, value in values.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value.format(**names)
+            yield {}
+        finally:
+            for key, value in before.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+    return setup
+
+
+def _tf_config(config: object) -> str:
+    """TF_CONFIG as JSON, braces doubled for _env's str.format."""
+    return json.dumps(config).replace("{", "{{").replace("}", "}}")
+
+
+def _damaged_export(damage):
+    """A SETUP that damages the row's copy of the trained run's export with ``damage``."""
+    @contextlib.contextmanager
+    def setup(names: dict) -> Iterator[dict]:
+        damage(Path(names["run"]) / "export")
+        yield {}
+    return setup
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+
+
+ONE_WORKER = {"worker": ["h0:1"]}
 SETUP = {"run-dir-locked": _run_dir_locked, "data-service-port-in-use": _port_in_use,
-         "tune-token-not-printable": _unprintable_token}
+         "tune-token-not-printable": _unprintable_token,
+         "predict-export-pb-truncated": _damaged_export(lambda e: _truncate(e / "saved_model.pb")),
+         "predict-export-variables-deleted": _damaged_export(
+             lambda e: shutil.rmtree(e / "variables")),
+         "evaluate-export-data-truncated": _damaged_export(
+             lambda e: _truncate(next((e / "variables").glob("variables.data-*")))),
+         "predict-export-marker-corrupt": _damaged_export(
+             lambda e: (e / "tfapp_export.json").write_text("{not json")),
+         "cache-dir-a-file": _env(TFAPP_CACHE_DIR="{a_file}"),
+         "cache-dir-not-writable": _env(TFAPP_CACHE_DIR="{a_file}/cache"),
+         "home-a-file": _env(HOME="{a_file}", TFAPP_CACHE_DIR=None),
+         "tf-config-not-json": _env(TF_CONFIG="not json"),
+         "tf-config-not-an-object": _env(TF_CONFIG="[1, 2]"),
+         "tf-config-cluster-not-a-mapping": _env(TF_CONFIG=_tf_config(
+             {"cluster": ["h0:1"], "task": {"type": "worker", "index": 0}})),
+         "tf-config-task-without-type": _env(TF_CONFIG=_tf_config(
+             {"cluster": ONE_WORKER, "task": {"index": 0}})),
+         "tf-config-index-out-of-range": _env(TF_CONFIG=_tf_config(
+             {"cluster": ONE_WORKER, "task": {"type": "worker", "index": 2}})),
+         "tf-config-type-not-in-cluster": _env(TF_CONFIG=_tf_config(
+             {"cluster": ONE_WORKER, "task": {"type": "chief", "index": 0}})),
+         "tf-config-tune": _env(TF_CONFIG="{{not json"),
+         "tf-config-multi-worker": _env(TF_CONFIG=_tf_config(
+             {"cluster": ONE_WORKER, "task": {"type": "worker", "index": 2}}))}
 
 
 def _listen_all() -> list[str]:
@@ -432,6 +573,7 @@ def test_bad_input_is_one_line_and_leaves_nothing(row_id, module, argv, fragment
                  port=str(free_ports(1)[0]))
     with SETUP.get(row_id, lambda _: contextlib.nullcontext({}))(names) as extra:
         argv = [a.format(**names, **extra) for a in argv]
+        fragment = fragment.format(**names) if "{" in fragment else fragment
         if module == "tfapp.data_service" and row_id != "data-service-without-listen-all":
             argv += _listen_all()
         # The run's lock file is tfapp's, rewritten by whoever takes it; the rest is kept.

@@ -90,6 +90,28 @@ def test_bad_overrides_name_the_key(overrides, fragment):
     assert "\n" not in message
 
 
+@pytest.mark.parametrize("text,overrides,fragment", [
+    ("trainer: [1, 2]\n", [], "trainer: a config group takes a mapping of its keys, not [1, 2] "
+     "(GROUP.yaml); set its keys, e.g. trainer.epochs=..."),
+    ("trainer: 3\n", [], "trainer: a config group takes a mapping of its keys, not 3"),
+    ("trainer:\n", [], "trainer: a config group takes a mapping of its keys, not an empty value"),
+    ("tracking:\n  wandb: off\n", [], "tracking.wandb: a config group takes a mapping of its "
+     "keys, not False (GROUP.yaml); set its keys, e.g. tracking.wandb.enabled=..."),
+    ("", ["trainer=3"], "trainer: a config group takes a mapping of its keys, not 3 "
+     "(command-line override)"),
+    ("", ["trainer=[1, 2]"], "trainer: a config group takes a mapping of its keys, not [1, 2]"),
+    ("", ["data.service=x"], "data.service: a config group takes a mapping of its keys, not 'x'"),
+])
+def test_a_group_that_is_not_a_mapping_is_named(tmp_path, text, overrides, fragment):
+    """OmegaConf alone said "config: wrong type (...):, got None" for all of these."""
+    path = tmp_path / "GROUP.yaml"
+    path.write_text(text or "task: classifier\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, overrides)
+    message = str(info.value).replace(str(tmp_path) + "/", "")
+    assert fragment in message and "\n" not in message
+
+
 def test_profiler_port_with_the_acknowledgement_validates():
     cfg = load_config(None, ["trainer.profiler_port=6009", "trainer.profiler_listen_all=true"])
     assert (cfg.trainer.profiler_port, cfg.trainer.profiler_listen_all) == (6009, True)

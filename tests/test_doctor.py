@@ -88,6 +88,63 @@ def test_tensorflow_build_and_cache_checks(tmp_path):
         assert doctor.writable(str(locked / "cache")) is False
 
 
+def test_environment_problems_name_each_broken_cache_and_tf_config(tmp_path):
+    """HOME or a cache variable that is a file, under a file (what a read-only place does
+    to root as well), or TF_CONFIG malformed: each a problem with its fix."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    ok = {"TFAPP_CACHE_DIR": str(tmp_path / "cache")}
+    assert doctor.environment_problems(ok) == []
+    cases = [
+        ({"TFAPP_CACHE_DIR": str(a_file)},
+         f"the tfapp cache {a_file} (TFAPP_CACHE_DIR) is unusable: {a_file} is a file, not a "
+         "folder", "set TFAPP_CACHE_DIR to a writable folder"),
+        ({"TFAPP_CACHE_DIR": str(a_file / "cache")},
+         f"the tfapp cache {a_file / 'cache'} (TFAPP_CACHE_DIR) is unusable: {a_file} is a file",
+         "set TFAPP_CACHE_DIR to a writable folder"),
+        ({"HOME": str(a_file)},
+         f"the tfapp cache {a_file}/.cache/tfapp (from HOME={a_file}) is unusable",
+         "set TFAPP_CACHE_DIR to a writable folder (or HOME to your home folder)"),
+        ({**ok, "TFHUB_CACHE_DIR": str(a_file / "hub")},
+         f"the TF-Hub cache {a_file / 'hub'} (TFHUB_CACHE_DIR) is unusable",
+         "set TFHUB_CACHE_DIR to a writable folder"),
+        ({**ok, "TF_CONFIG": "not json"}, "TF_CONFIG is not valid JSON",
+         "set TF_CONFIG to JSON like"),
+        ({**ok, "TF_CONFIG": '{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", '
+                             '"index": 1}}'}, "TF_CONFIG task index 1 is out of range",
+         "or unset it to train on this machine alone"),
+    ]
+    for env, problem, fix in cases:
+        found = doctor.environment_problems(env)
+        assert len(found) == 1 and problem in found[0][0] and fix in found[0][1], (env, found)
+
+
+def test_an_unwritable_cache_folder_is_a_problem(tmp_path):
+    """chmod 0555: root writes there all the same, so only another user sees a problem."""
+    import os
+
+    import pytest
+
+    if os.geteuid() == 0:
+        pytest.skip("running as root, who may write into a 0555 folder: the under-a-file "
+                    "cases above stand for it")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    found = doctor.environment_problems({"TFAPP_CACHE_DIR": str(locked / "cache")})
+    assert found and f"{locked} cannot be written" in found[0][0]
+
+
+def test_doctor_with_a_broken_environment_lists_the_problems_without_a_traceback(tmp_path):
+    (tmp_path / "a_file").write_text("x")
+    env = subprocess_env(TFAPP_CACHE_DIR=str(tmp_path / "a_file"), TF_CONFIG="[1]")
+    proc = run_python(["-m", "tfapp.doctor"], env=env, timeout=120)
+    assert proc.returncode == doctor.EXIT_PROBLEM, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    assert "2 problem(s) that stop a run:" in proc.stdout
+    assert "is a file, not a folder" in proc.stdout and "TF_CONFIG is a JSON list" in proc.stdout
+    assert "(TF_CONFIG left out: it is malformed)" in proc.stdout
+
+
 def test_a_missing_tensorflow_is_one_line_naming_the_extra(capsys):
     from tfapp import cli
 

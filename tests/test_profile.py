@@ -159,8 +159,9 @@ def test_cli_errors_are_one_line(tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         f"tfapp: error: no profiler capture under '{tmp_path / 'run'}'; train with "
-        "trainer.profile_steps=START,STOP or capture a running job with "
-        "`python -m tfapp.profile capture`"]
+        "trainer.profile_steps=START,STOP (e.g. 3,7: the steps strictly between are recorded) "
+        "or capture a running job with `python -m tfapp.profile capture --address HOST:PORT "
+        "--logdir RUN_DIR/logs`"]
     port = free_ports(1)[0]
     out = run_python(["-m", "tfapp.profile", "capture", "--address", f"localhost:{port}",
                       "--logdir", str(tmp_path / "logs")], timeout=60)

@@ -136,6 +136,24 @@ def test_tf_config_is_parsed_in_one_place():
         "cluster": {"chief": ["h0:1"], "worker": ["h1:1", "h2:1"], "ps": ["h3:1"]},
         "task": {"type": "worker", "index": "1"}})})
     assert (tf_config.task_type, tf_config.task_index, tf_config.num_workers) == ("worker", 1, 3)
-    for bad in ("{not json", "[1, 2]", '{"task": {"index": "x"}}'):
-        with pytest.raises(ConfigError, match="TF_CONFIG is not valid JSON"):
-            read_tf_config({"TF_CONFIG": bad})
+    worker = {"worker": ["h0:1"]}
+    for bad, says in [
+            ("{not json", "TF_CONFIG is not valid JSON (Expecting property name"),
+            ("[1, 2]", "TF_CONFIG is a JSON list, not an object with 'cluster' and 'task'"),
+            ({"task": {"index": "x"}}, "TF_CONFIG 'cluster' must map each job"),
+            ({"cluster": {"worker": "h0:1"}, "task": {"type": "worker", "index": 0}},
+             "cluster job 'worker' must be a list of host:port strings, got \"h0:1\""),
+            ({"cluster": worker}, "TF_CONFIG 'task' must say which of the cluster's tasks"),
+            ({"cluster": worker, "task": {"type": "worker"}}, "got {\"type\": \"worker\"}"),
+            ({"cluster": worker, "task": {"type": "worker", "index": "x"}},
+             "task index \"x\" is not a number"),
+            ({"cluster": worker, "task": {"type": "worker", "index": -1}},
+             "task index -1 is out of range: job 'worker' lists 1 address(es), so 0 to 0"),
+            ({"cluster": worker, "task": {"type": "ps", "index": 0}},
+             "task type \"ps\" is not a job of the cluster (it has: worker)")]:
+        raw = bad if isinstance(bad, str) else json.dumps(bad)
+        with pytest.raises(ConfigError) as info:
+            read_tf_config({"TF_CONFIG": raw})
+        message = str(info.value)
+        assert says in message and "README 'Several hosts'" in message, message
+        assert "\n" not in message

@@ -392,3 +392,21 @@ def test_a_killed_run_reads_as_died_in_the_report(tmp_path):
     page = report.write_report([run], tmp_path / "r.html", with_profile=False).read_text()
     assert "state died" in page and "rerun the same command to resume" in page
     assert read_status(tmp_path / "nothing") == {}
+
+
+def test_share_out_an_existing_folder_writes_the_report_inside_it(tmp_path, capsys):
+    """--out FOLDER used to end in IsADirectoryError (the report renamed over the folder);
+    the report goes inside it and the folder's files stay as they were."""
+    from tfapp import share
+    from tfapp.config import load_config, save_params
+
+    save_params(load_config(None, []), tmp_path / "run")
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me")
+    assert share.main([str(tmp_path / "run"), "--no-sync", "--no-profile",
+                       "--out", str(folder)]) == 0
+    assert f"report (1 run): {folder / 'tfapp_report.html'}" in capsys.readouterr().out
+    assert "<html" in (folder / "tfapp_report.html").read_text()
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt", "tfapp_report.html"]
+    assert (folder / "notes.txt").read_text() == "keep me"

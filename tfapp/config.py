@@ -640,6 +640,27 @@ def _parse_overrides(overrides: list[str]) -> Any:
                           f"{str(err).splitlines()[0]}") from None
 
 
+def _check_groups(node: Any, source: str, schema: Any = None, prefix: str = "") -> None:
+    """Each config group (``trainer``, ``data.service`` ...) given a mapping. OmegaConf's own
+    error for ``trainer: 3`` or ``trainer=[1, 2]`` names neither the group nor what it takes
+    ("config: wrong type ..., got None"), so this is checked before it merges."""
+    schema = ExperimentConfig() if schema is None else schema
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        group = getattr(schema, str(key), None) if isinstance(key, str) else None
+        if not dataclasses.is_dataclass(group):
+            continue  # a plain key (or an unknown one: the merge names it)
+        where = f"{prefix}{key}"
+        if not isinstance(value, dict):
+            shown = "an empty value" if value is None else repr(value)
+            raise ConfigError(f"{where}: a config group takes a mapping of its keys, not "
+                              f"{shown} ({source}); set its keys, e.g. "
+                              f"{where}.{_keys_at(group)[0]}=... (in YAML: indented under "
+                              f"'{key}:')")
+        _check_groups(value, source, group, where + ".")
+
+
 def _refuse_interpolations(node: Any, prefix: str = "") -> None:
     """No ``${...}``: OmegaConf would resolve ``${oc.env:VAR}`` and so copy any environment
     variable (a token, say) of whoever runs a shared config into params.yaml, W&B and the
@@ -675,6 +696,7 @@ def load_config(path: str | os.PathLike | None = None,
                               f"({getattr(err, 'problem', err)})") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping of config groups at the top level")
+        _check_groups(loaded, str(path))
         try:
             cfg = OmegaConf.merge(cfg, loaded)
         except oc_errors.OmegaConfBaseException as err:
@@ -682,8 +704,10 @@ def load_config(path: str | os.PathLike | None = None,
         if not loaded.get("name"):
             cfg.name = p.stem
     if overrides:
+        parsed = _parse_overrides(list(overrides))
+        _check_groups(OmegaConf.to_container(parsed, resolve=False), "command-line override")
         try:
-            cfg = OmegaConf.merge(cfg, _parse_overrides(list(overrides)))
+            cfg = OmegaConf.merge(cfg, parsed)
         except oc_errors.OmegaConfBaseException as err:
             raise _translate(err, "command-line override") from None
     _refuse_interpolations(OmegaConf.to_container(cfg, resolve=False))

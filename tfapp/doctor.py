@@ -18,7 +18,6 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import tfapp
 from tfapp import tpu_vm
@@ -84,12 +83,11 @@ def _release(version: str) -> tuple[int, ...]:
 def writable(path: str) -> bool | None:
     """Whether ``path`` (or, if missing, its nearest existing parent) can be written;
     None for remote paths, which are not checked."""
+    from tfapp.cachedir import unwritable_reason
+
     if "://" in path:
         return None
-    p = Path(path).expanduser()
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return os.access(p, os.W_OK | os.X_OK)
+    return unwritable_reason(path) is None
 
 
 def package_problems(packages: Mapping[str, str | None], distributions: Sequence[str],
@@ -157,16 +155,36 @@ def gather(env: Mapping[str, str] | None = None, dev_dir: str = "/dev") -> Repor
     except Exception as err:  # a broken install raises all sorts of errors  # noqa: BLE001
         report.tensorflow = {"error": f"{type(err).__name__}: {str(err).splitlines()[0]}"}
     if tf_version:
-        _describe_tensorflow(report, tf, distributions, hint)
+        _describe_tensorflow(report, tf, distributions, hint, env)
 
     report.caches = _caches(env)
     report.wandb = _wandb(env)
     report.problems = package_problems(packages, distributions, tf_version, hint)
-    for name, info in report.caches.items():
-        if info["writable"] is False:
-            report.problems.append((f"the {name} cache {info['path']} is not writable",
-                                    f"set {info['variable']} to a writable directory"))
+    report.problems += environment_problems(env)
     return report
+
+
+def environment_problems(env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """What in the environment stops a run, each with its fix: a cache that cannot be
+    written (HOME or TFAPP_CACHE_DIR a file, unwritable, read-only), a malformed TF_CONFIG.
+    The messages are the ones the commands stop with (tfapp.cachedir, tfapp.runtime)."""
+    from tfapp.cachedir import cache_problem, unwritable_reason
+    from tfapp.runtime import TFConfigError, read_tf_config
+
+    problems = []
+    cache = cache_problem(env)
+    if cache:
+        problems.append(cache)
+    hub = env.get("TFHUB_CACHE_DIR", "")  # unset: inside the tfapp cache, checked above
+    reason = unwritable_reason(hub) if hub and "://" not in hub else None
+    if reason:
+        problems.append((f"the TF-Hub cache {hub} (TFHUB_CACHE_DIR) is unusable: {reason}",
+                         "set TFHUB_CACHE_DIR to a writable folder"))
+    try:
+        read_tf_config(env)
+    except TFConfigError as err:
+        problems.append((err.problem, err.fix))
+    return problems
 
 
 def _without_libtpu() -> None:
@@ -178,9 +196,10 @@ def _without_libtpu() -> None:
         os.environ["TPU_LOAD_LIBRARY"] = "0"
 
 
-def _describe_tensorflow(report: Report, tf, distributions: list[str], hint: str | None) -> None:
+def _describe_tensorflow(report: Report, tf, distributions: list[str], hint: str | None,
+                         env: Mapping[str, str]) -> None:
     from tfapp import compat
-    from tfapp.runtime import Runtime, choose_precision, choose_strategy
+    from tfapp.runtime import Runtime, TFConfigError, choose_precision, choose_strategy
 
     try:
         build_info = dict(tf.sysconfig.get_build_info())
@@ -201,8 +220,15 @@ def _describe_tensorflow(report: Report, tf, distributions: list[str], hint: str
                       "onednn": compat.onednn_enabled(),
                       "tpu_chips": "not listed (doctor does not load libtpu)"}
     # The TPU is not connected here (that would initialise it): a hint stands for "found".
-    kind, reason = choose_strategy("auto", env=os.environ, tpu_found=hint is not None,
-                                   num_gpus=len(gpus), tpu_hint=hint)
+    try:
+        kind, reason = choose_strategy("auto", env=env, tpu_found=hint is not None,
+                                       num_gpus=len(gpus), tpu_hint=hint)
+    except TFConfigError:  # listed with its fix among the problems; the plan goes without it
+        kind, reason = choose_strategy("auto", env={k: v for k, v in env.items()
+                                                    if k != "TF_CONFIG"},
+                                       tpu_found=hint is not None, num_gpus=len(gpus),
+                                       tpu_hint=hint)
+        reason += " (TF_CONFIG left out: it is malformed)"
     device_kind = "TPU" if kind == "tpu" else "GPU" if gpus else "CPU"
     precision = choose_precision("auto", device_kind, capability)
     rt = Runtime(strategy=None, kind=kind, reason=reason, num_replicas=0,
@@ -219,7 +245,7 @@ def _describe_tensorflow(report: Report, tf, distributions: list[str], hint: str
 def _caches(env: Mapping[str, str]) -> dict:
     from tfapp.cachedir import cache_dir
 
-    tfapp_cache = str(cache_dir())
+    tfapp_cache = str(cache_dir(env))
     # What tfapp gives tensorflow_hub when TFHUB_CACHE_DIR is unset (hub.handles).
     hub_cache = env.get("TFHUB_CACHE_DIR") or os.path.join(tfapp_cache, "tfhub_modules")
     return {name: {"path": path, "variable": var, "writable": writable(path)}

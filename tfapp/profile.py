@@ -50,9 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _pick(run: str, name: str):
     sessions = profiler.find_sessions(run)
     if not sessions:
-        raise ConfigError(f"no profiler capture under '{run}'; train with "
-                          "trainer.profile_steps=START,STOP or capture a running job with "
-                          "`python -m tfapp.profile capture`")
+        raise ConfigError(f"no profiler capture under '{run}'; {profiler.HOW_TO_CAPTURE}")
     if not name:
         return sessions[-1], sessions
     chosen = [s for s in sessions if s.name == name]

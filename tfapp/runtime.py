@@ -41,21 +41,60 @@ class TFConfig:
         return sum(len(v) for k, v in self.cluster.items() if k in ("chief", "worker"))
 
 
+TF_CONFIG_EXAMPLE = ('{"cluster": {"worker": ["host0:12345", "host1:12345"]}, '
+                     '"task": {"type": "worker", "index": 0}}')
+
+
+class TFConfigError(ConfigError):
+    """A malformed ``TF_CONFIG``: ``problem`` says what is wrong, ``fix`` what to do (doctor
+    lists the two apart; a command prints them as one line)."""
+
+    def __init__(self, problem: str):
+        self.problem = f"TF_CONFIG {problem}"
+        self.fix = (f"set TF_CONFIG to JSON like {TF_CONFIG_EXAMPLE} (README 'Several "
+                    "hosts'), or unset it to train on this machine alone")
+        super().__init__(f"{self.problem}; {self.fix}")
+
+
 def read_tf_config(env: Mapping[str, str] | None = None) -> TFConfig:
-    """``TF_CONFIG`` of ``env`` (``os.environ``); empty when unset, a ConfigError when it is
-    not the JSON TensorFlow expects."""
+    """``TF_CONFIG`` of ``env`` (``os.environ``); empty when unset, a ``TFConfigError``
+    naming what is wrong when it is not the JSON TensorFlow expects. Checked whole here:
+    TensorFlow's own reading fails late, in a traceback, or (one worker) not at all."""
     raw = (os.environ if env is None else env).get("TF_CONFIG", "")
     if not raw:
         return TFConfig(cluster={})
     try:
         config = json.loads(raw)
-        task = config.get("task") or {}
-        index = task.get("index")
-        return TFConfig(cluster=dict(config.get("cluster") or {}), task_type=task.get("type"),
-                        task_index=None if index is None else int(index))
-    except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
-        raise ConfigError("TF_CONFIG is not valid JSON with 'cluster' and 'task' (see README "
-                          "'Several hosts')") from None
+    except json.JSONDecodeError as err:
+        raise TFConfigError(f"is not valid JSON ({err.msg} at character {err.pos})") from None
+    if not isinstance(config, dict):
+        raise TFConfigError(f"is a JSON {type(config).__name__}, not an object with 'cluster' "
+                            "and 'task'")
+    cluster = config.get("cluster")
+    if not isinstance(cluster, dict) or not cluster:
+        raise TFConfigError("'cluster' must map each job (worker, chief) to its list of "
+                            f"host:port addresses, got {json.dumps(cluster)}")
+    for job, addresses in cluster.items():
+        if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
+            raise TFConfigError(f"cluster job '{job}' must be a list of host:port strings, "
+                                f"got {json.dumps(addresses)}")
+    task = config.get("task")
+    if not isinstance(task, dict) or "type" not in task or "index" not in task:
+        raise TFConfigError("'task' must say which of the cluster's tasks this process is, "
+                            f"as {{\"type\": JOB, \"index\": N}}, got {json.dumps(task)}")
+    task_type, index = task["type"], task["index"]
+    if task_type not in cluster:
+        raise TFConfigError(f"task type {json.dumps(task_type)} is not a job of the cluster "
+                            f"(it has: {', '.join(cluster)})")
+    try:
+        task_index = int(index)
+    except (TypeError, ValueError):
+        raise TFConfigError(f"task index {json.dumps(index)} is not a number") from None
+    if not 0 <= task_index < len(cluster[task_type]):
+        raise TFConfigError(f"task index {task_index} is out of range: job '{task_type}' lists "
+                            f"{len(cluster[task_type])} address(es), so 0 to "
+                            f"{len(cluster[task_type]) - 1}")
+    return TFConfig(cluster=dict(cluster), task_type=task_type, task_index=task_index)
 
 
 @dataclass
@@ -189,6 +228,9 @@ def setup(cfg: RuntimeConfig, env: Mapping[str, str] | None = None) -> Runtime:
     import tensorflow as tf
 
     env = os.environ if env is None else env
+    # A malformed TF_CONFIG stops every command that sets up a runtime, whatever the
+    # strategy, before anything is written (TensorFlow and tfapp's callbacks read it later).
+    read_tf_config(env)
     if cfg.cpu_devices > 1:
         _split_cpu(tf, cfg.cpu_devices)
     seed(cfg)

@@ -1,14 +1,16 @@
 """Exported models: the one export finder and the one classifier ``predict``.
 
 ``find_export`` turns ``--model`` (a run directory or its export/) into the SavedModel
-directory for every command (predict, evaluate, generate). ``predict_in_batches`` is how
-probabilities come out of a classifier's serving functions, whether the module was just
-trained (the validation report at the end of a run) or loaded from disk (predict,
-evaluate).
+directory for every command (predict, evaluate, generate), and ``load_export`` loads it:
+a damaged export (truncated, files deleted, its metadata unreadable) is one line.
+``predict_in_batches`` is how probabilities come out of a classifier's serving functions,
+whether the module was just trained (the validation report at the end of a run) or loaded
+from disk (predict, evaluate).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,43 @@ def find_export(model: str | os.PathLike, kind: str = "classifier") -> Path:
                       f"{RunLayout(path).export / 'saved_model.pb'}); {_TRAIN_HINT[kind]}")
 
 
+def _damaged(model: str | os.PathLike, export: Path, kind: str, what: str) -> ConfigError:
+    return ConfigError(f"--model {model}: the {kind} export {export} is damaged ({what}); "
+                       f"export it again ({_TRAIN_HINT[kind]}), or copy the whole export/ "
+                       "folder again if it was copied")
+
+
+def load_export(model: str | os.PathLike, kind: str) -> tuple[Path, Any, dict]:
+    """(export directory, ``tf.saved_model.load`` of it, its metadata file's JSON) for
+    ``--model``; one ConfigError naming the export when it cannot be loaded."""
+    import tensorflow as tf
+
+    export = find_export(model, kind)
+    marker = export / EXPORT_MARKERS[kind]
+    try:
+        metadata = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise _damaged(model, export, kind, f"{marker.name} is unreadable: "
+                       f"{getattr(err, 'msg', None) or err}") from None
+    if not isinstance(metadata, dict):
+        raise _damaged(model, export, kind, f"{marker.name} holds no JSON object")
+    # Named here rather than left to TensorFlow, whose errors for these say nothing of the
+    # export ("Read less bytes than requested", "not an sstable", a device hint).
+    variables = export / "variables"
+    if not (variables / "variables.index").is_file():
+        raise _damaged(model, export, kind, "variables/variables.index is missing")
+    if not list(variables.glob("variables.data-*")):
+        raise _damaged(model, export, kind, "variables/variables.data-* is missing")
+    if (export / "saved_model.pb").stat().st_size == 0:
+        raise _damaged(model, export, kind, "saved_model.pb is empty")
+    try:
+        module = tf.saved_model.load(str(export))
+    except Exception as err:  # noqa: BLE001  TensorFlow raises many kinds for a bad file
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise _damaged(model, export, kind, f"{type(err).__name__}: {first}") from None
+    return export, module, metadata
+
+
 def predict_in_batches(module: Any, texts: list[str], pairs: list[str] | None = None,
                        *, num_labels: int) -> tuple[np.ndarray, list[str]]:
     """(probabilities [n, num_labels], predicted label strings) through ``module.serve`` or,
@@ -81,14 +120,9 @@ class LoadedClassifier:
     """An exported classifier and its metadata (label names, pair input, ...)."""
 
     def __init__(self, model: str | os.PathLike):
-        from tfapp.tasks.classifier.export import read_export_metadata
-
-        import tensorflow as tf
         import tensorflow_text  # noqa: F401  (registers the tokenizer ops the model uses)
 
-        self.path = find_export(model, "classifier")
-        self.metadata = read_export_metadata(self.path)
-        self.module = tf.saved_model.load(str(self.path))
+        self.path, self.module, self.metadata = load_export(model, "classifier")
         self.label_names = [b.decode() for b in self.module.label_names.numpy()]
         self.text_pair = bool(self.metadata.get("text_pair"))
 

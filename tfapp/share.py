@@ -22,6 +22,17 @@ from pathlib import Path
 from tfapp import cli
 from tfapp.tracking import report
 
+REPORT_NAME = "tfapp_report.html"
+
+
+def report_path(out: str, runs: list[Path]) -> Path:
+    """Where the report goes: ``--out`` (inside it when it is a folder), else the run's
+    report.html for one run, ./tfapp_report.html for several."""
+    if out:
+        # A folder is where the user wants the report, not a file to replace.
+        return Path(out) / REPORT_NAME if Path(out).is_dir() else Path(out)
+    return runs[0] / "report.html" if len(runs) == 1 else Path(REPORT_NAME)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -31,8 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR",
                         help="run directories (output_dir/name) or folders holding runs")
     parser.add_argument("--out", default="",
-                        help="report file (default: RUN_DIR/report.html for one run, "
-                             "./tfapp_report.html for several)")
+                        help="report file, or an existing folder to write "
+                             f"{REPORT_NAME} into (default: RUN_DIR/report.html for one "
+                             f"run, ./{REPORT_NAME} for several)")
     parser.add_argument("--no-profile", action="store_true",
                         help="leave profile summaries out (they take a few seconds each)")
     parser.add_argument("--no-sync", action="store_true",
@@ -68,8 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         runs = report.find_runs(args.runs)
-        out = Path(args.out) if args.out else (
-            runs[0] / "report.html" if len(runs) == 1 else Path("tfapp_report.html"))
+        out = report_path(args.out, runs)
         for run in runs:
             for line in sync_wandb(run, upload=not args.no_sync):
                 print(line)

@@ -135,9 +135,25 @@ class _PackInputs(tf.Module):
 
 
 def read_bert_vocab(vocab_file: str | os.PathLike) -> tuple[list[str], dict[str, int]]:
-    """The vocab and its special-token ids; [PAD] [UNK] [CLS] [SEP] must be present."""
+    """The vocab and its special-token ids; [PAD] [UNK] [CLS] [SEP] must be present, and
+    every line one token: a duplicate makes TensorFlow's lookup table fail when the module
+    is built or loaded, and an empty line or a token with a space, tab or CR (a CRLF file)
+    inside can never be matched (BERT splits text at whitespace first)."""
     vocab = read_vocab(vocab_file)
-    index = {tok: i for i, tok in enumerate(vocab)}
+    index: dict[str, int] = {}
+    for i, tok in enumerate(vocab):
+        if not tok:
+            raise DataError(f"{vocab_file}:{i + 1}: empty line; a BERT vocab has one token on "
+                            "every line: remove the line (or restore its token)")
+        if any(ch in " \t\r\v\f" for ch in tok):
+            crlf = " (CRLF line ends: save the file with LF line ends)" if tok.endswith("\r") \
+                else ""
+            raise DataError(f"{vocab_file}:{i + 1}: token {tok!r} has whitespace inside{crlf}; "
+                            "a BERT vocab has one token, without spaces, on every line")
+        if tok in index:
+            raise DataError(f"{vocab_file}:{i + 1}: token {tok!r} is already on line "
+                            f"{index[tok] + 1}; a BERT vocab lists each token once")
+        index[tok] = i
     missing = [tok for key, tok in _SPECIAL.items() if tok not in index and key != "mask_id"]
     if missing:
         raise DataError(f"{vocab_file}: vocab lacks the special token(s) {', '.join(missing)}; "

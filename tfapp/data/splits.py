@@ -14,7 +14,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 
-from tfapp.cachedir import cache_dir
+from tfapp.cachedir import usable_cache_dir
 from tfapp.data import sources
 from tfapp.data.errors import DataError
 from tfapp.data.manifest import (
@@ -33,7 +33,7 @@ log = logging.getLogger("tfapp.data")
 
 def prepared_cache() -> str:
     """Where runs prepare raw files: ``$TFAPP_CACHE_DIR/prepared``."""
-    return str(cache_dir() / "prepared")
+    return str(usable_cache_dir() / "prepared")
 
 
 @dataclass

@@ -35,7 +35,7 @@ from typing import Any
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp.atomic import read_state, write_text
-from tfapp.cachedir import cache_dir
+from tfapp.cachedir import usable_cache_dir
 from tfapp.config import DataConfig
 from tfapp.data import pipeline as stages
 from tfapp.data import stream
@@ -389,7 +389,7 @@ def _counts_path(split: SplitData, cfg: DataConfig, vocabulary: list[str]) -> Pa
         "generator-counts", 1, split.manifest.root, split.manifest.to_json(), split.selector,
         cfg.example_shape, cfg.drop_regex, cfg.strip_punctuation, cfg.context_words,
         cfg.target_words, vocabulary)).encode()).hexdigest()[:16]
-    return cache_dir() / "counts" / f"generator-{split.name}-{key}.json"
+    return usable_cache_dir() / "counts" / f"generator-{split.name}-{key}.json"
 
 
 def build_generator_data(cfg: DataConfig, *, seed: int, vocab_path: Path | None = None,

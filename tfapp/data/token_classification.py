@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.atomic import read_state, write_text
-from tfapp.cachedir import cache_dir
+from tfapp.cachedir import usable_cache_dir
 from tfapp.config import DataConfig
 from tfapp.data import pipeline as stages
 from tfapp.data import stream
@@ -212,7 +212,7 @@ def _counts_path(split: SplitData, names: list[str], fingerprint: str, seq_lengt
                  ) -> Path:
     key = hashlib.sha256(repr(("ner-counts", 1, split.manifest.root, split.manifest.to_json(),
                                split.selector, names, fingerprint, seq_length)).encode())
-    return cache_dir() / "counts" / f"ner-{split.name}-{key.hexdigest()[:16]}.json"
+    return usable_cache_dir() / "counts" / f"ner-{split.name}-{key.hexdigest()[:16]}.json"
 
 
 def build_ner_data(splits: NerSplits, preprocess_fn: Any, seq_length: int) -> NerData:

@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tfapp.cachedir import cache_dir
+from tfapp.cachedir import cache_dir, usable_cache_dir
 from tfapp.config import ConfigError
 from tfapp.demo import DEMO_DIR
 from tfapp.hub.builder import BuildParams
@@ -144,6 +144,7 @@ def ensure_builtin(name: str) -> Path:
     if _is_complete(final):
         return final
     params, corpus, column = _builtin_spec(name)
+    usable_cache_dir()  # building writes there: a cache that cannot be written is one line
     with _file_lock(final.parent / f".{final.name}.lock"):
         if not _is_complete(final):  # another process may have built it while we waited
             if final.exists():  # present but incomplete (not written by tfapp): rebuild

@@ -18,6 +18,11 @@ from typing import Any
 from tfapp.config import ConfigError
 from tfapp.run_layout import RunLayout
 
+#: How to take a capture, for every message that finds none (docs/observability.md).
+HOW_TO_CAPTURE = ("train with trainer.profile_steps=START,STOP (e.g. 3,7: the steps strictly "
+                  "between are recorded) or capture a running job with `python -m "
+                  "tfapp.profile capture --address HOST:PORT --logdir RUN_DIR/logs`")
+
 # xprof's own thresholds (input_pipeline_analysis: "HIGHLY" >= 20 %, "MODERATELY" >= 5 %).
 HIGHLY_INPUT_BOUND = 20.0
 MODERATELY_INPUT_BOUND = 5.0
@@ -75,13 +80,19 @@ def capture(address: str, logdir: str | Path, duration_ms: int, attempts: int = 
     return new[-1]
 
 
+def _unusable(session: Path, why: str) -> ConfigError:
+    return ConfigError(f"no usable profiler capture in {session} ({why}); take a new one: "
+                       f"{HOW_TO_CAPTURE}")
+
+
 def _tables(paths: list[str], tool: str) -> list[dict]:
     from xprof.convert import raw_to_tool_data
 
     data, _ = raw_to_tool_data.xspace_to_tool_data(paths, tool, {})
     if not data:
-        raise ConfigError(f"the profile plugin could not convert the capture ({tool}); was it "
-                          "written by a different TensorFlow version?")
+        raise _unusable(Path(paths[0]).parent,
+                        f"the profile plugin cannot read {', '.join(Path(p).name for p in paths)}"
+                        f" ({tool}): truncated or corrupt, or from another TensorFlow version")
     return json.loads(data)
 
 
@@ -97,7 +108,11 @@ def summarize(session: str | Path, top: int = 10) -> dict[str, Any]:
     session = Path(session)
     paths = sorted(str(p) for p in session.glob("*.xplane.pb"))
     if not paths:
-        raise ConfigError(f"no *.xplane.pb capture in {session}")
+        raise _unusable(session, "no *.xplane.pb file")
+    # An empty file (a capture killed as it started) converts to an empty summary that
+    # reads like a run of "0 steps"; it is no capture at all.
+    if all(Path(p).stat().st_size == 0 for p in paths):
+        raise _unusable(session, f"{', '.join(Path(p).name for p in paths)} is empty")
     pipeline = _tables(paths, "input_pipeline_analyzer")
     steps_table, input_ops_table = pipeline[1], pipeline[2]
     props = steps_table.get("p", {})
@@ -133,6 +148,8 @@ def summarize(session: str | Path, top: int = 10) -> dict[str, Any]:
                                 _run_data_config(session))
     op_table = _tables(paths, "framework_op_stats")[0]
     out["top_ops"] = _top_ops(op_table, top)
+    if not steps and not out["top_ops"]:  # nothing recorded: no step, no op
+        raise _unusable(session, "it recorded no training step and no op")
     out["top_op_types"] = _top_op_types(op_table, top)
     return out
 

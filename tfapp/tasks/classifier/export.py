@@ -14,7 +14,6 @@ export that looks complete.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -75,7 +74,3 @@ def export_classifier(serving: ClassifierServing, export_dir: str | os.PathLike,
     return save_model(serving, export_dir, signatures=signatures, metadata=metadata,
                       metadata_file=EXPORT_METADATA, files={CARD_FILE: card} if card else None)
 
-
-def read_export_metadata(export_dir: str | os.PathLike) -> dict:
-    path = Path(export_dir) / EXPORT_METADATA
-    return json.loads(path.read_text()) if path.is_file() else {}

@@ -18,7 +18,6 @@ Like the classifier's export it reloads with ``tensorflow`` and ``tensorflow_tex
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -161,7 +160,3 @@ def export_ner(serving: NerServing, export_dir: str | os.PathLike, *, metadata: 
                       metadata=metadata, metadata_file=EXPORT_METADATA,
                       files={CARD_FILE: card} if card else None)
 
-
-def read_export_metadata(export_dir: str | os.PathLike) -> dict:
-    path = Path(export_dir) / EXPORT_METADATA
-    return json.loads(path.read_text()) if path.is_file() else {}
