@@ -54,7 +54,7 @@ def test_two_writers_of_one_file_do_not_share_a_temporary(tmp_path):
 
 def test_a_truncated_or_foreign_state_file_reads_as_missing_with_one_warning(tmp_path, caplog):
     from tfapp.atomic import read_state
-    from tfapp.training.status import read_status
+    from tfapp.run_status import read_status
     from tfapp.tuning.tuner import read_record
 
     run = tmp_path / "run"

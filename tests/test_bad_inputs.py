@@ -101,6 +101,7 @@ def trained(tmp_path_factory) -> Path:
     """One tiny finished classifier run (runs/classifier_local, export included) trained on
     good.csv, made once for the module; rows get a copy of runs/ as {runs}."""
     from tfapp.config import load_config
+    from tfapp.tasks import get_task
     from tfapp.training.driver import train
 
     tmp = tmp_path_factory.mktemp("trained")
@@ -108,7 +109,7 @@ def trained(tmp_path_factory) -> Path:
     cfg = load_config(str(REPO / "configs" / "classifier_local.yaml"), [
         f"output_dir={tmp / 'runs'}", f"data.train_files={tmp / 'good.csv'}",
         "trainer.epochs=1", "trainer.steps_per_epoch=1", "tracking.tensorboard=false"])
-    train(cfg)
+    train(cfg, task=get_task(cfg.task))
     assert (cfg.run_dir / "export" / "saved_model.pb").is_file()
     return tmp
 
@@ -605,7 +606,7 @@ def test_a_run_that_starts_over_takes_its_data_labels_not_an_old_labels_json(tmp
     --overwrite) must not refuse its data's labels because an earlier run left that file."""
     from tfapp.config import DataConfig
     from tfapp.data.classification import load_classification_splits
-    from tfapp.data.errors import DataError
+    from tfapp.errors import DataError
 
     (tmp_path / "labels.json").write_text('{"labels": ["neg", "pos"], "multi_label": false}')
     (tmp_path / "train.csv").write_text("text,label\n" + "".join(

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 from tfapp.demo import DEMO_DIR
+from tfapp.tasks import get_task
 
 import numpy as np
 import pytest
@@ -47,7 +48,7 @@ def trained(tmp_path_factory, labelled):
     cfg = load_config(REPO / "configs/classifier_local.yaml", [
         f"output_dir={out}", f"data.train_files={labelled / 'train.csv'}",
         f"data.validation_files={labelled / 'validation.csv'}"])
-    return train(cfg)
+    return train(cfg, task=get_task(cfg.task))
 
 
 def test_run_directory_holds_everything(trained):

@@ -12,9 +12,9 @@ from tfapp.config import DataConfig
 from tfapp.data import pipeline as stages
 from tfapp.data.bert_preprocess import make_bert_preprocess_fn
 from tfapp.data.classification import load_classification_splits, make_classification_dataset
-from tfapp.data.errors import DataError
 from tfapp.data.pipeline import distribute
 from tfapp.data.vocab import write_vocab
+from tfapp.errors import DataError
 
 import numpy as np
 import pytest

@@ -12,7 +12,7 @@ from pathlib import Path
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import ConfigError, DataConfig
 from tfapp.data.classification import load_classification_splits, raw_batches, resolve_demo
-from tfapp.data.errors import DataError
+from tfapp.errors import DataError
 
 import numpy as np
 import pytest

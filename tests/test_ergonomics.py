@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tfapp.config import ConfigError, load_config
 from tfapp.demo import DEMO_DIR
+from tfapp.tasks import get_task
 from tfapp.training.plan import plan_training
 
 import numpy as np
@@ -121,7 +122,7 @@ def step_run(data_dir, tmp_path_factory):
         "trainer.steps_per_execution=4", "optimizer.learning_rate=auto",
         "optimizer.lr_find_steps=32", "optimizer.lr_find_min=1e-3", "optimizer.lr_find_max=1",
         "optimizer.warmup_ratio=0.5"))
-    return train(cfg)
+    return train(cfg, task=get_task(cfg.task))
 
 
 def test_max_steps_is_exact_and_evaluations_happen_at_the_configured_steps(step_run):
@@ -185,9 +186,8 @@ def test_lr_finder_suggests_inside_the_range_and_restores_weights(tmp_path):
     import tensorflow as tf
 
     def context(optimizer: OptimizerConfig) -> RunContext:
-        return RunContext.create(ExperimentConfig(optimizer=optimizer,
-                                                  runtime=RuntimeConfig(seed=0)),
-                                 run_dir=tmp_path)
+        cfg = ExperimentConfig(optimizer=optimizer, runtime=RuntimeConfig(seed=0))
+        return RunContext.create(cfg, task=get_task(cfg.task), run_dir=tmp_path)
 
     tf.keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)

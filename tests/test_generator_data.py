@@ -6,7 +6,7 @@ import json
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import load_config
 from tfapp.data import text_lines as tl
-from tfapp.data.errors import DataError
+from tfapp.errors import DataError
 
 import numpy as np
 import pytest

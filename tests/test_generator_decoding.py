@@ -9,6 +9,7 @@ import json
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import load_config
 from tfapp.models import decoding
+from tfapp.tasks import get_task
 from tfapp.tasks.generator.task import GeneratorTask, TextGenerator, serving_copy
 from tfapp.training.context import RunContext
 
@@ -38,7 +39,7 @@ def trained(tmp_path_factory):
         "model.units=64", "model.dropout=0", "generation.max_length=10",
         "generation.num_beams=3", "generation.method=greedy", f"output_dir={tmp}",
         "name=run"])
-    task = GeneratorTask(RunContext.create(cfg))
+    task = GeneratorTask(RunContext.create(cfg, task=get_task(cfg.task)))
     inputs = task.build_inputs()
     assert inputs.num_train_examples == 4 * 9 and inputs.validation is None
     model = task.build_model(inputs)

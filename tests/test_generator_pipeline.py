@@ -11,8 +11,9 @@ from collections import Counter
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import DataServiceConfig, load_config
 from tfapp.data import text_lines as tl
-from tfapp.data.errors import DataError
 from tfapp.data_service import LocalDataService
+from tfapp.errors import DataError
+from tfapp.tasks import get_task
 
 import numpy as np
 import pytest
@@ -153,7 +154,7 @@ def test_generator_run_writes_its_snapshot_and_the_next_run_replays_it(tmp_path,
             "generation.max_length=3", "generation.num_beams=2"])
         with caplog.at_level(logging.INFO, logger="tfapp.data"):
             caplog.clear()
-            result = train(cfg)
+            result = train(cfg, task=get_task(cfg.task))
         assert np.isfinite(result.history["loss"]).all() and "val_loss" in result.history
         return caplog.text
 

@@ -17,13 +17,14 @@ TEXTS = ["Anna Berg moved to Brindle on 3 May .", "Zoë Müller works for Acme B
 def trained(tmp_path_factory):
     """One short run on the demo: 90 steps of the tiny BERT."""
     from tfapp.config import load_config
+    from tfapp.tasks import get_task
     from tfapp.training.driver import train
 
     out = tmp_path_factory.mktemp("runs")
     cfg = load_config(REPO / "configs/ner_local.yaml", [
         f"output_dir={out}", "trainer.epochs=3", "trainer.steps_per_epoch=30",
         "optimizer.learning_rate=3e-3"])
-    return train(cfg)
+    return train(cfg, task=get_task(cfg.task))
 
 
 @pytest.mark.slow

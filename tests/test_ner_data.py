@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 from tfapp.config import load_config
-from tfapp.data.errors import DataError
+from tfapp.data.ner_splits import load_ner_splits
 from tfapp.data.sources import BadRowReport
-from tfapp.data.tagged import load_ner_splits, read_tagged
+from tfapp.data.tagged import read_tagged
+from tfapp.errors import DataError
 
 import pytest
 

@@ -23,7 +23,7 @@ def preprocess(tmp_path_factory):
 
 
 def ner_data(tmp_path, pre, seq_length, *overrides):
-    from tfapp.data.tagged import load_ner_splits
+    from tfapp.data.ner_splits import load_ner_splits
     from tfapp.data.token_classification import build_ner_data
 
     path = tmp_path / "train.conll"

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from tfapp.tasks.ner.scores import entity_report, format_entity_report
-from tfapp.tasks.ner.tags import (
+from tfapp.data.tags import (
     EntityCounts,
     SchemeEvidence,
     begun,
@@ -13,6 +12,7 @@ from tfapp.tasks.ner.tags import (
     tag_problem,
     to_iob2,
 )
+from tfapp.tasks.ner.scores import entity_report, format_entity_report
 
 import pytest
 

@@ -13,9 +13,9 @@ import time
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.data import prepare as P
-from tfapp.data.errors import DataError
 from tfapp.data.manifest import BUCKETS, MANIFEST, held_out_selectors, read_manifest
 from tfapp.data.records import BytesList
+from tfapp.errors import DataError
 
 import pytest
 import tensorflow as tf

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 from tfapp.run_layout import RunLayout
-from tfapp.training.status import read_status
+from tfapp.run_status import read_status
+from tfapp.tasks import get_task
 
 import pytest
 from conftest import REPO, subprocess_env
@@ -233,12 +234,12 @@ def test_a_failed_export_keeps_the_backup_and_the_rerun_only_exports(tmp_path, m
     with monkeypatch.context() as patch:
         patch.setattr(classifier_task, "export_classifier", disk_full)
         with pytest.raises(OSError, match="No space left"):
-            train(cfg)
+            train(cfg, task=get_task(cfg.task))
     assert read_status(run)["state"] == "failed"
     assert RunLayout(run).has_backup()  # the trained state survived the failure
     assert len(_history(run)) == 2
 
-    result = train(cfg)  # the same command again
+    result = train(cfg, task=get_task(cfg.task))  # the same command again
     assert len(_history(run)) == 2  # no epoch trained again
     # Its result is still the whole run's: both epochs, trained before the failure.
     assert result.history["loss"] == pytest.approx([float(r["loss"]) for r in _history(run)])

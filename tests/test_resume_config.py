@@ -21,6 +21,7 @@ import time
 from tfapp import train as train_cmd
 from tfapp.config import load_config
 from tfapp.run_layout import RunLayout
+from tfapp.tasks import get_task
 from tfapp.training.callbacks import history_row
 from tfapp.training.driver import train
 from tfapp.tuning.tuner import best_epoch_metrics
@@ -75,7 +76,7 @@ def test_a_changed_config_never_loses_the_backup_and_a_resume_is_scored_whole(
 
     # The same command again resumes, and the result is the whole run's.
     cfg = load_config("configs/classifier_local.yaml", [*BASE[2:], *out])
-    result = train(cfg)
+    result = train(cfg, task=get_task(cfg.task))
     assert len(result.history["val_loss"]) == 2
     assert [history_row(run.history, e)["val_loss"] for e in (1, 2)] == \
         pytest.approx(result.history["val_loss"])

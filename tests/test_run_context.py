@@ -8,6 +8,7 @@ import json
 from tfapp.config import ConfigError, load_config
 from tfapp.run_layout import RunLayout, is_worker_scratch
 from tfapp.runtime import Runtime
+from tfapp.tasks import get_task
 from tfapp.training.context import RunContext
 
 import pytest
@@ -17,15 +18,20 @@ def _cfg(tmp_path, *overrides: str):
     return load_config(None, [f"output_dir={tmp_path}", "name=run", *overrides])
 
 
+def _create(cfg, **kwargs) -> RunContext:
+    """The context a command builds: it looks the task up and hands it in."""
+    return RunContext.create(cfg, task=get_task(cfg.task), **kwargs)
+
+
 def test_a_runtime_is_reused_and_cannot_change_under_a_run(tmp_path):
-    first = RunContext.create(_cfg(tmp_path))
-    again = RunContext.create(_cfg(tmp_path, "runtime.seed=7", "name=other"),
+    first = _create(_cfg(tmp_path))
+    again = _create(_cfg(tmp_path, "runtime.seed=7", "name=other"),
                               runtime=first.runtime)
     assert again.runtime is first.runtime  # no second strategy (or TPU initialisation)
     assert again.run.root == tmp_path / "other"
     with pytest.raises(ConfigError, match="runtime.precision: this process set its runtime "
                                           "up with 'auto'; it cannot change"):
-        RunContext.create(_cfg(tmp_path, "runtime.precision=mixed_bfloat16"),
+        _create(_cfg(tmp_path, "runtime.precision=mixed_bfloat16"),
                           runtime=first.runtime)
 
 
@@ -38,20 +44,20 @@ def test_xla_is_decided_once_from_the_task_trait(tmp_path):
              ("model.kind=cnn",): True, ("task=generator", "model.kind=seq2seq"): True,
              ("model.kind=cnn", "trainer.jit_compile=false"): False}
     for overrides, expected in cases.items():
-        ctx = RunContext.create(_cfg(tmp_path, *overrides), runtime=gpu)
+        ctx = _create(_cfg(tmp_path, *overrides), runtime=gpu)
         assert ctx.jit_compile is expected, overrides
         assert ("xla=on" if expected else "xla=off") in ctx.describe()
 
 
 def test_begin_writes_params_and_status_and_a_worker_writes_to_scratch(tmp_path):
-    ctx = RunContext.create(_cfg(tmp_path))
+    ctx = _create(_cfg(tmp_path))
     assert ctx.layout == ctx.run == RunLayout(tmp_path / "run")
     params = ctx.begin()
     assert params == tmp_path / "run" / "params.yaml" and "name: run" in params.read_text()
     assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "running"
 
     worker = dataclasses.replace(ctx.runtime, is_chief=False, task_type="worker", task_id=1)
-    wctx = RunContext.create(_cfg(tmp_path), runtime=worker)
+    wctx = _create(_cfg(tmp_path), runtime=worker)
     assert wctx.run.root == tmp_path / "run"  # backups: the chief's
     assert wctx.layout.root == tmp_path / ".workers" / "worker_1" / "run"
     assert is_worker_scratch(wctx.layout.params) and not is_worker_scratch(ctx.layout.params)
@@ -65,13 +71,13 @@ def test_begin_writes_params_and_status_and_a_worker_writes_to_scratch(tmp_path)
 
 def test_an_unwritable_output_directory_is_one_line(tmp_path):
     (tmp_path / "file").write_text("x")
-    ctx = RunContext.create(_cfg(tmp_path, f"output_dir={tmp_path / 'file'}"))
+    ctx = _create(_cfg(tmp_path, f"output_dir={tmp_path / 'file'}"))
     with pytest.raises(ConfigError, match="is not writable .*set output_dir= to a writable"):
         ctx.begin()
 
 
 def test_one_process_at_a_time_trains_into_a_run_directory(tmp_path):
-    first, second = RunContext.create(_cfg(tmp_path)), RunContext.create(_cfg(tmp_path))
+    first, second = _create(_cfg(tmp_path)), _create(_cfg(tmp_path))
     first.begin()
     with pytest.raises(ConfigError, match=rf"{tmp_path / 'run'} is in use by pid \d+ on "):
         second.begin()
@@ -82,7 +88,7 @@ def test_one_process_at_a_time_trains_into_a_run_directory(tmp_path):
 
 def _interrupted(tmp_path, *overrides: str) -> RunLayout:
     """A run that began and left a backup (as a killed run does)."""
-    ctx = RunContext.create(_cfg(tmp_path, *overrides))
+    ctx = _create(_cfg(tmp_path, *overrides))
     ctx.begin()
     (tmp_path / "run" / "backup" / "chief").mkdir(parents=True)
     (tmp_path / "run" / "backup" / "chief" / "checkpoint").write_text("x")
@@ -94,11 +100,11 @@ def _interrupted(tmp_path, *overrides: str) -> RunLayout:
 def test_a_backup_resumes_only_under_its_own_config(tmp_path):
     run = _interrupted(tmp_path, "trainer.epochs=2")
     assert "epochs: 2" in run.backup_params.read_text()  # kept with the backup
-    longer = RunContext.create(_cfg(tmp_path, "trainer.epochs=5"))  # train longer: fine
+    longer = _create(_cfg(tmp_path, "trainer.epochs=5"))  # train longer: fine
     longer.begin()
     longer.release()
     assert longer.changed_since_backup == []
-    changed = RunContext.create(_cfg(tmp_path, "optimizer.learning_rate=0.1",
+    changed = _create(_cfg(tmp_path, "optimizer.learning_rate=0.1",
                                      "data.batch_size=8"))
     with pytest.raises(ConfigError) as refused:
         changed.begin()
@@ -113,7 +119,7 @@ def test_a_backup_resumes_only_under_its_own_config(tmp_path):
     assert (run.backup / "chief" / "checkpoint").is_file()  # nothing lost
     assert "epochs: 2" in run.backup_params.read_text()  # until longer's first backup
 
-    anyway = RunContext.create(_cfg(tmp_path, "optimizer.learning_rate=0.1"))
+    anyway = _create(_cfg(tmp_path, "optimizer.learning_rate=0.1"))
     anyway.begin(resume_anyway=True)
     anyway.release()
     assert anyway.resuming
@@ -130,10 +136,10 @@ def test_an_edited_params_yaml_given_back_is_compared_with_the_backups_config(tm
     resume silently under the edit, as the comparison was with params.yaml itself."""
     run = _interrupted(tmp_path)
     run.params.write_text(run.params.read_text().replace("dropout: 0.1", "dropout: 0.3"))
-    edited = RunContext.create(load_config(run.params))
+    edited = _create(load_config(run.params))
     with pytest.raises(ConfigError, match=r"another config \(model.dropout: 0.1 -> 0.3\)"):
         edited.begin()
-    as_it_was = RunContext.create(load_config(run.backup_params))  # the way forward named
+    as_it_was = _create(load_config(run.backup_params))  # the way forward named
     as_it_was.begin()
     as_it_was.release()
 
@@ -146,13 +152,13 @@ def test_resume_anyway_refuses_another_encoder_task_or_optimizer(tmp_path):
         with pytest.raises(ConfigError, match=rf"--resume-anyway: {key}: .* since the backup "
                                               rf"was made, and a backup cannot be resumed "
                                               rf"under another {key}; to resume it as it was"):
-            RunContext.create(_cfg(tmp_path, override)).begin(resume_anyway=True)
+            _create(_cfg(tmp_path, override)).begin(resume_anyway=True)
 
 
 def test_start_over_moves_the_run_aside_and_deletes_nothing(tmp_path):
     run = _interrupted(tmp_path)
     (run.root / "history.csv").write_text("epoch,loss\n0,1.0\n")
-    over = RunContext.create(_cfg(tmp_path, "optimizer.learning_rate=0.1"))
+    over = _create(_cfg(tmp_path, "optimizer.learning_rate=0.1"))
     over.begin(start_over=True)
     over.release()
     (aside,) = tmp_path.glob("run.old-*")
@@ -161,7 +167,7 @@ def test_start_over_moves_the_run_aside_and_deletes_nothing(tmp_path):
     assert "learning_rate: 0.0005" in (aside / "params.yaml").read_text()
     assert not over.resuming and not (run.root / "history.csv").exists()
     assert "learning_rate: 0.1" in run.params.read_text()
-    again = RunContext.create(_cfg(tmp_path, "optimizer.learning_rate=0.1"))
+    again = _create(_cfg(tmp_path, "optimizer.learning_rate=0.1"))
     again.begin(start_over=True)  # a second start-over in the same second: another name
     again.release()
     assert len(list(tmp_path.glob("run.old-*"))) == 2
@@ -172,24 +178,24 @@ def test_a_resumed_run_counts_the_time_trained_before_it(tmp_path):
     status = json.loads(run.status.read_text())
     status.update(state="running", train_seconds=125.0)  # as a killed run's last epoch left
     run.status.write_text(json.dumps(status))
-    resumed = RunContext.create(_cfg(tmp_path))
+    resumed = _create(_cfg(tmp_path))
     resumed.begin()
     resumed.release()
     assert 125.0 <= resumed.train_seconds() < 125.0 + 60
     assert json.loads(run.status.read_text())["train_seconds"] >= 125.0
-    fresh = RunContext.create(_cfg(tmp_path, "name=fresh"))
+    fresh = _create(_cfg(tmp_path, "name=fresh"))
     fresh.begin()
     fresh.release()
     assert fresh.train_seconds() < 60
 
 
 def test_a_resume_may_change_where_data_is_served_from_and_what_is_logged(tmp_path):
-    ctx = RunContext.create(_cfg(tmp_path, "data.service.address=localhost:1"))
+    ctx = _create(_cfg(tmp_path, "data.service.address=localhost:1"))
     ctx.begin()
     ctx.release()
     (tmp_path / "run" / "backup").mkdir(exist_ok=True)
     (tmp_path / "run" / "backup" / "checkpoint").write_text("x")
-    again = RunContext.create(_cfg(tmp_path, "data.service.address=localhost:2",
+    again = _create(_cfg(tmp_path, "data.service.address=localhost:2",
                                    "tracking.tensorboard=false", "trainer.epochs=9",
                                    "trainer.profiler_port=6009",
                                    "trainer.profiler_listen_all=true"))
@@ -199,18 +205,18 @@ def test_a_resume_may_change_where_data_is_served_from_and_what_is_logged(tmp_pa
 
 
 def test_a_finished_run_is_trained_again_only_under_its_own_config(tmp_path):
-    ctx = RunContext.create(_cfg(tmp_path, "trainer.epochs=2"))
+    ctx = _create(_cfg(tmp_path, "trainer.epochs=2"))
     ctx.begin()
     ctx.status("finished")
     ctx.release()
 
-    same = RunContext.create(_cfg(tmp_path, "trainer.epochs=2", "tracking.tensorboard=false"))
+    same = _create(_cfg(tmp_path, "trainer.epochs=2", "tracking.tensorboard=false"))
     same.begin()  # the same training (other logging): trained again, as before
     same.status("finished")
     same.release()
     params = (tmp_path / "run" / "params.yaml").read_text()
     for changed in ("optimizer.learning_rate=0.1", "trainer.epochs=5"):
-        other = RunContext.create(_cfg(tmp_path, "trainer.epochs=2", changed))
+        other = _create(_cfg(tmp_path, "trainer.epochs=2", changed))
         with pytest.raises(ConfigError, match=r"holds a finished run with another config \("
                                               rf"{changed.split('=')[0]}: .* -> .*\); "
                                               "nothing was changed; pass --start-over to "
@@ -232,22 +238,22 @@ def test_a_folder_of_other_files_is_never_taken_as_a_run_directory(tmp_path):
         with pytest.raises(ConfigError, match=rf"{tmp_path / 'run'} is not a tfapp run "
                                               r"directory \(no params.yaml\) and holds other "
                                               r"files \(backup\); nothing was changed"):
-            RunContext.create(_cfg(tmp_path)).begin(start_over=start_over)
+            _create(_cfg(tmp_path)).begin(start_over=start_over)
     assert sorted(p.name for p in (tmp_path / "run").rglob("*")) == ["backup", "thesis.tex"]
     (tmp_path / "empty").mkdir()
-    ctx = RunContext.create(_cfg(tmp_path, "name=empty"))  # an empty folder is a new run
+    ctx = _create(_cfg(tmp_path, "name=empty"))  # an empty folder is a new run
     ctx.begin()
     ctx.release()
 
 
 def test_a_moved_run_directory_still_resumes(tmp_path):
-    ctx = RunContext.create(_cfg(tmp_path / "a"))
+    ctx = _create(_cfg(tmp_path / "a"))
     ctx.begin()
     ctx.release()
     (tmp_path / "a" / "run" / "backup").mkdir(exist_ok=True)
     (tmp_path / "a" / "run" / "backup" / "checkpoint").write_text("x")
     (tmp_path / "a" / "run").rename(tmp_path / "moved")  # output_dir and name both change
-    moved = RunContext.create(load_config(None, [f"output_dir={tmp_path}", "name=moved"]))
+    moved = _create(load_config(None, [f"output_dir={tmp_path}", "name=moved"]))
     moved.begin()  # where a run lives is not part of its training
     moved.release()
     assert (tmp_path / "moved" / "backup" / "checkpoint").is_file()

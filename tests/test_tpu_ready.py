@@ -24,7 +24,7 @@ CASES = {
 
 def _task(tmp_path, config, overrides):
     cfg = load_config(config, [*overrides, f"output_dir={tmp_path}", "trainer.epochs=1"])
-    task = get_task(cfg.task)(RunContext.create(cfg))
+    task = get_task(cfg.task)(RunContext.create(cfg, task=get_task(cfg.task)))
     return cfg, task, task.build_inputs()
 
 

@@ -372,8 +372,8 @@ def test_report_shows_generator_samples_and_curves_from_event_files(tmp_path):
 def test_a_killed_run_reads_as_died_in_the_report(tmp_path):
     """status.json still says running after a SIGKILL: its writer's pid is gone."""
     from tfapp.config import load_config, save_params
+    from tfapp.run_status import read_status, write_status
     from tfapp.tracking import report
-    from tfapp.training.status import read_status, write_status
 
     run = tmp_path / "killed"
     save_params(load_config(None, []), run)

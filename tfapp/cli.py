@@ -19,6 +19,7 @@ from pathlib import Path
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp.config import ConfigError, ExperimentConfig, config_reference, group_docs, load_config
+from tfapp.run_layout import RunLayout
 
 EXIT_USER_ERROR = 2
 
@@ -103,8 +104,6 @@ def resume_line(module: str, argv: Sequence[str] | None, run_dir: Path, *,
                 search: bool = False) -> str:
     """What an interrupted run (``search``: a tuning search) kept and the exact command
     that resumes it: the same one, less ``--start-over`` (which would move it aside)."""
-    from tfapp.run_layout import RunLayout
-
     args = [a for a in (sys.argv[1:] if argv is None else argv)
             if a not in ("--start-over", "--overwrite")]
     command = shlex.join(["python", "-m", module, *args])

@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.atomic import write_text
+from tfapp.errors import ConfigError
+from tfapp.run_layout import RunLayout
+from tfapp.textio import decode_strict
 
 import yaml
 from omegaconf import OmegaConf
@@ -37,10 +40,6 @@ __all__ = [
 STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "one_device", "cpu")
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 TASKS = ("classifier", "generator", "mlm", "ner")
-
-
-class ConfigError(ValueError):
-    """A user mistake in a config file or override; the message is one line."""
 
 
 def choices(*values: str, default: str) -> Any:
@@ -685,8 +684,6 @@ def load_config(path: str | os.PathLike | None = None,
         if not p.is_file():
             raise ConfigError(f"config file not found: {path} "
                               "(give a YAML file such as configs/classifier.yaml)")
-        from tfapp.data.textio import decode_strict  # here: it imports this module
-
         try:
             loaded = yaml.safe_load(decode_strict(p.read_bytes(), str(path))) or {}
         except yaml.YAMLError as err:
@@ -955,8 +952,6 @@ def save_params(cfg: ExperimentConfig, run_dir: str | os.PathLike, *,
                 note: str = "Resolved tfapp config; rerun with") -> Path:
     """Write the resolved config to ``run_dir/params.yaml`` (or ``path``) atomically (temp +
     rename), under a comment ``note`` ending in the command that reruns it."""
-    from tfapp.run_layout import RunLayout
-
     target = Path(path) if path is not None else RunLayout(run_dir).params
     target.parent.mkdir(parents=True, exist_ok=True)
     return write_text(target, f"# {note}: python -m tfapp.train --config {target}\n"

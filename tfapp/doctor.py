@@ -20,8 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import tfapp
-from tfapp import tpu_vm
+from tfapp import compat, tpu_vm
+from tfapp.cachedir import cache_dir, cache_problem, unwritable_reason
 from tfapp.compat import TESTED_VERSIONS, parse_version
+from tfapp.runtime import Runtime, TFConfigError, choose_precision, choose_strategy, read_tf_config
 
 EXIT_PROBLEM = 1
 PACKAGES = ("tensorflow", "tensorflow-tpu", "tensorflow-cpu", "tf-keras", "tensorflow-text",
@@ -83,7 +85,6 @@ def _release(version: str) -> tuple[int, ...]:
 def writable(path: str) -> bool | None:
     """Whether ``path`` (or, if missing, its nearest existing parent) can be written;
     None for remote paths, which are not checked."""
-    from tfapp.cachedir import unwritable_reason
 
     if "://" in path:
         return None
@@ -168,8 +169,6 @@ def environment_problems(env: Mapping[str, str]) -> list[tuple[str, str]]:
     """What in the environment stops a run, each with its fix: a cache that cannot be
     written (HOME or TFAPP_CACHE_DIR a file, unwritable, read-only), a malformed TF_CONFIG.
     The messages are the ones the commands stop with (tfapp.cachedir, tfapp.runtime)."""
-    from tfapp.cachedir import cache_problem, unwritable_reason
-    from tfapp.runtime import TFConfigError, read_tf_config
 
     problems = []
     cache = cache_problem(env)
@@ -198,8 +197,6 @@ def _without_libtpu() -> None:
 
 def _describe_tensorflow(report: Report, tf, distributions: list[str], hint: str | None,
                          env: Mapping[str, str]) -> None:
-    from tfapp import compat
-    from tfapp.runtime import Runtime, TFConfigError, choose_precision, choose_strategy
 
     try:
         build_info = dict(tf.sysconfig.get_build_info())
@@ -243,7 +240,6 @@ def _describe_tensorflow(report: Report, tf, distributions: list[str], hint: str
 
 
 def _caches(env: Mapping[str, str]) -> dict:
-    from tfapp.cachedir import cache_dir
 
     tfapp_cache = str(cache_dir(env))
     # What tfapp gives tensorflow_hub when TFHUB_CACHE_DIR is unset (hub.handles).

@@ -17,6 +17,9 @@ from typing import Any
 from tfapp import cli
 from tfapp.config import ConfigError, DataConfig, load_config
 from tfapp.run_layout import RunLayout
+from tfapp.serving import LoadedClassifier, export_kind, find_export
+from tfapp.tasks.ner.scores import entity_report, format_entity_report
+from tfapp.tasks.ner.serving import LoadedTagger, word_tags
 
 # The data keys evaluate takes as flags: its errors name the flag, not the config key.
 _FLAGS = {"set data.on_bad_rows=skip": "pass --on-bad-rows skip",
@@ -61,8 +64,6 @@ def _evaluate_tagger(args: argparse.Namespace) -> int:
     data.tag_column, data.tag_scheme and data.format, or --format)."""
     from tfapp.data.sources import BadRowReport
     from tfapp.data.tagged import keep_known_tags, read_tagged
-    from tfapp.tasks.ner.scores import entity_report, format_entity_report
-    from tfapp.tasks.ner.serving import LoadedTagger, word_tags
 
     params = RunLayout(args.model).params
     data = load_config(params).data if params.is_file() else load_config(
@@ -107,7 +108,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def evaluate() -> int:
         from tfapp.data.sources import BadRowReport, LabelVocab, encode_examples, read_examples
-        from tfapp.serving import LoadedClassifier, export_kind, find_export
         from tfapp.training.metrics import classification_report, format_report
 
         if export_kind(args.model) == "ner":

@@ -21,9 +21,9 @@ import sys
 from collections.abc import Sequence
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from tfapp import cli
+from tfapp import cli, textio
 from tfapp.config import ConfigError
-from tfapp.data import textio
+from tfapp.serving import find_export
 
 METHODS = ("greedy", "sample", "top_k", "top_p", "beam")
 
@@ -133,7 +133,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_intermixed_args(argv)  # prompts may follow a flag
 
     def body() -> int:
-        from tfapp.serving import find_export
 
         prompts = read_prompts(args)
         find_export(args.model, "generator")  # fail before paying for TensorFlow's import

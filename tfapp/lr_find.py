@@ -15,6 +15,7 @@ from pathlib import Path
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import cli
 from tfapp.config import ConfigError, to_yaml
+from tfapp.tasks import get_task
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tfapp.training.driver import find_learning_rate
         from tfapp.training.lr_finder import plot_lr_find
 
-        result = find_learning_rate(cfg)
+        result = find_learning_rate(cfg, task=get_task(cfg.task))
         plot_lr_find(result, out, title=f"{cfg.name}: LR range test")
         data = result.save_json(out.with_suffix(".json"))
         print(result.describe())

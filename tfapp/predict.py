@@ -13,9 +13,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tfapp import cli
+from tfapp import cli, textio
 from tfapp.config import ConfigError
-from tfapp.data import textio
+from tfapp.serving import LoadedClassifier, export_kind
+from tfapp.tasks.ner.serving import LoadedTagger
 
 
 def _read_lines(path: str) -> list[str]:
@@ -37,7 +38,6 @@ def _read_lines(path: str) -> list[str]:
 
 def _print_entities(model_dir: str, texts: list[str], *, as_json: bool) -> int:
     """Each text, then one line per entity: type, start-end (characters), score, text."""
-    from tfapp.tasks.ner.serving import LoadedTagger
 
     for text, found in zip(texts, LoadedTagger(model_dir).entities(texts), strict=True):
         if as_json:
@@ -68,7 +68,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError("no texts given; pass them as arguments or with --input FILE")
         if args.pair is not None and len(args.pair) != len(texts):
             raise ConfigError(f"--pair given {len(args.pair)} times for {len(texts)} texts")
-        from tfapp.serving import LoadedClassifier, export_kind
 
         if export_kind(args.model) == "ner":
             return _print_entities(args.model, texts, as_json=args.json)

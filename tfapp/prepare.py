@@ -20,7 +20,8 @@ from collections.abc import Sequence
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import cli
-from tfapp.config import ConfigError
+from tfapp.config import ConfigError, to_yaml
+from tfapp.tasks import get_task
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -58,13 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.shard_mb <= 0:
             raise ConfigError(f"--shard-mb {args.shard_mb}: must be > 0")
         if args.print_config:
-            from tfapp.config import to_yaml
 
             print(to_yaml(cfg), end="")
             return 0
         from tfapp.data import sources
         from tfapp.data.prepare import prepare
-        from tfapp.tasks import get_task
 
         task = get_task(cfg.task)
         files = task.input_files(cfg)

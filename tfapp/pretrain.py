@@ -23,7 +23,9 @@ from pathlib import Path
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import cli
-from tfapp.config import ExperimentConfig
+from tfapp.config import ConfigError, ExperimentConfig, load_config
+from tfapp.tasks import get_task
+from tfapp.tasks.mlm.task import hub_module_dir
 
 _D = ExperimentConfig()
 _STEPS, _LOG_EVERY = 1000, 100
@@ -81,7 +83,6 @@ _OVERRIDE = re.compile(r"^[a-z_]+(\.[a-z_]+)*=")
 
 def _module_seq_length(hub: str) -> int:
     """The module's default sequence length (its tfapp_hub.json), 128 if it has none."""
-    from tfapp.tasks.mlm.task import hub_module_dir
 
     _, _, meta = hub_module_dir(hub, "--hub")
     return int(meta.get("default_seq_length", 128))
@@ -89,7 +90,6 @@ def _module_seq_length(hub: str) -> int:
 
 def _config(args: argparse.Namespace) -> ExperimentConfig:
     """The masked-LM run the flags describe (flags checked first)."""
-    from tfapp.config import ConfigError, load_config
 
     for name in ("steps", "batch_size", "log_every"):
         if getattr(args, name) < 1:
@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tfapp.training.driver import train
 
         # A finished run: train it again (the old one is moved aside).
-        result = train(cfg, start_over=args.overwrite)
+        result = train(cfg, task=get_task(cfg.task), start_over=args.overwrite)
         print("\n".join(result.lines))
         print(f"run directory: {result.run_dir}; TensorBoard: tensorboard --logdir "
               f"{result.run_dir}")

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import cli
 from tfapp.config import to_yaml
+from tfapp.tasks import get_task
+from tfapp.training.faults import worker_loss_explained
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -40,10 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(to_yaml(cfg), end="")
             return 0
         from tfapp.training.driver import train  # TensorFlow loads only past config checks
-        from tfapp.training.faults import worker_loss_explained
 
         with worker_loss_explained():  # a lost peer: one line and exit 75, not a traceback
-            result = train(cfg, start_over=args.start_over,
+            result = train(cfg, task=get_task(cfg.task), start_over=args.start_over,
                            resume_anyway=args.resume_anyway)
         print(result.summary())
         return 0

@@ -17,6 +17,7 @@ from tfapp import cli
 from tfapp.atomic import write_text
 from tfapp.config import ConfigError, ExperimentConfig, load_config, to_yaml
 from tfapp.run_layout import aside_path
+from tfapp.tasks import get_task
 
 
 def _same_but_max_trials(cfg: ExperimentConfig) -> str:
@@ -109,7 +110,6 @@ def _search(cfg: ExperimentConfig, role: str, top: int) -> int:
     if role == "worker":  # KerasTuner's client would wait up to an hour for a chief
         distributed.wait_for_chief(min(CHIEF_WAIT_S, cfg.tune.worker_timeout_s))
     # TensorFlow and KerasTuner load only past the config checks (and a worker's chief).
-    from tfapp.tasks import get_task
     from tfapp.tuning import results
     from tfapp.tuning.space import objective
     from tfapp.tuning.tuner import ConfigTuner, build_oracle, failure, last_line, read_record

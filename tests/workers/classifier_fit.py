@@ -7,11 +7,12 @@ Saves the trained weights, per-epoch losses, replicas and whether this process w
 import sys
 
 from tfapp.config import load_config
+from tfapp.tasks import get_task
 from tfapp.training.driver import train
 
 import numpy as np
 
 cfg = load_config(None, sys.argv[2:])
-result = train(cfg)
+result = train(cfg, task=get_task(cfg.task))
 np.savez(sys.argv[1], *result.model.get_weights(), losses=np.array(result.history["loss"]),
          replicas=result.model.distribute_strategy.num_replicas_in_sync)

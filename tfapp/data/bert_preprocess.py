@@ -27,8 +27,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from tfapp.data.errors import DataError
 from tfapp.data.vocab import read_vocab
+from tfapp.errors import DataError
 
 import tensorflow as tf
 import tensorflow_text as tf_text

@@ -29,7 +29,6 @@ from typing import Any
 from tfapp.config import DataConfig
 from tfapp.data import pipeline as stages
 from tfapp.data import stream
-from tfapp.data.errors import DataError
 from tfapp.data.manifest import BUCKETS
 from tfapp.data.prepare import RowSpec
 from tfapp.data.sources import (
@@ -42,6 +41,7 @@ from tfapp.data.sources import (
 )
 from tfapp.data.splits import PreparedSplits, SplitData, prepared_splits
 from tfapp.data.store import CHUNK, Store, store_root
+from tfapp.errors import DataError
 
 import numpy as np
 import tensorflow as tf

@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfapp.data.errors import DataError
+from tfapp.errors import DataError
 
 import numpy as np
 
@@ -74,7 +74,7 @@ class SourceInfo:
     mtime_ns: int
     rows: int = 0
     bad_rows: int = 0
-    #: tagged rows: the file's entity counts (``tfapp.tasks.ner.tags.EntityCounts``)
+    #: tagged rows: the file's entity counts (``tfapp.data.tags.EntityCounts``)
     entities: dict[str, Any] = field(default_factory=dict)
 
     @property

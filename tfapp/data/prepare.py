@@ -47,7 +47,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfapp.data import sources
-from tfapp.data.errors import DataError
 from tfapp.data.manifest import (
     BUCKETS,
     FORMAT_VERSION,
@@ -55,10 +54,13 @@ from tfapp.data.manifest import (
     Manifest,
     ShardInfo,
     SourceInfo,
+    read_manifest,
     row_buckets,
 )
 from tfapp.data.records import BytesList, encode_examples, large_binary
-from tfapp.tasks.ner.tags import EntityCounts
+from tfapp.data.tagged import tagged_rows
+from tfapp.data.tags import EntityCounts
+from tfapp.errors import DataError
 
 import numpy as np
 import pyarrow as pa
@@ -292,8 +294,6 @@ def _python_rows(path: str, fmt: str, spec: RowSpec, log_: _SourceLog) -> Iterat
 
 def _tagged_rows(path: str, spec: RowSpec, log_: _SourceLog, batcher: _Batcher
                  ) -> Iterator[_Rows]:
-    from tfapp.data.tagged import tagged_rows
-
     for start, words, tags, problem in tagged_rows(path, spec.format, spec.tag_column,
                                                    spec.tag_scheme, log_.entities):
         if problem is not None:
@@ -894,8 +894,6 @@ def prepared(files: list[str], spec: RowSpec, *, cache: str, mode: str, split: s
     """The manifest of ``files`` prepared into ``cache`` (one folder per ``cache_key``):
     reused when complete, else prepared now (under a lock: one process prepares, others
     wait). Bad rows recorded by a run with ``skip`` fail a run with ``fail``."""
-    from tfapp.data.manifest import read_manifest
-
     out = f"{cache.rstrip('/')}/{cache_key(files, spec)}"
     path = f"{out}/{MANIFEST}"
     started = time.time()

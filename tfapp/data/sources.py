@@ -11,7 +11,7 @@ character), JSON Lines (one object per line), plain text lines (one example per 
 fastText-style ``__label__X`` prefixes carry the labels), TFRecord files of
 ``tf.train.Example``, and a TFDS dataset (``NAME[:SPLIT]``) when tensorflow-datasets is
 installed. Text is UTF-8 (a BOM is dropped) and lines end at "\n" only, as csv and json
-define them (``tfapp.data.textio``). Paths are local paths, globs or ``gs://`` URLs, read
+define them (``tfapp.textio``). Paths are local paths, globs or ``gs://`` URLs, read
 through ``tf.io.gfile`` as streams; several may be joined with commas; ``.gz`` files are
 decompressed as they are read.
 
@@ -43,9 +43,9 @@ from typing import Any, BinaryIO
 
 from tfapp.atomic import write_text
 from tfapp.config import DataConfig
-from tfapp.data.errors import DataError
-from tfapp.data.textio import NOT_UTF8, csv_text_stream, decode, has_undecodable, iter_lines
 from tfapp.demo import DEMO_DIR
+from tfapp.errors import DataError
+from tfapp.textio import NOT_UTF8, csv_text_stream, decode, has_undecodable, iter_lines
 
 import numpy as np
 import tensorflow as tf

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 from tfapp.cachedir import usable_cache_dir
 from tfapp.data import sources
-from tfapp.data.errors import DataError
 from tfapp.data.manifest import (
     Manifest,
     SplitSelector,
@@ -26,6 +25,7 @@ from tfapp.data.manifest import (
 )
 from tfapp.data.prepare import Prepared, RowSpec, prepared
 from tfapp.data.stream import Source
+from tfapp.errors import DataError
 
 __all__ = ["SplitData", "PreparedSplits", "prepared_splits", "prepared_cache"]
 

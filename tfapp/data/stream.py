@@ -39,6 +39,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tfapp.data import pipeline as stages
+from tfapp.errors import DataError
+
 import numpy as np
 import tensorflow as tf
 
@@ -296,9 +299,6 @@ def batches(source: Source, examples: ExamplesFn, data_cfg: Any, *, training: bo
     batch; ``store`` (``tfapp.data.store``), when ``examples`` reads through one, makes
     the first pass read its files to the end so the store completes. A DataError when a
     training pipeline's part holds less than one step (``what``: its unit, for it)."""
-    from tfapp.data import pipeline as stages
-    from tfapp.data.errors import DataError
-
     start = start or Start()
     pipelines, index, local_batch = 1, 0, batch_size
     if input_context is not None:

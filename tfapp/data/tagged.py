@@ -3,7 +3,7 @@
 CoNLL-2003 style files hold one word per line with whitespace-separated columns (the
 word first, the tag in ``data.tag_column``), a blank line between sentences and
 ``-DOCSTART-`` lines between documents (skipped). JSONL files hold one sentence per line:
-``{"tokens": [...], "tags": [...]}``. Tags are read into IOB2 (``tfapp.tasks.ner.tags``)
+``{"tokens": [...], "tags": [...]}``. Tags are read into IOB2 (``tfapp.data.tags``)
 in the scheme each file is written in, read from its tags (a first pass over the file),
 whatever ``data.tag_scheme`` says: ``tagged_rows`` counts the entities it read, converted
 (those ``data.tag_scheme`` would have lost) and refused, and ``log_entity_counts`` logs
@@ -12,7 +12,7 @@ them per file, so no entity becomes ``O`` silently.
 A sentence is one row for ``data.on_bad_rows``: a bad line (too few columns, a tag of no
 scheme, a tag that breaks its file's scheme, bytes that are not UTF-8) fails naming
 ``FILE:LINE`` or, with ``skip``, drops its sentence and is counted in the
-``BadRowReport``. Bytes are decoded and split into lines by ``tfapp.data.textio`` (BOM
+``BadRowReport``. Bytes are decoded and split into lines by ``tfapp.textio`` (BOM
 dropped, "\\n" endings only), as for every other reader.
 """
 
@@ -22,23 +22,18 @@ import itertools
 import json
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tfapp.atomic import write_text
 from tfapp.config import DataConfig
-from tfapp.data.errors import DataError
 from tfapp.data.sources import (  # the classifier reader's file handling and bad-row policy
-    BadRow,
     BadRowPolicy,
     BadRowReport,
     open_source,
     resolve_files,
 )
-from tfapp.data.textio import NOT_UTF8, has_undecodable, iter_lines
-from tfapp.demo import DEMO_DIR
-from tfapp.tasks.ner.tags import (
+from tfapp.data.tags import (
     OUTSIDE,
     EntityCounts,
     SchemeEvidence,
@@ -46,11 +41,13 @@ from tfapp.tasks.ner.tags import (
     from_spans,
     read_entities,
     split_tag,
-    tag_names,
     tag_problem,
 )
+from tfapp.demo import DEMO_DIR
+from tfapp.errors import DataError
+from tfapp.textio import NOT_UTF8, has_undecodable, iter_lines
 
-__all__ = ["TaggedSentence", "NerSplits", "read_tagged", "tagged_rows", "load_ner_splits",
+__all__ = ["TaggedSentence", "read_tagged", "tagged_rows",
            "demo_ner_file", "read_tag_vocab", "keep_known_tags", "log_entity_counts"]
 
 log = logging.getLogger("tfapp.data")
@@ -231,29 +228,6 @@ def read_tagged(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
 
 
 # ------------------------------------------------------------------------------ splits
-@dataclass
-class NerSplits:
-    """The prepared splits of a tagged dataset and its tag vocabulary (IOB2, from the
-    training data).
-
-    Attributes:
-      prepared: the prepared train / validation / test splits (``tfapp.data.splits``).
-      tag_names: the model's labels in id order: O, then B-/I- of each entity type.
-      report: sentences dropped with on_bad_rows=skip.
-      unknown: split -> tags of its data that are not in ``tag_names`` (its sentences
-        with one are left out).
-    """
-
-    prepared: Any
-    tag_names: list[str]
-    report: BadRowReport = field(default_factory=BadRowReport)
-    unknown: dict[str, list[str]] = field(default_factory=dict)
-
-    @property
-    def entity_types(self) -> list[str]:
-        return sorted({split_tag(t)[1] for t in self.tag_names if t != OUTSIDE})
-
-
 def write_tag_vocab(names: list[str], path: str | Path) -> Path:
     return write_text(path, json.dumps({"tags": names, "scheme": "iob2"}, indent=2,
                                        ensure_ascii=False) + "\n")
@@ -286,65 +260,3 @@ def keep_known_tags(sentences: list[TaggedSentence], names: list[str], *, split:
         raise DataError(f"data.{split}_files: no usable sentences left after dropping "
                         f"{report.per_split.get(split, 0)} bad row(s): {report.summary()}")
     return kept
-
-
-def load_ner_splits(data_cfg: DataConfig, seed: int, tag_vocab_path: Path | str | None = None,
-                    *, keep_vocab: bool = True) -> NerSplits:
-    """Prepare (or reuse) the train/validation/test sentences and settle the tags.
-
-    ``train_files: demo`` reads the shipped demo (and its validation and test files when
-    none are given). The tag vocabulary is read from ``tag_vocab_path`` when it exists and
-    ``keep_vocab`` (a resumed run), else built from the training tags and written there.
-    A sentence holding a tag outside it is a bad row (under fail: one line naming its
-    file and line; under skip: left out). Without validation (test) files a seeded
-    fraction of train is held out, as for the classifier.
-    """
-    from tfapp.data.prepare import RowSpec
-    from tfapp.data.splits import prepared_splits
-
-    train_spec, val_spec, test_spec = (data_cfg.train_files, data_cfg.validation_files,
-                                       data_cfg.test_files)
-    if train_spec.strip() == "demo":
-        train_spec = demo_ner_file("train")
-        val_spec = val_spec or demo_ner_file("validation")
-        test_spec = test_spec or demo_ner_file("test")
-    prepared = prepared_splits(train_spec, val_spec, test_spec,
-                               RowSpec.from_config("tagged", data_cfg), data_cfg, seed=seed)
-    path = Path(tag_vocab_path) if tag_vocab_path else None
-    if path is not None and keep_vocab and path.exists():
-        names, known_from = read_tag_vocab(path), f"{path}'s"
-    else:
-        types = [split_tag(t)[1] for t in prepared.train.manifest.labels if t != OUTSIDE]
-        if not types:
-            raise DataError(f"data.train_files: '{train_spec}' tags no entity at all (every "
-                            f"tag is O); check data.tag_column and data.tag_scheme")
-        names, known_from = tag_names(types), "the training data's"
-        if path is not None:
-            write_tag_vocab(names, path)
-    # every run, prepared now or read from the cache: what the data it trains on holds
-    for manifest in {id(s.manifest): s.manifest for s in prepared.splits()}.values():
-        for source in manifest.sources:
-            if source.entities:
-                log_entity_counts(source.path, source.entities, data_cfg.tag_scheme)
-    prepared.check_held_out(data_cfg, "sentences")
-    out = NerSplits(prepared, names, prepared.report)
-    types = ", ".join(sorted({split_tag(t)[1] for t in names if t != OUTSIDE}))
-    for split in prepared.splits():
-        unknown = [t for t in split.manifest.labels if t not in set(names)]
-        if not unknown:
-            continue
-        first = min(unknown, key=lambda t: _origin_order(split.manifest.first_seen[t]))
-        where, _, line = split.manifest.first_seen[first].rpartition(":")
-        among = known_from if split.name == "train" else "the training data's"
-        problem = (f"tag '{first}' in this sentence: entity type '{split_tag(first)[1]}' "
-                   f"is not among {among} ({types})")
-        BadRowPolicy(data_cfg.on_bad_rows, BadRowReport(), split.name)(where, line, problem)
-        out.unknown[split.name] = unknown
-        if len(out.report.examples) < 5:
-            out.report.examples.append(BadRow(where, line, problem))
-    return out
-
-
-def _origin_order(origin: str) -> tuple[str, int]:
-    where, _, line = origin.rpartition(":")
-    return where, int(line) if line.isdigit() else 0

@@ -39,12 +39,12 @@ from tfapp.cachedir import usable_cache_dir
 from tfapp.config import DataConfig
 from tfapp.data import pipeline as stages
 from tfapp.data import stream
-from tfapp.data.errors import DataError
 from tfapp.data.manifest import BUCKETS
 from tfapp.data.prepare import RowSpec
 from tfapp.data.splits import PreparedSplits, SplitData, prepared_splits
 from tfapp.data.store import CHUNK, Store, store_root
 from tfapp.demo import DEMO_DIR
+from tfapp.errors import DataError
 
 import numpy as np
 import tensorflow as tf

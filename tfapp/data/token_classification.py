@@ -33,11 +33,11 @@ from tfapp.config import DataConfig
 from tfapp.data import pipeline as stages
 from tfapp.data import stream
 from tfapp.data.bert_preprocess import FEATURE_KEYS
-from tfapp.data.errors import DataError
 from tfapp.data.manifest import BUCKETS
+from tfapp.data.ner_splits import NerSplits
 from tfapp.data.splits import SplitData
 from tfapp.data.store import CHUNK, Store, store_root
-from tfapp.data.tagged import NerSplits
+from tfapp.errors import DataError
 
 import numpy as np
 import tensorflow as tf

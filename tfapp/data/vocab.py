@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tfapp.atomic import write_text
-from tfapp.data.errors import DataError
-from tfapp.data.textio import text_lines
+from tfapp.errors import DataError
+from tfapp.textio import text_lines
 
 import tensorflow as tf
 

@@ -27,6 +27,10 @@ from collections.abc import Sequence
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp.cli import run_main, setup_logging
+from tfapp.config import ConfigError
+from tfapp.hub.builder import BuildParams, build_bert_hub, read_corpus
+from tfapp.hub.convert import convert_hf_bert
+from tfapp.hub.handles import resolve_hub_handle
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -87,8 +91,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from tfapp.config import ConfigError
-    from tfapp.hub.builder import BuildParams, build_bert_hub, read_corpus
 
     # Named by their flags here (the model's own checks name BertConfig fields).
     for flag in ("layers", "hidden", "heads", "intermediate", "max_positions", "vocab_size",
@@ -121,7 +123,6 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from tfapp.hub.convert import convert_hf_bert
 
     start = time.monotonic()
     out = convert_hf_bert(args.src, args.out, lower_case=args.lower_case,
@@ -140,7 +141,6 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _resolve(args: argparse.Namespace) -> int:
-    from tfapp.hub.handles import resolve_hub_handle
 
     encoder, preprocessor = resolve_hub_handle(args.handle)
     print(f"encoder: {encoder}")

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.config import ConfigError
-from tfapp.data.textio import decode_strict
+from tfapp.errors import DataError
+from tfapp.textio import decode_strict
 
 import numpy as np
 
@@ -209,7 +210,6 @@ def read_hf_bert(src: str | os.PathLike, *, lower_case: bool | None = None):
     """(BertConfig, {stable name: array}, vocab path, lower_case, pooler names initialised)
     from a Hugging Face BERT checkpoint directory; ``ConfigError`` for anything unusable."""
     from tfapp.data.bert_preprocess import read_bert_vocab
-    from tfapp.data.errors import DataError
 
     src = Path(src).expanduser()
     if not src.is_dir():

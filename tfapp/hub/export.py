@@ -38,6 +38,7 @@ from typing import Any
 
 from tfapp.atomic import atomic_directory
 from tfapp.config import ConfigError
+from tfapp.data.bert_preprocess import BertPreprocessor
 from tfapp.models.bert import INPUT_KEYS, BertConfig, BertEncoder
 
 import tensorflow as tf
@@ -133,8 +134,6 @@ def export_preprocessor(vocab_file: str | os.PathLike, export_dir: str | os.Path
     ``bert_pack_inputs(segments, seq_length=N)`` like the official preprocessors; the
     vocabulary travels as a SavedModel asset.
     """
-    from tfapp.data.bert_preprocess import BertPreprocessor
-
     export_dir = Path(export_dir)
     with atomic_directory(export_dir, overwrite=overwrite) as tmp:
         # Read the vocab from a private copy named vocab.txt: the asset keeps the basename,

@@ -21,7 +21,8 @@ from typing import Any
 from tfapp.atomic import read_state, write_text
 from tfapp.config import ConfigError
 from tfapp.run_layout import RunLayout, is_worker_scratch
-from tfapp.training.status import read_status
+from tfapp.run_status import read_status
+from tfapp.tracking import profiler
 
 log = logging.getLogger("tfapp")
 
@@ -131,7 +132,6 @@ def _markdown_table(text: str) -> list[list[str]]:
 
 
 def _profile_text(run: Path) -> str:
-    from tfapp.tracking import profiler
 
     sessions = profiler.find_sessions(run)
     if not sessions:

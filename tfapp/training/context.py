@@ -1,6 +1,6 @@
 """The run context: what every part of a run reads, built once by the entry point.
 
-``RunContext.create(cfg)`` sets up the runtime (seeds, strategy, precision policy; on a
+``RunContext.create(cfg, task=...)`` sets up the runtime (seeds, strategy, precision policy; on a
 TPU the TPU system) unless one is handed in, decides XLA for the task (one place:
 ``training.plan.resolve_jit_compile`` with the task's ``recompiles_under_xla`` trait),
 and names the run directory's files (``RunLayout``). The training loop and the tasks
@@ -23,7 +23,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from tfapp import compat, killpoints
 from tfapp import runtime as runtime_lib
@@ -36,7 +36,11 @@ from tfapp.config import (
     save_params,
 )
 from tfapp.run_layout import RunLayout, aside_path
-from tfapp.training.status import write_status
+from tfapp.run_status import write_status
+from tfapp.training.plan import resolve_jit_compile
+
+if TYPE_CHECKING:
+    from tfapp.training.task import Task
 
 log = logging.getLogger("tfapp")
 
@@ -52,6 +56,7 @@ class RunContext:
 
     Attributes:
       cfg: the validated experiment config.
+      task: the task's class (``tfapp.training.task.Task``), handed in by the command.
       runtime: strategy, precision and cluster role (``tfapp.runtime.Runtime``).
       jit_compile: whether the train step is compiled with XLA (decided once, here).
       run: the run directory's layout (``output_dir/name``); backups live there for every
@@ -61,31 +66,32 @@ class RunContext:
     """
 
     cfg: ExperimentConfig
+    task: type[Task]
     runtime: runtime_lib.Runtime
     jit_compile: bool
     run: RunLayout
     layout: RunLayout
 
     @classmethod
-    def create(cls, cfg: ExperimentConfig, *, runtime: runtime_lib.Runtime | None = None,
+    def create(cls, cfg: ExperimentConfig, *, task: type[Task],
+               runtime: runtime_lib.Runtime | None = None,
                run_dir: str | os.PathLike | None = None) -> RunContext:
-        """The context for ``cfg``; ``runtime`` reuses one already set up (tune's trials),
-        ``run_dir`` replaces ``output_dir/name`` (the LR finder's scratch directory)."""
-        from tfapp.tasks import get_task
-        from tfapp.training.plan import resolve_jit_compile
-
-        task_cls = get_task(cfg.task)  # unknown task: a ConfigError before any set-up
+        """The context for ``cfg`` and its ``task`` class (the caller looks it up:
+        ``tfapp.tasks.get_task``; the loop never imports tasks); ``runtime`` reuses one
+        already set up (tune's trials), ``run_dir`` replaces ``output_dir/name`` (the LR
+        finder's scratch directory)."""
         if runtime is None:
             runtime = runtime_lib.setup(cfg.runtime)
         else:
             _check_same_runtime(runtime.config, cfg.runtime)
             runtime_lib.seed(cfg.runtime)
         jit = resolve_jit_compile(cfg, runtime,
-                                  recompiles_under_xla=task_cls.recompiles_under_xla(cfg))
+                                  recompiles_under_xla=task.recompiles_under_xla(cfg))
         run = RunLayout(Path(run_dir) if run_dir is not None else cfg.run_dir)
         layout = (run if runtime.is_chief
                   else run.worker_scratch(runtime.task_type, runtime.task_id))
-        return cls(cfg=cfg, runtime=runtime, jit_compile=jit, run=run, layout=layout)
+        return cls(cfg=cfg, task=task, runtime=runtime, jit_compile=jit, run=run,
+                   layout=layout)
 
     @property
     def is_chief(self) -> bool:

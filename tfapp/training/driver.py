@@ -25,8 +25,6 @@ from pathlib import Path
 from tfapp.atomic import read_state, write_text
 from tfapp.config import ConfigError, ExperimentConfig
 from tfapp.run_layout import RunLayout
-from tfapp.tasks import get_task
-from tfapp.tasks.base import Inputs, Task
 from tfapp.tracking import wandb_run
 from tfapp.training import fit as fit_lib
 from tfapp.training.callbacks import (
@@ -43,6 +41,7 @@ from tfapp.training.plan import TrainingPlan, plan_training
 from tfapp.training.run_header import build_header, format_header, save_header
 from tfapp.training.schedule_plot import plot_schedule
 from tfapp.training.step_logs import LearningRateLogger, StepLogger
+from tfapp.training.task import Inputs, Task
 
 log = logging.getLogger("tfapp")
 
@@ -116,12 +115,17 @@ def _step_callbacks(cfg: ExperimentConfig, plan: TrainingPlan, schedule,
 
 
 def train(cfg: ExperimentConfig, ctx: RunContext | None = None, *,
-          start_over: bool = False, resume_anyway: bool = False) -> TrainResult:
-    """Run the experiment ``cfg`` describes end to end; ``ctx`` reuses a run context built
-    by the caller (``tune`` hands each trial one over its once-built runtime). A rerun
+          task: type[Task] | None = None, start_over: bool = False,
+          resume_anyway: bool = False) -> TrainResult:
+    """Run the experiment ``cfg`` describes end to end with its ``task`` class (the caller
+    looks it up: ``tfapp.tasks.get_task``); ``ctx`` reuses a run context built by the caller
+    instead (``tune`` hands each trial one over its once-built runtime). A rerun
     resumes the run's backup (``resume_anyway``: under a changed config); ``start_over``
     moves the run aside and starts a new one (``RunContext.begin``)."""
-    ctx = ctx or RunContext.create(cfg)
+    if ctx is None:
+        if task is None:
+            raise TypeError("train() needs the task class (task=) or a RunContext (ctx=)")
+        ctx = RunContext.create(cfg, task=task)
     try:
         return _train(cfg, ctx, start_over=start_over, resume_anyway=resume_anyway)
     finally:
@@ -134,7 +138,7 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, start_over: bool,
     paths: dict = {"params": ctx.begin(start_over=start_over, resume_anyway=resume_anyway)}
     log.info("runtime: %s", ctx.describe())
 
-    task = get_task(cfg.task)(ctx)
+    task = ctx.task(ctx)
     # Before any TensorBoard writer exists, so tracking.wandb.sync_tensorboard sees them all.
     tracker = wandb_run.start(cfg, run.root, ctx.is_chief)  # None unless tracking.wandb.enabled
     try:
@@ -251,13 +255,13 @@ def _restore_best(model, run: RunLayout, *, fit_epochs: int) -> dict | None:
     return record
 
 
-def find_learning_rate(cfg: ExperimentConfig) -> LRFindResult:
+def find_learning_rate(cfg: ExperimentConfig, *, task: type[Task]) -> LRFindResult:
     """The LR range test for the experiment ``cfg``: its runtime, data pipeline and model,
     built with a scratch run directory so the real one stays untouched."""
     with tempfile.TemporaryDirectory(prefix="tfapp-lr-find-") as scratch:
-        ctx = RunContext.create(cfg, run_dir=scratch)
+        ctx = RunContext.create(cfg, task=task, run_dir=scratch)
         log.info("LR range test: %s", ctx.describe())
-        task = get_task(cfg.task)(ctx)
-        inputs = task.build_inputs()
-        model = fit_lib.build_model(ctx, task, inputs)
-        return find_lr(ctx, model, inputs.train, loss=task.build_losses(inputs))
+        built = task(ctx)
+        inputs = built.build_inputs()
+        model = fit_lib.build_model(ctx, built, inputs)
+        return find_lr(ctx, model, inputs.train, loss=built.build_losses(inputs))

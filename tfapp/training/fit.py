@@ -14,8 +14,8 @@ from tfapp import console
 from tfapp.training.accumulation import wrap_for_accumulation
 
 if TYPE_CHECKING:
-    from tfapp.tasks.base import Inputs, Task
     from tfapp.training.context import RunContext
+    from tfapp.training.task import Inputs, Task
 
     import tensorflow as tf
 

@@ -8,6 +8,8 @@ Label layouts (what the classifier's data pipeline yields and its head outputs):
 
 from __future__ import annotations
 
+from tfapp.errors import ConfigError
+
 import numpy as np
 import tensorflow as tf
 
@@ -163,8 +165,6 @@ def class_weights_for(setting, counts: np.ndarray, rows: int, label_names: list[
     if isinstance(setting, dict):
         unknown = sorted(set(setting) - set(label_names))
         if unknown:
-            from tfapp.config import ConfigError
-
             raise ConfigError(f"data.class_weight names label(s) {', '.join(unknown)} that the "
                               f"training data does not have (labels: {', '.join(label_names)})")
         return np.array([setting.get(name, 1.0) for name in label_names], np.float64)
@@ -172,8 +172,6 @@ def class_weights_for(setting, counts: np.ndarray, rows: int, label_names: list[
     if multi_label:
         return (rows - counts) / np.maximum(counts, 1.0)
     if (counts == 0).any():
-        from tfapp.config import ConfigError
-
         missing = [n for n, c in zip(label_names, counts, strict=True) if not c]
         raise ConfigError(f"data.class_weight=balanced: label(s) {', '.join(missing)} have no "
                           "training rows; give the weights as a mapping")

@@ -22,6 +22,7 @@ from tfapp.config import ConfigError, ExperimentConfig
 from tfapp.run_layout import RunLayout
 from tfapp.runtime import Runtime
 from tfapp.runtime import setup as setup_runtime
+from tfapp.tasks import get_task
 from tfapp.training.context import RunContext
 from tfapp.training.driver import train
 from tfapp.tuning import distributed
@@ -196,7 +197,9 @@ class ConfigTuner(base_tuner.BaseTuner):
                 run_cfg = trial_config(self.cfg, values, trial.trial_id, execution, objective)
                 if self.runtime is None:
                     self.runtime = setup_runtime(run_cfg.runtime)
-                result = train(run_cfg, RunContext.create(run_cfg, runtime=self.runtime))
+                ctx = RunContext.create(run_cfg, task=get_task(run_cfg.task),
+                                        runtime=self.runtime)
+                result = train(run_cfg, ctx)
             except ConfigError as err:  # e.g. a NaN loss at this learning rate
                 raise kt_errors.FailedTrialError(str(err)) from None
             finally:

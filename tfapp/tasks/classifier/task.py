@@ -23,7 +23,6 @@ from tfapp.data.stream import start_at, steps_per_pass
 from tfapp.hub.handles import resolve_hub_handle
 from tfapp.model_card import ModelCard, vocabulary_scripts
 from tfapp.models.classifier import build_classifier
-from tfapp.tasks.base import Inputs, Task, TaskOutput
 from tfapp.tasks.classifier.export import ClassifierServing, export_classifier
 from tfapp.training.metrics import (
     build_loss,
@@ -33,6 +32,7 @@ from tfapp.training.metrics import (
     format_report,
     label_mode,
 )
+from tfapp.training.task import Inputs, Task, TaskOutput
 from tfapp.training.tb_logging import log_scalars
 
 import numpy as np

@@ -35,8 +35,8 @@ from tfapp.models import decoding, seq2seq
 from tfapp.runtime import host_xla_available
 from tfapp.serving import EXPORT_MARKERS
 from tfapp.serving import load_export as load_saved_export
-from tfapp.tasks.base import Inputs, Task, TaskOutput
 from tfapp.training.callbacks import history_row
+from tfapp.training.task import Inputs, Task, TaskOutput
 
 import tensorflow as tf
 

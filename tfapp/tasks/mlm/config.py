@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tfapp.errors import ConfigError
+
 if TYPE_CHECKING:
     from tfapp.config import ExperimentConfig
 
@@ -26,8 +28,6 @@ UNUSED = (
 
 
 def _no_auto_learning_rate(cfg: ExperimentConfig) -> None:
-    from tfapp.config import ConfigError
-
     if cfg.optimizer.learning_rate == "auto":
         raise ConfigError("optimizer.learning_rate=auto is not supported by task mlm (the "
                           "range test reads a compiled loss; the masked-LM model computes its "

@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.config import ConfigError
-from tfapp.tasks.base import Inputs, Task, TaskOutput
+from tfapp.demo import DEMO_DIR
+from tfapp.hub.handles import resolve_hub_handle
+from tfapp.training.task import Inputs, Task, TaskOutput
 
 log = logging.getLogger("tfapp")
 
@@ -38,7 +40,6 @@ def hub_module_dir(handle: str, what: str = "model.hub_handle"
                    ) -> tuple[Path, Path, dict[str, Any]]:
     """(module directory, its preprocessor, its tfapp_hub.json) of a tfapp module."""
     from tfapp.hub.export import HUB_METADATA_FILE, read_metadata
-    from tfapp.hub.handles import resolve_hub_handle
 
     encoder, _ = resolve_hub_handle(handle)
     root = Path(encoder).parent
@@ -75,7 +76,6 @@ class MaskedLMTask(Task):
 
     @classmethod
     def input_files(cls, cfg) -> dict[str, str]:
-        from tfapp.demo import DEMO_DIR
 
         d = cfg.data
         return {"train": str(DEMO_DIR / "reviews_unlabelled.txt") if d.train_files == "demo"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tfapp.errors import ConfigError
+
 MODEL_KINDS = ("bert",)
 
 #: keys of the other tasks; setting one for an NER run is refused. The tokens and tags of
@@ -18,8 +20,6 @@ UNUSED = (
 
 
 def _formats(cfg) -> None:
-    from tfapp.config import ConfigError
-
     d = cfg.data
     if d.format not in ("auto", "conll", "jsonl"):
         raise ConfigError(f"data.format: task ner reads conll or jsonl files (or auto), not "

@@ -22,10 +22,10 @@ import os
 from pathlib import Path
 
 from tfapp.atomic import save_model
+from tfapp.data.tags import OUTSIDE, split_tag
 from tfapp.data.token_classification import window_features, windows_per_sentence, word_pieces
 from tfapp.model_card import CARD_FILE
 from tfapp.serving import EXPORT_MARKERS
-from tfapp.tasks.ner.tags import OUTSIDE, split_tag
 
 import tensorflow as tf
 import tensorflow_text as tf_text

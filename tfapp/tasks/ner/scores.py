@@ -9,7 +9,7 @@ scheme=IOB2)``, which tfapp does not depend on.
 
 from __future__ import annotations
 
-from tfapp.tasks.ner.tags import spans
+from tfapp.data.tags import spans
 
 
 def _prf(tp: int, n_pred: int, n_gold: int) -> tuple[float, float, float]:

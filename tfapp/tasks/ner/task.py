@@ -10,9 +10,11 @@ from typing import Any
 
 from tfapp.atomic import write_text
 from tfapp.data.bert_preprocess import make_bert_preprocess_fn
+from tfapp.data.ner_splits import load_ner_splits
 from tfapp.data.pipeline import distribute
+from tfapp.data.prepare import RowSpec
 from tfapp.data.stream import start_at, steps_per_pass
-from tfapp.data.tagged import load_ner_splits
+from tfapp.data.tagged import demo_ner_file
 from tfapp.data.token_classification import (
     NerData,
     build_ner_data,
@@ -28,10 +30,10 @@ from tfapp.models.token_classifier import (
     build_token_classifier,
     masked_token_loss,
 )
-from tfapp.tasks.base import Inputs, Task, TaskOutput
 from tfapp.tasks.ner.export import NerServing, export_ner
 from tfapp.tasks.ner.scores import entity_report, format_entity_report
 from tfapp.training.callbacks import averaged_weights
+from tfapp.training.task import Inputs, Task, TaskOutput
 from tfapp.training.tb_logging import log_scalars
 
 import tensorflow as tf
@@ -106,8 +108,6 @@ class NerTask(Task):
 
     @classmethod
     def input_files(cls, cfg) -> dict[str, str]:
-        from tfapp.data.tagged import demo_ner_file
-
         d = cfg.data
         files = {"train": d.train_files, "validation": d.validation_files,
                  "test": d.test_files}
@@ -118,8 +118,6 @@ class NerTask(Task):
 
     @classmethod
     def row_spec(cls, cfg):
-        from tfapp.data.prepare import RowSpec
-
         return RowSpec.from_config("tagged", cfg.data)
 
     @classmethod

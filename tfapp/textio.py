@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from tfapp.data.errors import DataError
+from tfapp.errors import DataError
 
 __all__ = ["NOT_UTF8", "STDIN", "decode", "decode_strict", "has_undecodable", "split_lines",
            "text_lines", "stdin_lines", "iter_lines", "csv_text_stream"]

@@ -1,0 +1,110 @@
+"""The house rules for imports, checked where a change is written.
+
+``lint-imports`` (run by CI next to ruff, contracts in pyproject.toml) checks that imports
+run one way through the layers. These tests check what it cannot: that its layers name
+every module of tfapp (a new module outside them would be unchecked), and that a function
+imports a tfapp module only to put off loading TensorFlow (or another heavy library) until
+it is needed -- never to dodge an import cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import tomllib
+from pathlib import Path
+
+from conftest import REPO
+
+PACKAGE = REPO / "tfapp"
+#: libraries worth loading only when needed (``--help`` and config errors stay fast)
+HEAVY = {"tensorflow", "tf_keras", "keras_tuner", "tensorflow_text", "tensorflow_hub",
+         "tensorflow_datasets", "wandb", "matplotlib", "grpc"}
+
+
+def _module_file(name: str) -> Path | None:
+    path = REPO / Path(*name.split("."))
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imports(tree: ast.AST, *, top_level: bool) -> list[tuple[int, str]]:
+    """(line, module) of every import at the top level (``top_level``), or inside a function
+    (not); ``from a import b`` gives ``a.b`` when that is a module, else ``a``."""
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if (isinstance(child, ast.If) and isinstance(child.test, ast.Name)
+                    and child.test.id == "TYPE_CHECKING"):
+                continue  # for type checkers only: never imported at run time
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                if in_function == top_level:
+                    continue
+                if isinstance(child, ast.Import):
+                    found.extend((child.lineno, a.name) for a in child.names)
+                elif child.module and not child.level:
+                    for a in child.names:
+                        sub = f"{child.module}.{a.name}"
+                        found.append((child.lineno, sub if _module_file(sub) else child.module))
+                continue
+            visit(child, in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef))
+
+    visit(tree, False)
+    return found
+
+
+@functools.cache
+def _top_level_imports(module: str) -> tuple[str, ...]:
+    path = _module_file(module)
+    if path is None:
+        return ()
+    return tuple(name for _, name in _imports(ast.parse(path.read_text()), top_level=True))
+
+
+def _loads_heavy(module: str, seen: set[str] | None = None) -> bool:
+    """Whether importing ``module`` loads a heavy library, through top-level imports only."""
+    seen = set() if seen is None else seen
+    if module in seen:
+        return False
+    seen.add(module)
+    parents = [".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 1)]
+    for name in _top_level_imports(module):
+        if name.split(".")[0] in HEAVY:
+            return True
+        if name.startswith("tfapp") and _loads_heavy(name, seen):
+            return True
+    return any(_loads_heavy(p, seen) for p in parents)
+
+
+def test_function_level_imports_of_tfapp_only_put_off_heavy_libraries():
+    dodges = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for line, name in _imports(ast.parse(path.read_text()), top_level=False):
+            if name.startswith("tfapp") and not _loads_heavy(name):
+                dodges.append(f"{path.relative_to(REPO)}:{line}: {name}")
+    assert dodges == [], ("these imports inside functions load nothing heavy: import at the "
+                          "top of the module (a cycle means a layer is wrong; see "
+                          f"docs/architecture.md): {dodges}")
+
+
+def test_the_rule_sees_a_cycle_dodge(tmp_path):
+    tree = ast.parse("def f():\n    from tfapp.errors import ConfigError\n"
+                     "    from tfapp.training.driver import train\n")
+    inner = _imports(tree, top_level=False)
+    assert inner == [(2, "tfapp.errors"), (3, "tfapp.training.driver")]
+    assert [_loads_heavy(name) for _, name in inner] == [False, True]
+
+
+def test_the_layers_contract_names_every_module_of_tfapp():
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (layers,) = [c for c in config["contracts"] if c["type"] == "layers"]
+    named = {m.strip() for layer in layers["layers"] for part in layer.split("|")
+             for m in part.split(":")}
+    modules = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
+               if (p.suffix == ".py" and p.stem != "__init__")
+               or (p.is_dir() and (p / "__init__.py").is_file())}
+    assert named == modules
+

@@ -1,0 +1,110 @@
+"""A tagged (NER) dataset's prepared splits and its tag vocabulary.
+
+``load_ner_splits`` prepares (or reuses) the train / validation / test sentences that
+``tfapp.data.tagged`` reads, settles the tag vocabulary and leaves out (or refuses) the
+sentences holding a tag outside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tfapp.config import DataConfig
+from tfapp.data.prepare import RowSpec
+from tfapp.data.sources import BadRow, BadRowPolicy, BadRowReport
+from tfapp.data.splits import prepared_splits
+from tfapp.data.tagged import (
+    demo_ner_file,
+    log_entity_counts,
+    read_tag_vocab,
+    write_tag_vocab,
+)
+from tfapp.data.tags import OUTSIDE, split_tag, tag_names
+from tfapp.errors import DataError
+
+__all__ = ["NerSplits", "load_ner_splits"]
+
+
+@dataclass
+class NerSplits:
+    """The prepared splits of a tagged dataset and its tag vocabulary (IOB2, from the
+    training data).
+
+    Attributes:
+      prepared: the prepared train / validation / test splits (``tfapp.data.splits``).
+      tag_names: the model's labels in id order: O, then B-/I- of each entity type.
+      report: sentences dropped with on_bad_rows=skip.
+      unknown: split -> tags of its data that are not in ``tag_names`` (its sentences
+        with one are left out).
+    """
+
+    prepared: Any
+    tag_names: list[str]
+    report: BadRowReport = field(default_factory=BadRowReport)
+    unknown: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def entity_types(self) -> list[str]:
+        return sorted({split_tag(t)[1] for t in self.tag_names if t != OUTSIDE})
+
+
+
+def load_ner_splits(data_cfg: DataConfig, seed: int, tag_vocab_path: Path | str | None = None,
+                    *, keep_vocab: bool = True) -> NerSplits:
+    """Prepare (or reuse) the train/validation/test sentences and settle the tags.
+
+    ``train_files: demo`` reads the shipped demo (and its validation and test files when
+    none are given). The tag vocabulary is read from ``tag_vocab_path`` when it exists and
+    ``keep_vocab`` (a resumed run), else built from the training tags and written there.
+    A sentence holding a tag outside it is a bad row (under fail: one line naming its
+    file and line; under skip: left out). Without validation (test) files a seeded
+    fraction of train is held out, as for the classifier.
+    """
+    train_spec, val_spec, test_spec = (data_cfg.train_files, data_cfg.validation_files,
+                                       data_cfg.test_files)
+    if train_spec.strip() == "demo":
+        train_spec = demo_ner_file("train")
+        val_spec = val_spec or demo_ner_file("validation")
+        test_spec = test_spec or demo_ner_file("test")
+    prepared = prepared_splits(train_spec, val_spec, test_spec,
+                               RowSpec.from_config("tagged", data_cfg), data_cfg, seed=seed)
+    path = Path(tag_vocab_path) if tag_vocab_path else None
+    if path is not None and keep_vocab and path.exists():
+        names, known_from = read_tag_vocab(path), f"{path}'s"
+    else:
+        types = [split_tag(t)[1] for t in prepared.train.manifest.labels if t != OUTSIDE]
+        if not types:
+            raise DataError(f"data.train_files: '{train_spec}' tags no entity at all (every "
+                            f"tag is O); check data.tag_column and data.tag_scheme")
+        names, known_from = tag_names(types), "the training data's"
+        if path is not None:
+            write_tag_vocab(names, path)
+    # every run, prepared now or read from the cache: what the data it trains on holds
+    for manifest in {id(s.manifest): s.manifest for s in prepared.splits()}.values():
+        for source in manifest.sources:
+            if source.entities:
+                log_entity_counts(source.path, source.entities, data_cfg.tag_scheme)
+    prepared.check_held_out(data_cfg, "sentences")
+    out = NerSplits(prepared, names, prepared.report)
+    types = ", ".join(sorted({split_tag(t)[1] for t in names if t != OUTSIDE}))
+    for split in prepared.splits():
+        unknown = [t for t in split.manifest.labels if t not in set(names)]
+        if not unknown:
+            continue
+        first = min(unknown, key=lambda t: _origin_order(split.manifest.first_seen[t]))
+        where, _, line = split.manifest.first_seen[first].rpartition(":")
+        among = known_from if split.name == "train" else "the training data's"
+        problem = (f"tag '{first}' in this sentence: entity type '{split_tag(first)[1]}' "
+                   f"is not among {among} ({types})")
+        BadRowPolicy(data_cfg.on_bad_rows, BadRowReport(), split.name)(where, line, problem)
+        out.unknown[split.name] = unknown
+        if len(out.report.examples) < 5:
+            out.report.examples.append(BadRow(where, line, problem))
+    return out
+
+
+def _origin_order(origin: str) -> tuple[str, int]:
+    where, _, line = origin.rpartition(":")
+    return where, int(line) if line.isdigit() else 0
