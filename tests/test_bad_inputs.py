@@ -55,6 +55,7 @@ def _files(tmp: Path) -> dict[str, str]:
     (tmp / "fake_generator" / "generator.json").write_text("{}")
     (tmp / "bad_prompts.txt").write_bytes(b"ok\n\xff\n")
     (tmp / "latin1.yaml").write_bytes(b"trainer:\n  epochs: 3  # caf\xe9\n")
+    (tmp / "nul.yaml").write_bytes(b"trainer:\n  epochs: 3\x00\n")  # found by test_fuzz
     (tmp / "bad_lines.txt").write_bytes(b"__label__pos ok\n__label__neg \xff\n")
     (tmp / "quoted.tsv").write_text('text\tlabel\n"a\tb"\tpos\n')
     (tmp / "hf_latin1").mkdir()  # a Hugging Face checkpoint folder with a Latin-1 config
@@ -296,6 +297,8 @@ ROWS = [
      "bad_prompts.txt:2: not valid UTF-8 text"),
     ("config-not-utf8", "tfapp.train", ["--config", "{latin1}"],
      "latin1.yaml:2: not valid UTF-8 text"),
+    ("config-nul-byte", "tfapp.train", ["--config", "{nul}"],
+     "nul.yaml: is not valid YAML (unacceptable character #x0000"),
     ("data-text-not-utf8", "tfapp.train", [*TRAIN, "data.train_files={bad_lines}"],
      "bad_lines.txt:2: not valid UTF-8 text"),
     ("data-tsv-tab-in-field", "tfapp.train", [*TRAIN, "data.train_files={quoted}"],

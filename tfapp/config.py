@@ -669,8 +669,10 @@ def load_config(path: str | os.PathLike | None = None,
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             where = f" line {mark.line + 1}" if mark else ""
-            raise ConfigError(f"{path}:{where} is not valid YAML "
-                              f"({getattr(err, 'problem', err)})") from None
+            # A ReaderError (a NUL or other control character) has no ``problem`` and
+            # its str() spans lines: the message must stay one line.
+            problem = " ".join(str(getattr(err, "problem", None) or err).split())
+            raise ConfigError(f"{path}:{where} is not valid YAML ({problem})") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping of config groups at the top level")
         try:
