@@ -22,8 +22,9 @@ import shutil
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import REPO, free_ports
@@ -212,6 +213,11 @@ ROWS = [
     ("evaluate-given-generator", "tfapp.evaluate",
      ["--model", "{fake_generator}", "--data", "{good}"], "not a tfapp classifier export"),
     ("predict-no-texts", "tfapp.predict", ["--model", "{run}"], "no texts given"),
+    # damaged exports (found by test_fuzz): cut short, or metadata that is not JSON
+    ("predict-export-variables-cut-short", "tfapp.predict", ["--model", "{run}", "hello"],
+     "not a loadable export, damaged or incomplete"),
+    ("predict-export-metadata-not-json", "tfapp.predict", ["--model", "{run}", "hello"],
+     "not a loadable export, damaged or incomplete"),
     ("predict-input-not-utf8", "tfapp.predict", ["--model", "{run}", "--input", "{binary}"],
      "UTF-8"),
     ("predict-pair-count", "tfapp.predict", ["--model", "{run}", "--pair", "x", "a", "b"],
@@ -386,8 +392,24 @@ def _unprintable_token(names: dict) -> Iterator[dict]:  # noqa: ARG001
         del os.environ["TFAPP_ORACLE_TOKEN"]
 
 
+def _damaged_export(name: str, keep: float) -> Callable[[dict], Any]:
+    """{run}'s export with its file ``name`` cut to the first ``keep`` of its bytes (a copy
+    that failed half-way); the row's snapshot is taken after, so the loader must not touch
+    what is left."""
+    @contextlib.contextmanager
+    def damage(names: dict[str, str]) -> Iterator[dict[str, str]]:
+        path = Path(names["run"]) / "export" / name
+        data = path.read_bytes()
+        path.write_bytes(data[:int(len(data) * keep)])
+        yield {}
+    return damage
+
+
 SETUP = {"run-dir-locked": _run_dir_locked, "data-service-port-in-use": _port_in_use,
-         "tune-token-not-printable": _unprintable_token}
+         "tune-token-not-printable": _unprintable_token,
+         "predict-export-variables-cut-short":
+             _damaged_export("variables/variables.data-00000-of-00001", 0.5),
+         "predict-export-metadata-not-json": _damaged_export("tfapp_export.json", 0.5)}
 
 
 def _listen_all() -> list[str]:

@@ -10,6 +10,7 @@ evaluate).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,28 @@ def find_export(model: str | os.PathLike, kind: str = "classifier") -> Path:
                       f"{RunLayout(path).export / 'saved_model.pb'}); {_TRAIN_HINT[kind]}")
 
 
+def load_saved_export(path: Path, read_metadata: Callable[[Path], Any]) -> tuple[Any, dict]:
+    """(the SavedModel, its metadata) of the export at ``path`` (from ``find_export``).
+
+    A damaged or incomplete export -- a file cut short by a failed copy, a flipped bit, a
+    file missing -- makes TensorFlow, protobuf or json raise any of a dozen exceptions;
+    each becomes one ConfigError line naming the export, never a traceback."""
+    import tensorflow as tf
+
+    try:
+        metadata = read_metadata(path)
+        if not isinstance(metadata, dict):
+            raise ValueError(f"metadata is {type(metadata).__name__}, not an object")
+        module = tf.saved_model.load(str(path))
+    except (tf.errors.OpError, OSError, ValueError, KeyError, IndexError) as err:
+        # (json's JSONDecodeError and UnicodeDecodeError are ValueErrors)
+        why = getattr(err, "message", None) or str(err) or type(err).__name__
+        raise ConfigError(f"{path}: not a loadable export, damaged or incomplete "
+                          f"({' '.join(why.split())[:300]}); export it again or copy it "
+                          "whole") from None
+    return module, metadata
+
+
 def predict_in_batches(module: Any, texts: list[str], pairs: list[str] | None = None,
                        *, num_labels: int) -> tuple[np.ndarray, list[str]]:
     """(probabilities [n, num_labels], predicted label strings) through ``module.serve`` or,
@@ -83,12 +106,10 @@ class LoadedClassifier:
     def __init__(self, model: str | os.PathLike):
         from tfapp.tasks.classifier.export import read_export_metadata
 
-        import tensorflow as tf
         import tensorflow_text  # noqa: F401  (registers the tokenizer ops the model uses)
 
         self.path = find_export(model, "classifier")
-        self.metadata = read_export_metadata(self.path)
-        self.module = tf.saved_model.load(str(self.path))
+        self.module, self.metadata = load_saved_export(self.path, read_export_metadata)
         self.label_names = [b.decode() for b in self.module.label_names.numpy()]
         self.text_pair = bool(self.metadata.get("text_pair"))
 

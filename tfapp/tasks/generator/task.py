@@ -33,7 +33,7 @@ from tfapp.data.stream import start_at, steps_per_pass
 from tfapp.model_card import CARD_FILE, ModelCard, vocabulary_scripts
 from tfapp.models import decoding, seq2seq
 from tfapp.runtime import host_xla_available
-from tfapp.serving import EXPORT_MARKERS, find_export
+from tfapp.serving import EXPORT_MARKERS, find_export, load_saved_export
 from tfapp.tasks.base import Inputs, Task, TaskOutput
 from tfapp.training.callbacks import history_row
 
@@ -351,5 +351,4 @@ class GeneratorTask(Task):
 def load_export(path: str | Path) -> tuple[Any, dict]:
     """``tf.saved_model.load`` of a generator export plus its ``generator.json``."""
     export = find_export(path, "generator")
-    meta = json.loads((export / EXPORT_META).read_text())
-    return tf.saved_model.load(str(export)), meta
+    return load_saved_export(export, lambda p: json.loads((p / EXPORT_META).read_text()))

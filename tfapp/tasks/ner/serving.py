@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from tfapp.serving import BATCH, find_export
+from tfapp.serving import BATCH, find_export, load_saved_export
 
 
 class LoadedTagger:
@@ -19,12 +19,10 @@ class LoadedTagger:
     def __init__(self, model: str | os.PathLike):
         from tfapp.tasks.ner.export import read_export_metadata
 
-        import tensorflow as tf
         import tensorflow_text  # noqa: F401  (registers the tokenizer ops the model uses)
 
         self.path = find_export(model, "ner")
-        self.metadata = read_export_metadata(self.path)
-        self.module = tf.saved_model.load(str(self.path))
+        self.module, self.metadata = load_saved_export(self.path, read_export_metadata)
         self.tag_names = [b.decode() for b in self.module.tag_names.numpy()]
 
     def entities(self, texts: list[str]) -> list[list[dict]]:
