@@ -57,6 +57,8 @@ def _files(tmp: Path) -> dict[str, str]:
     (tmp / "bad_prompts.txt").write_bytes(b"ok\n\xff\n")
     (tmp / "latin1.yaml").write_bytes(b"trainer:\n  epochs: 3  # caf\xe9\n")
     (tmp / "nul.yaml").write_bytes(b"trainer:\n  epochs: 3\x00\n")  # found by test_fuzz
+    (tmp / "lone_surrogate.jsonl").write_text('{"text": "a\\ud800", "label": "pos"}\n')
+    (tmp / "header_latin1.csv").write_bytes(b"t\xe9xt,label\nfine,pos\n")
     (tmp / "bad_lines.txt").write_bytes(b"__label__pos ok\n__label__neg \xff\n")
     (tmp / "quoted.tsv").write_text('text\tlabel\n"a\tb"\tpos\n')
     (tmp / "hf_latin1").mkdir()  # a Hugging Face checkpoint folder with a Latin-1 config
@@ -307,6 +309,10 @@ ROWS = [
      "nul.yaml: is not valid YAML (unacceptable character #x0000"),
     ("data-text-not-utf8", "tfapp.train", [*TRAIN, "data.train_files={bad_lines}"],
      "bad_lines.txt:2: not valid UTF-8 text"),
+    ("data-jsonl-lone-surrogate", "tfapp.train", [*TRAIN, "data.train_files={lone_surrogate}"],
+     "lone_surrogate.jsonl:1: not valid JSON (\\ud800: half a surrogate pair"),
+    ("data-header-not-utf8", "tfapp.train", [*TRAIN, "data.train_files={header_latin1}"],
+     "header_latin1.csv:1: not valid UTF-8 text"),
     ("data-tsv-tab-in-field", "tfapp.train", [*TRAIN, "data.train_files={quoted}"],
      "a TSV field cannot hold a tab"),
     ("hub-convert-config-not-utf8", "tfapp.hub.__main__",

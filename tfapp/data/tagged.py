@@ -33,7 +33,7 @@ from tfapp.data.sources import (  # the classifier reader's file handling and ba
     open_source,
     resolve_files,
 )
-from tfapp.data.textio import NOT_UTF8, has_undecodable, iter_lines
+from tfapp.data.textio import NOT_UTF8, has_undecodable, iter_lines, json_line
 from tfapp.demo import DEMO_DIR
 from tfapp.tasks.ner.tags import OUTSIDE, split_tag, tag_names, tag_problem, to_iob2
 
@@ -113,7 +113,7 @@ def _jsonl_sentences(lines: Iterator[str]):
             yield number, [], [], (number, NOT_UTF8)
             continue
         try:
-            obj = json.loads(line)
+            obj = json_line(line)
         except json.JSONDecodeError as err:
             yield number, [], [], (number, f"not valid JSON ({err.msg} at column {err.colno})")
             continue
