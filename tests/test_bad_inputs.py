@@ -220,6 +220,8 @@ ROWS = [
      "not a loadable export, damaged or incomplete"),
     ("predict-export-metadata-not-json", "tfapp.predict", ["--model", "{run}", "hello"],
      "not a loadable export, damaged or incomplete"),
+    ("predict-export-fingerprint-cut-short", "tfapp.predict", ["--model", "{run}", "hello"],
+     "not a loadable export, damaged or incomplete"),
     ("predict-input-not-utf8", "tfapp.predict", ["--model", "{run}", "--input", "{binary}"],
      "UTF-8"),
     ("predict-pair-count", "tfapp.predict", ["--model", "{run}", "--pair", "x", "a", "b"],
@@ -415,7 +417,8 @@ SETUP = {"run-dir-locked": _run_dir_locked, "data-service-port-in-use": _port_in
          "tune-token-not-printable": _unprintable_token,
          "predict-export-variables-cut-short":
              _damaged_export("variables/variables.data-00000-of-00001", 0.5),
-         "predict-export-metadata-not-json": _damaged_export("tfapp_export.json", 0.5)}
+         "predict-export-metadata-not-json": _damaged_export("tfapp_export.json", 0.5),
+         "predict-export-fingerprint-cut-short": _damaged_export("fingerprint.pb", 0.5)}
 
 
 def _listen_all() -> list[str]:

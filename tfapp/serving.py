@@ -70,8 +70,10 @@ def load_saved_export(path: Path, read_metadata: Callable[[Path], Any]) -> tuple
         metadata = read_metadata(path)
         if not isinstance(metadata, dict):
             raise ValueError(f"metadata is {type(metadata).__name__}, not an object")
+        if (path / "fingerprint.pb").is_file():  # else TF logs a traceback and loads on
+            tf.saved_model.experimental.read_fingerprint(str(path))
         module = tf.saved_model.load(str(path))
-    except (tf.errors.OpError, OSError, ValueError, KeyError, IndexError) as err:
+    except (tf.errors.OpError, OSError, ValueError, KeyError, IndexError, RuntimeError) as err:
         # (json's JSONDecodeError and UnicodeDecodeError are ValueErrors)
         why = getattr(err, "message", None) or str(err) or type(err).__name__
         raise ConfigError(f"{path}: not a loadable export, damaged or incomplete "
