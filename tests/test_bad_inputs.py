@@ -120,6 +120,8 @@ ROWS = [
     # overrides
     ("override-unknown-key", "tfapp.train", [*TRAIN, "trainer.epochz=3"], "epochz"),
     ("override-not-key-value", "tfapp.train", [*TRAIN, "epochs"], "epochs"),
+    ("override-carriage-return", "tfapp.train", [*TRAIN, "trainer.epochs\r"],  # test_fuzz
+     "override 'trainer.epochs\\r' is not of the form key=value"),
     ("override-bad-type", "tfapp.train", [*TRAIN, "trainer.epochs=many"], "trainer.epochs"),
     ("override-out-of-range", "tfapp.train", [*TRAIN, "data.batch_size=0"], "data.batch_size"),
     ("override-bad-choice", "tfapp.train", [*TRAIN, "runtime.strategy=gpu9"], "gpu9"),

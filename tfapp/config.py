@@ -627,7 +627,9 @@ def _translate(err: Exception, source: str) -> ConfigError:
 def _parse_overrides(overrides: list[str]) -> Any:
     for item in overrides:
         if "=" not in item or item.startswith("="):
-            raise ConfigError(f"override '{item}' is not of the form key=value "
+            # repr: an override may hold a "\r" (a script saved with CRLF endings) that
+            # would overwrite the printed line
+            raise ConfigError(f"override {item!r} is not of the form key=value "
                               "(e.g. trainer.epochs=3)")
     # "key=" sets the empty string (YAML reads an empty value as null).
     overrides = [f"{item}''" if item.endswith("=") else item for item in overrides]
