@@ -57,6 +57,7 @@ def _files(tmp: Path) -> dict[str, str]:
     (tmp / "bad_prompts.txt").write_bytes(b"ok\n\xff\n")
     (tmp / "latin1.yaml").write_bytes(b"trainer:\n  epochs: 3  # caf\xe9\n")
     (tmp / "nul.yaml").write_bytes(b"trainer:\n  epochs: 3\x00\n")  # found by test_fuzz
+    (tmp / "alias_cycle.yaml").write_text("trainer: &a {epochs: *a}\n")  # found by test_fuzz
     (tmp / "lone_surrogate.jsonl").write_text('{"text": "a\\ud800", "label": "pos"}\n')
     (tmp / "header_latin1.csv").write_bytes(b"t\xe9xt,label\nfine,pos\n")
     (tmp / "bad_lines.txt").write_bytes(b"__label__pos ok\n__label__neg \xff\n")
@@ -309,6 +310,8 @@ ROWS = [
      "bad_prompts.txt:2: not valid UTF-8 text"),
     ("config-not-utf8", "tfapp.train", ["--config", "{latin1}"],
      "latin1.yaml:2: not valid UTF-8 text"),
+    ("config-alias-cycle", "tfapp.train", ["--config", "{alias_cycle}"],
+     "alias_cycle.yaml: a YAML alias (*name) refers to a mapping or list that contains it"),
     ("config-nul-byte", "tfapp.train", ["--config", "{nul}"],
      "nul.yaml: is not valid YAML (unacceptable character #x0000"),
     ("data-text-not-utf8", "tfapp.train", [*TRAIN, "data.train_files={bad_lines}"],

@@ -681,6 +681,9 @@ def load_config(path: str | os.PathLike | None = None,
             cfg = OmegaConf.merge(cfg, loaded)
         except oc_errors.OmegaConfBaseException as err:
             raise _translate(err, str(path)) from None
+        except RecursionError:  # a YAML alias inside what it names: {epochs: *a} under &a
+            raise ConfigError(f"{path}: a YAML alias (*name) refers to a mapping or list "
+                              "that contains it; write the values out") from None
         if not loaded.get("name"):
             cfg.name = p.stem
     if overrides:
