@@ -329,7 +329,7 @@ def _nested_keys() -> list[str]:
 
 KEYS = _nested_keys()
 KEY = st.one_of(st.sampled_from(KEYS), st.sampled_from(KEYS).map(lambda k: k + "x"),
-                st.text(string.ascii_letters + "._-[]$ 0", max_size=8))
+                st.text(string.ascii_letters + "._-[]$ 0\r\n\t", max_size=8))
 SCALAR = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6),
                    st.sampled_from(["demo", "csv", "bert", "cnn", "1e-3", "0", "-1", "auto",
