@@ -58,6 +58,7 @@ def _files(tmp: Path) -> dict[str, str]:
     (tmp / "latin1.yaml").write_bytes(b"trainer:\n  epochs: 3  # caf\xe9\n")
     (tmp / "nul.yaml").write_bytes(b"trainer:\n  epochs: 3\x00\n")  # found by test_fuzz
     (tmp / "alias_cycle.yaml").write_text("trainer: &a {epochs: *a}\n")  # found by test_fuzz
+    (tmp / "surrogate.yaml").write_text('name: "a\\ud800"\n')  # found by test_fuzz
     (tmp / "lone_surrogate.jsonl").write_text('{"text": "a\\ud800", "label": "pos"}\n')
     (tmp / "header_latin1.csv").write_bytes(b"t\xe9xt,label\nfine,pos\n")
     (tmp / "bad_lines.txt").write_bytes(b"__label__pos ok\n__label__neg \xff\n")
@@ -123,6 +124,8 @@ ROWS = [
     ("override-not-key-value", "tfapp.train", [*TRAIN, "epochs"], "epochs"),
     ("override-carriage-return", "tfapp.train", [*TRAIN, "trainer.epochs\r"],  # test_fuzz
      "override 'trainer.epochs\\r' is not of the form key=value"),
+    ("override-unknown-key-carriage-return", "tfapp.train", [*TRAIN, "trainer.epochz\r=3"],
+     "unknown config key 'trainer.epochz\\r'"),  # found by test_fuzz
     ("override-bad-type", "tfapp.train", [*TRAIN, "trainer.epochs=many"], "trainer.epochs"),
     ("override-out-of-range", "tfapp.train", [*TRAIN, "data.batch_size=0"], "data.batch_size"),
     ("override-bad-choice", "tfapp.train", [*TRAIN, "runtime.strategy=gpu9"], "gpu9"),
@@ -312,6 +315,8 @@ ROWS = [
      "latin1.yaml:2: not valid UTF-8 text"),
     ("config-alias-cycle", "tfapp.train", ["--config", "{alias_cycle}"],
      "alias_cycle.yaml: a YAML alias (*name) refers to a mapping or list that contains it"),
+    ("config-lone-surrogate", "tfapp.train", ["--config", "{surrogate}"],
+     "name: 'a\\ud800' is not UTF-8 text"),
     ("config-nul-byte", "tfapp.train", ["--config", "{nul}"],
      "nul.yaml: is not valid YAML (unacceptable character #x0000"),
     ("data-text-not-utf8", "tfapp.train", [*TRAIN, "data.train_files={bad_lines}"],

@@ -601,7 +601,8 @@ def _unknown_key_message(full_key: str, source: str) -> str:
     if close:
         hint = f"; did you mean '{(parent + '.') if parent else ''}{close[0]}'?"
     allowed = f" Allowed keys{where}: {', '.join(keys)}." if keys else ""
-    return f"unknown config key '{full_key}' ({source}){hint}{allowed}"
+    # repr: a key may hold a "\r" or "\n" (a CRLF file) that would break the line
+    return f"unknown config key {full_key!r} ({source}){hint}{allowed}"
 
 
 def _translate(err: Exception, source: str) -> ConfigError:
@@ -640,19 +641,27 @@ def _parse_overrides(overrides: list[str]) -> Any:
                           f"{str(err).splitlines()[0]}") from None
 
 
-def _refuse_interpolations(node: Any, prefix: str = "") -> None:
+# Half a surrogate pair: a "\ud800" YAML escape, or undecodable bytes of an argument.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _refuse_bad_strings(node: Any, prefix: str = "") -> None:
     """No ``${...}``: OmegaConf would resolve ``${oc.env:VAR}`` and so copy any environment
     variable (a token, say) of whoever runs a shared config into params.yaml, W&B and the
-    HTML report."""
+    HTML report. No lone surrogate either: params.yaml is UTF-8, which cannot hold one
+    (writing it failed with UnicodeEncodeError when the run started)."""
     items = node.items() if isinstance(node, dict) else enumerate(node) \
         if isinstance(node, list) else ()
     for key, value in items:
         where = f"{prefix}{key}"
         if isinstance(value, dict | list):
-            _refuse_interpolations(value, where + ".")
+            _refuse_bad_strings(value, where + ".")
         elif isinstance(value, str) and "${" in value:
-            raise ConfigError(f"{where}: '{value}' is an interpolation; tfapp configs take "
+            raise ConfigError(f"{where}: {value!r} is an interpolation; tfapp configs take "
                               "plain values (write the value itself)")
+        elif isinstance(value, str) and _SURROGATE.search(value):
+            raise ConfigError(f"{where}: {value!r} is not UTF-8 text (undecodable bytes or a "
+                              "\\ud800-style escape); write it as UTF-8")
 
 
 def load_config(path: str | os.PathLike | None = None,
@@ -691,7 +700,7 @@ def load_config(path: str | os.PathLike | None = None,
             cfg = OmegaConf.merge(cfg, _parse_overrides(list(overrides)))
         except oc_errors.OmegaConfBaseException as err:
             raise _translate(err, "command-line override") from None
-    _refuse_interpolations(OmegaConf.to_container(cfg, resolve=False))
+    _refuse_bad_strings(OmegaConf.to_container(cfg, resolve=False))
     try:
         obj: ExperimentConfig = OmegaConf.to_object(cfg)
     except oc_errors.OmegaConfBaseException as err:
