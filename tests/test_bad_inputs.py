@@ -57,6 +57,11 @@ def _files(tmp: Path) -> dict[str, str]:
     (tmp / "fake_generator" / "generator.json").write_text("{}")
     (tmp / "bad_prompts.txt").write_bytes(b"ok\n\xff\n")
     (tmp / "latin1.yaml").write_bytes(b"trainer:\n  epochs: 3  # caf\xe9\n")
+    (tmp / "nul.yaml").write_bytes(b"trainer:\n  epochs: 3\x00\n")  # found by test_fuzz
+    (tmp / "alias_cycle.yaml").write_text("trainer: &a {epochs: *a}\n")  # found by test_fuzz
+    (tmp / "surrogate.yaml").write_text('name: "a\\ud800"\n')  # found by test_fuzz
+    (tmp / "lone_surrogate.jsonl").write_text('{"text": "a\\ud800", "label": "pos"}\n')
+    (tmp / "header_latin1.csv").write_bytes(b"t\xe9xt,label\nfine,pos\n")
     (tmp / "bad_lines.txt").write_bytes(b"__label__pos ok\n__label__neg \xff\n")
     (tmp / "quoted.tsv").write_text('text\tlabel\n"a\tb"\tpos\n')
     (tmp / "hf_latin1").mkdir()  # a Hugging Face checkpoint folder with a Latin-1 config
@@ -142,6 +147,10 @@ ROWS = [
     ("override-not-key-value", "tfapp.train", [*TRAIN, "epochs"], "epochs"),
     ("override-group-a-scalar", "tfapp.train", [*TRAIN, "trainer=3"],
      "trainer: a config group takes a mapping of its keys, not 3 (command-line override)"),
+    ("override-carriage-return", "tfapp.train", [*TRAIN, "trainer.epochs\r"],  # test_fuzz
+     "override 'trainer.epochs\\r' is not of the form key=value"),
+    ("override-unknown-key-carriage-return", "tfapp.train", [*TRAIN, "trainer.epochz\r=3"],
+     "unknown config key 'trainer.epochz\\r'"),  # found by test_fuzz
     ("override-bad-type", "tfapp.train", [*TRAIN, "trainer.epochs=many"], "trainer.epochs"),
     ("override-out-of-range", "tfapp.train", [*TRAIN, "data.batch_size=0"], "data.batch_size"),
     ("override-bad-choice", "tfapp.train", [*TRAIN, "runtime.strategy=gpu9"], "gpu9"),
@@ -249,6 +258,13 @@ ROWS = [
     ("generate-export-damaged", "tfapp.generate", ["--model", "{fake_generator}", "hello"],
      "the generator export {fake_generator} is damaged (variables/variables.index is missing)"),
     ("predict-no-texts", "tfapp.predict", ["--model", "{run}"], "no texts given"),
+    # damaged exports (found by test_fuzz): cut short, or metadata that is not JSON
+    ("predict-export-variables-cut-short", "tfapp.predict", ["--model", "{run}", "hello"],
+     "is damaged (IndexError: Read less bytes than requested)"),
+    ("predict-export-metadata-not-json", "tfapp.predict", ["--model", "{run}", "hello"],
+     "is damaged (tfapp_export.json is unreadable: "),
+    ("predict-export-fingerprint-cut-short", "tfapp.predict", ["--model", "{run}", "hello"],
+     "is damaged ("),
     ("predict-input-not-utf8", "tfapp.predict", ["--model", "{run}", "--input", "{binary}"],
      "UTF-8"),
     ("predict-pair-count", "tfapp.predict", ["--model", "{run}", "--pair", "x", "a", "b"],
@@ -378,8 +394,18 @@ ROWS = [
      "bad_prompts.txt:2: not valid UTF-8 text"),
     ("config-not-utf8", "tfapp.train", ["--config", "{latin1}"],
      "latin1.yaml:2: not valid UTF-8 text"),
+    ("config-alias-cycle", "tfapp.train", ["--config", "{alias_cycle}"],
+     "alias_cycle.yaml: a YAML alias (*name) refers to a mapping or list that contains it"),
+    ("config-lone-surrogate", "tfapp.train", ["--config", "{surrogate}"],
+     "name: 'a\\ud800' is not UTF-8 text"),
+    ("config-nul-byte", "tfapp.train", ["--config", "{nul}"],
+     "nul.yaml: is not valid YAML (unacceptable character #x0000"),
     ("data-text-not-utf8", "tfapp.train", [*TRAIN, "data.train_files={bad_lines}"],
      "bad_lines.txt:2: not valid UTF-8 text"),
+    ("data-jsonl-lone-surrogate", "tfapp.train", [*TRAIN, "data.train_files={lone_surrogate}"],
+     "lone_surrogate.jsonl:1: not valid JSON (\\ud800: half a surrogate pair"),
+    ("data-header-not-utf8", "tfapp.train", [*TRAIN, "data.train_files={header_latin1}"],
+     "header_latin1.csv:1: not valid UTF-8 text"),
     ("data-tsv-tab-in-field", "tfapp.train", [*TRAIN, "data.train_files={quoted}"],
      "a TSV field cannot hold a tab"),
     ("hub-convert-config-not-utf8", "tfapp.hub.__main__",
@@ -522,6 +548,13 @@ SETUP = {"run-dir-locked": _run_dir_locked, "data-service-port-in-use": _port_in
              lambda e: _truncate(next((e / "variables").glob("variables.data-*")))),
          "predict-export-marker-corrupt": _damaged_export(
              lambda e: (e / "tfapp_export.json").write_text("{not json")),
+         # found by test_fuzz: halves of a copy that failed
+         "predict-export-variables-cut-short": _damaged_export(
+             lambda e: _truncate(e / "variables" / "variables.data-00000-of-00001")),
+         "predict-export-metadata-not-json": _damaged_export(
+             lambda e: _truncate(e / "tfapp_export.json")),
+         "predict-export-fingerprint-cut-short": _damaged_export(
+             lambda e: _truncate(e / "fingerprint.pb")),
          "cache-dir-a-file": _env(TFAPP_CACHE_DIR="{a_file}"),
          "cache-dir-not-writable": _env(TFAPP_CACHE_DIR="{a_file}/cache"),
          "home-a-file": _env(HOME="{a_file}", TFAPP_CACHE_DIR=None),

@@ -602,7 +602,8 @@ def _unknown_key_message(full_key: str, source: str) -> str:
     if close:
         hint = f"; did you mean '{(parent + '.') if parent else ''}{close[0]}'?"
     allowed = f" Allowed keys{where}: {', '.join(keys)}." if keys else ""
-    return f"unknown config key '{full_key}' ({source}){hint}{allowed}"
+    # repr: a key may hold a "\r" or "\n" (a CRLF file) that would break the line
+    return f"unknown config key {full_key!r} ({source}){hint}{allowed}"
 
 
 def _translate(err: Exception, source: str) -> ConfigError:
@@ -628,7 +629,9 @@ def _translate(err: Exception, source: str) -> ConfigError:
 def _parse_overrides(overrides: list[str]) -> Any:
     for item in overrides:
         if "=" not in item or item.startswith("="):
-            raise ConfigError(f"override '{item}' is not of the form key=value "
+            # repr: an override may hold a "\r" (a script saved with CRLF endings) that
+            # would overwrite the printed line
+            raise ConfigError(f"override {item!r} is not of the form key=value "
                               "(e.g. trainer.epochs=3)")
     # "key=" sets the empty string (YAML reads an empty value as null).
     overrides = [f"{item}''" if item.endswith("=") else item for item in overrides]
@@ -660,19 +663,27 @@ def _check_groups(node: Any, source: str, schema: Any = None, prefix: str = "") 
         _check_groups(value, source, group, where + ".")
 
 
-def _refuse_interpolations(node: Any, prefix: str = "") -> None:
+# Half a surrogate pair: a "\ud800" YAML escape, or undecodable bytes of an argument.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _refuse_bad_strings(node: Any, prefix: str = "") -> None:
     """No ``${...}``: OmegaConf would resolve ``${oc.env:VAR}`` and so copy any environment
     variable (a token, say) of whoever runs a shared config into params.yaml, W&B and the
-    HTML report."""
+    HTML report. No lone surrogate either: params.yaml is UTF-8, which cannot hold one
+    (writing it failed with UnicodeEncodeError when the run started)."""
     items = node.items() if isinstance(node, dict) else enumerate(node) \
         if isinstance(node, list) else ()
     for key, value in items:
         where = f"{prefix}{key}"
         if isinstance(value, dict | list):
-            _refuse_interpolations(value, where + ".")
+            _refuse_bad_strings(value, where + ".")
         elif isinstance(value, str) and "${" in value:
-            raise ConfigError(f"{where}: '{value}' is an interpolation; tfapp configs take "
+            raise ConfigError(f"{where}: {value!r} is an interpolation; tfapp configs take "
                               "plain values (write the value itself)")
+        elif isinstance(value, str) and _SURROGATE.search(value):
+            raise ConfigError(f"{where}: {value!r} is not UTF-8 text (undecodable bytes or a "
+                              "\\ud800-style escape); write it as UTF-8")
 
 
 def load_config(path: str | os.PathLike | None = None,
@@ -689,8 +700,10 @@ def load_config(path: str | os.PathLike | None = None,
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             where = f" line {mark.line + 1}" if mark else ""
-            raise ConfigError(f"{path}:{where} is not valid YAML "
-                              f"({getattr(err, 'problem', err)})") from None
+            # A ReaderError (a NUL or other control character) has no ``problem`` and
+            # its str() spans lines: the message must stay one line.
+            problem = " ".join(str(getattr(err, "problem", None) or err).split())
+            raise ConfigError(f"{path}:{where} is not valid YAML ({problem})") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping of config groups at the top level")
         _check_groups(loaded, str(path))
@@ -698,6 +711,9 @@ def load_config(path: str | os.PathLike | None = None,
             cfg = OmegaConf.merge(cfg, loaded)
         except oc_errors.OmegaConfBaseException as err:
             raise _translate(err, str(path)) from None
+        except RecursionError:  # a YAML alias inside what it names: {epochs: *a} under &a
+            raise ConfigError(f"{path}: a YAML alias (*name) refers to a mapping or list "
+                              "that contains it; write the values out") from None
         if not loaded.get("name"):
             cfg.name = p.stem
     if overrides:
@@ -707,7 +723,7 @@ def load_config(path: str | os.PathLike | None = None,
             cfg = OmegaConf.merge(cfg, parsed)
         except oc_errors.OmegaConfBaseException as err:
             raise _translate(err, "command-line override") from None
-    _refuse_interpolations(OmegaConf.to_container(cfg, resolve=False))
+    _refuse_bad_strings(OmegaConf.to_container(cfg, resolve=False))
     try:
         obj: ExperimentConfig = OmegaConf.to_object(cfg)
     except oc_errors.OmegaConfBaseException as err:

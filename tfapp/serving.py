@@ -89,6 +89,8 @@ def load_export(model: str | os.PathLike, kind: str) -> tuple[Path, Any, dict]:
     if (export / "saved_model.pb").stat().st_size == 0:
         raise _damaged(model, export, kind, "saved_model.pb is empty")
     try:
+        if (export / "fingerprint.pb").is_file():  # else TF logs a traceback and loads on
+            tf.saved_model.experimental.read_fingerprint(str(export))
         module = tf.saved_model.load(str(export))
     except Exception as err:  # noqa: BLE001  TensorFlow raises many kinds for a bad file
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]

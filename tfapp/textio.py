@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import json
 import re
 import sys
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from typing import BinaryIO
 from tfapp.errors import DataError
 
 __all__ = ["NOT_UTF8", "STDIN", "decode", "decode_strict", "has_undecodable", "split_lines",
-           "text_lines", "stdin_lines", "iter_lines", "csv_text_stream"]
+           "text_lines", "stdin_lines", "iter_lines", "csv_text_stream", "json_line"]
 
 BOM = "\ufeff"
 STDIN = "<stdin>"
@@ -46,6 +47,26 @@ def decode(raw: bytes) -> str:
 def has_undecodable(text: str) -> bool:
     """Whether ``text`` (from ``decode``) holds bytes that were not UTF-8."""
     return _UNDECODABLE.search(text) is not None
+
+
+# A JSON "\\ud800" escape: half a surrogate pair, which json.loads takes but no UTF-8
+# record, message or file can hold (the first one named; a whole pair is checked below).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def json_line(line: str) -> object:
+    """``json.loads`` of one JSONL line, also raising ``json.JSONDecodeError`` for an
+    escape of half a surrogate pair ("\\ud800"), so readers report it as invalid JSON."""
+    obj = json.loads(line)
+    if "\\u" in line:  # only lines with escapes can hold one: the rest skip the check
+        try:
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            at = _SURROGATE_ESCAPE.search(line)
+            raise json.JSONDecodeError(f"{at.group() if at else 'an escape'}: half a "
+                                       "surrogate pair, not text", line,
+                                       at.start() if at else 0) from None
+    return obj
 
 
 def split_lines(text: str) -> list[str]:

@@ -45,7 +45,14 @@ from tfapp.atomic import write_text
 from tfapp.config import DataConfig
 from tfapp.demo import DEMO_DIR
 from tfapp.errors import DataError
-from tfapp.textio import NOT_UTF8, csv_text_stream, decode, has_undecodable, iter_lines
+from tfapp.textio import (
+    NOT_UTF8,
+    csv_text_stream,
+    decode,
+    has_undecodable,
+    iter_lines,
+    json_line,
+)
 
 import numpy as np
 import tensorflow as tf
@@ -264,6 +271,8 @@ def _delimited_rows(path: str, fh: BinaryIO, delimiter: str, columns: list[str],
         if not row or all(not f.strip() for f in row):
             continue  # blank line
         if header is None:
+            if has_undecodable("".join(row)):  # a header is no row to skip: the file fails
+                raise DataError(f"{path}:{line}: {NOT_UTF8}")
             header = [h.strip() for h in row]
             for col in columns:
                 if col not in header:
@@ -303,7 +312,7 @@ def _jsonl_rows(path: str, lines: Iterator[str], columns: list[str], hint: str
             yield number, None, NOT_UTF8
             continue
         try:
-            obj = json.loads(line)
+            obj = json_line(line)
         except json.JSONDecodeError as err:
             yield number, None, f"not valid JSON ({err.msg} at column {err.colno})"
             continue

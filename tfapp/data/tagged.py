@@ -45,7 +45,7 @@ from tfapp.data.tags import (
 )
 from tfapp.demo import DEMO_DIR
 from tfapp.errors import DataError
-from tfapp.textio import NOT_UTF8, has_undecodable, iter_lines
+from tfapp.textio import NOT_UTF8, has_undecodable, iter_lines, json_line
 
 __all__ = ["TaggedSentence", "read_tagged", "tagged_rows",
            "demo_ner_file", "read_tag_vocab", "keep_known_tags", "log_entity_counts"]
@@ -123,7 +123,7 @@ def _jsonl_sentences(lines: Iterator[str]):
             yield number, [], [], (number, NOT_UTF8)
             continue
         try:
-            obj = json.loads(line)
+            obj = json_line(line)
         except json.JSONDecodeError as err:
             yield number, [], [], (number, f"not valid JSON ({err.msg} at column {err.colno})")
             continue
