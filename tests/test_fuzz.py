@@ -460,7 +460,7 @@ def _damaged_copy(export: Path, to: Path, changes: list[tuple[str, str, float, i
 
 def check_export(export: Path, changes: list[tuple[str, str, float, int]]) -> None:
     """The property of a damaged export: it loads and predicts, or one ConfigError line."""
-    from tfapp.serving import LoadedClassifier
+    from tfapp.tasks.classifier.serving import LoadedClassifier
 
     TRIED["export"] += 1
     with _tmpdir() as tmp:

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from tfapp.run_layout import RunLayout
-from tfapp.serving import LoadedClassifier
+from tfapp.tasks.classifier.serving import LoadedClassifier
 
 import pytest
 from conftest import REPO, subprocess_env

@@ -19,11 +19,13 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import cli, textio
 from tfapp.config import ConfigError
-from tfapp.serving import find_export
+from tfapp.serving import GENERATE
+from tfapp.tasks import load_export
 
 METHODS = ("greedy", "sample", "top_k", "top_p", "beam")
 
@@ -109,8 +111,9 @@ def settings(args: argparse.Namespace, meta: dict) -> dict:
     return s
 
 
-def generate(loaded, prompts: list[str], s: dict) -> list[str]:
-    """Continuations for ``prompts`` (batched in one call of the exported function)."""
+def generate(loaded: Any, prompts: list[str], s: dict) -> list[str]:
+    """Continuations for ``prompts`` (batched in one call of the exported function of the
+    ``tf.saved_model.load``-ed module ``loaded``)."""
     from tfapp.models.decoding import method_filters
 
     import tensorflow as tf
@@ -135,13 +138,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     def body() -> int:
 
         prompts = read_prompts(args)
-        find_export(args.model, "generator")  # fail before paying for TensorFlow's import
-        from tfapp.tasks.generator.task import load_export
-
-        loaded, meta = load_export(args.model)
-        s = settings(args, meta)
+        # The export that generates, by its marker (found before TensorFlow is imported).
+        loaded = load_export(args.model, GENERATE)
+        s = settings(args, loaded.metadata)
         batch = [p for p in prompts for _ in range(args.num_samples)]
-        for prompt, cont in zip(batch, generate(loaded, batch, s), strict=True):
+        for prompt, cont in zip(batch, generate(loaded.module, batch, s), strict=True):
             text = f"{prompt.strip()} {cont}".strip()
             if args.json:
                 print(json.dumps({"prompt": prompt, "continuation": cont, "text": text}))

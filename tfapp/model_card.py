@@ -25,6 +25,8 @@ class ModelCard:
       cfg: the run's config (shown whole, and its data files named).
       examples: examples per split (train, validation, test).
       files: where each split came from (file specs, or "0.2 of train").
+      details: facts of the export (name -> Markdown), from its format's ``describe``
+        (``tfapp.serving.ExportFormat``): the base encoder, the input, ...
       labels: the label names, in output order (classifiers).
       metrics: split -> metric -> value, of the exported weights.
       best: the best-checkpoint record the weights come from (epoch, monitor, value).
@@ -36,6 +38,7 @@ class ModelCard:
     cfg: ExperimentConfig
     examples: dict[str, int] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
+    details: dict[str, str] = field(default_factory=dict)
     labels: list[str] = field(default_factory=list)
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     best: dict | None = None
@@ -47,10 +50,7 @@ class ModelCard:
         out = [f"# {self.title}", "",
                f"Trained by tfapp (`{c.task}` task), run `{c.name}`.", ""]
         out += ["## Model", "", f"* kind: `{c.model.kind}`"]
-        if c.task in ("classifier", "ner") and c.model.kind == "bert":
-            out.append(f"* base encoder: `{c.model.hub_handle}`"
-                       + (f" (preprocessor `{c.model.hub_preprocessor}`)"
-                          if c.model.hub_preprocessor else ""))
+        out += [f"* {name}: {value}" for name, value in self.details.items()]
         if self.best:
             out.append(f"* weights: epoch {self.best['epoch']}, the best "
                        f"`{self.best['monitor']}` ({self.best['value']:.4g})")

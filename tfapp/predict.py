@@ -8,15 +8,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from tfapp import cli, textio
 from tfapp.config import ConfigError
-from tfapp.serving import LoadedClassifier, export_kind
-from tfapp.tasks.ner.serving import LoadedTagger
+from tfapp.serving import PREDICT
+from tfapp.tasks import load_export
 
 
 def _read_lines(path: str) -> list[str]:
@@ -34,19 +33,6 @@ def _read_lines(path: str) -> list[str]:
             raise ConfigError(f"--input {path}: cannot read ({err.strerror})") from None
         lines = textio.text_lines(raw, path)
     return [line.strip() for line in lines if line.strip()]
-
-
-def _print_entities(model_dir: str, texts: list[str], *, as_json: bool) -> int:
-    """Each text, then one line per entity: type, start-end (characters), score, text."""
-
-    for text, found in zip(texts, LoadedTagger(model_dir).entities(texts), strict=True):
-        if as_json:
-            print(json.dumps({"text": text, "entities": found}, ensure_ascii=False))
-            continue
-        print(text)
-        for e in found:
-            print(f"  {e['type']}\t{e['start']}-{e['end']}\t{e['score']:.3f}\t{e['text']}")
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -69,18 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.pair is not None and len(args.pair) != len(texts):
             raise ConfigError(f"--pair given {len(args.pair)} times for {len(texts)} texts")
 
-        if export_kind(args.model) == "ner":
-            return _print_entities(args.model, texts, as_json=args.json)
-        model = LoadedClassifier(args.model)
-        probs, labels = model.predict(texts, args.pair)
-        for i, (text, label) in enumerate(zip(texts, labels, strict=True)):
-            if args.json:
-                print(json.dumps({"text": text, "label": label,
-                                  "probabilities": dict(zip(model.label_names,
-                                                            map(float, probs[i]),
-                                                            strict=True))}))
-            else:
-                print(f"{label}\t{probs[i].max():.3f}\t{text}")
+        # The export's own format (by its marker) says what a prediction prints.
+        model = load_export(args.model, PREDICT)
+        for line in model.predict_lines(texts, args.pair, as_json=args.json):
+            print(line)
         return 0
 
     return cli.run_main(body)

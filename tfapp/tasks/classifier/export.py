@@ -17,14 +17,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tfapp.atomic import save_model
 from tfapp.model_card import CARD_FILE
-from tfapp.serving import EXPORT_MARKERS
+from tfapp.tasks.classifier.serving import FORMAT
 from tfapp.training.metrics import BINARY, MULTILABEL
 
 import tensorflow as tf
-
-EXPORT_METADATA = EXPORT_MARKERS["classifier"]
 
 
 class ClassifierServing(tf.Module):
@@ -71,6 +68,6 @@ def export_classifier(serving: ClassifierServing, export_dir: str | os.PathLike,
     signatures = {"serving_default": serving.serve.get_concrete_function()}
     if hasattr(serving, "serve_pair"):
         signatures["serve_pair"] = serving.serve_pair.get_concrete_function()
-    return save_model(serving, export_dir, signatures=signatures, metadata=metadata,
-                      metadata_file=EXPORT_METADATA, files={CARD_FILE: card} if card else None)
+    return FORMAT.write(serving, export_dir, signatures=signatures, metadata=metadata,
+                        files={CARD_FILE: card} if card else None)
 

@@ -24,6 +24,7 @@ from tfapp.hub.handles import resolve_hub_handle
 from tfapp.model_card import ModelCard, vocabulary_scripts
 from tfapp.models.classifier import build_classifier
 from tfapp.tasks.classifier.export import ClassifierServing, export_classifier
+from tfapp.tasks.classifier.serving import FORMAT
 from tfapp.training.metrics import (
     build_loss,
     build_metrics,
@@ -186,12 +187,15 @@ class ClassifierTask(Task):
         # Every worker saves (collective reads of synced variables need all of them); a
         # non-chief's layout is its own scratch copy, removed at the end of the run.
         if self.cfg.trainer.export:
-            card = self._card(inputs, scores)
-            out.paths["exported"] = export_classifier(serving, self.layout.export, metadata={
+            metadata = {
                 "task": "classifier", "label_names": s.label_names,
                 "multi_label": s.multi_label, "text_pair": bool(d.text_pair_column),
-                "seq_length": d.seq_length, "hub_handle": self.cfg.model.hub_handle,
-                "preprocessor": inputs.preprocessor_handle}, card=card.render())
+                "seq_length": d.seq_length, "model_kind": self.cfg.model.kind,
+                "hub_handle": self.cfg.model.hub_handle,
+                "preprocessor": inputs.preprocessor_handle}
+            card = self._card(inputs, scores, details=FORMAT.describe(metadata))
+            out.paths["exported"] = export_classifier(serving, self.layout.export,
+                                                      metadata=metadata, card=card.render())
         return out
 
     def _predict(self, serving, s: ClassificationSplits, split) -> tuple[np.ndarray, np.ndarray]:
@@ -205,7 +209,8 @@ class ClassifierTask(Task):
             labels.append(batch["label"])
         return np.concatenate(labels), np.concatenate(probs)
 
-    def _card(self, inputs: ClassifierInputs, scores: dict) -> ModelCard:
+    def _card(self, inputs: ClassifierInputs, scores: dict, *,
+              details: dict[str, str]) -> ModelCard:
         s, d, m = inputs.splits, self.cfg.data, self.cfg.model
         examples = {"train": s.size(s.train)}
         examples.update({k: s.size(v) for k, v in (("validation", s.validation),
@@ -240,7 +245,8 @@ class ClassifierTask(Task):
             'out["probabilities"], out["label"]  # [n, labels] floats, [n] label names',
             "```"])
         return ModelCard(title=f"Text classifier ({m.kind}, {kind})", cfg=self.cfg,
-                         examples=examples, files=files, labels=list(s.label_names),
+                         examples=examples, files=files, details=details,
+                         labels=list(s.label_names),
                          metrics=scores,
                          best=self.layout.best(),
                          usage=usage, limits=limits)

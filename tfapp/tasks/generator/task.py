@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from tfapp.atomic import save_model
 from tfapp.config import GenerationConfig
 from tfapp.data import text_lines
 from tfapp.data.pipeline import distribute
@@ -33,8 +32,7 @@ from tfapp.data.stream import start_at, steps_per_pass
 from tfapp.model_card import CARD_FILE, ModelCard, vocabulary_scripts
 from tfapp.models import decoding, seq2seq
 from tfapp.runtime import host_xla_available
-from tfapp.serving import EXPORT_MARKERS
-from tfapp.serving import load_export as load_saved_export
+from tfapp.tasks.generator.serving import FORMAT
 from tfapp.training.callbacks import history_row
 from tfapp.training.task import Inputs, Task, TaskOutput
 
@@ -42,7 +40,6 @@ import tensorflow as tf
 
 log = logging.getLogger("tfapp")
 
-EXPORT_META = EXPORT_MARKERS["generator"]
 STRING_BATCH = tf.TensorSpec([None], tf.string, name="prompts")
 
 
@@ -169,9 +166,9 @@ def serving_copy(model: seq2seq.Seq2Seq, context_words: int, target_words: int,
 def export_generator(generator: TextGenerator, path: str | Path, *, card: str = "") -> Path:
     """Write the SavedModel (all signatures), ``generator.json`` (its settings) and the
     model card (``README.md``), atomically."""
-    return save_model(generator, path, signatures=generator.signatures(),
-                      metadata=json.loads(generator.meta_json), metadata_file=EXPORT_META,
-                      files={CARD_FILE: card} if card else None)
+    return FORMAT.write(generator, path, signatures=generator.signatures(),
+                        metadata=json.loads(generator.meta_json),
+                        files={CARD_FILE: card} if card else None)
 
 
 class TextSamples(tf.keras.callbacks.Callback):
@@ -292,11 +289,12 @@ class GeneratorTask(Task):
                      f"{(p + ' ' + t.decode('utf-8')).strip()}"
                      for p, t in zip(inputs.sample_prompts, texts, strict=True)]
         if self.cfg.trainer.export:
+            card = self._card(inputs, details=FORMAT.describe(json.loads(generator.meta_json)))
             out.paths["exported"] = export_generator(generator, self.layout.export,
-                                                     card=self._card(inputs).render())
+                                                     card=card.render())
         return out
 
-    def _card(self, inputs: GeneratorInputs) -> ModelCard:
+    def _card(self, inputs: GeneratorInputs, *, details: dict[str, str]) -> ModelCard:
         d, m, g = self.cfg.data, self.cfg.model, self.cfg.generation
         best = self.layout.best()
         row = history_row(self.layout.history, best["epoch"]) if best else {}
@@ -326,7 +324,8 @@ class GeneratorTask(Task):
                   "examples: it continues text in the style of its corpus, it does not "
                   "know facts."]
         return ModelCard(title=f"Text generator ({m.kind})", cfg=self.cfg, examples=examples,
-                         files=files, metrics=metrics, best=best, usage=usage, limits=limits)
+                         files=files, details=details, metrics=metrics, best=best, usage=usage,
+                         limits=limits)
 
     # ----------------------------------------------------------------- helpers
 
@@ -344,12 +343,3 @@ class GeneratorTask(Task):
                              keep="first" if d.example_shape == "pairs" else "last",
                              strip_punctuation=d.strip_punctuation,
                              generation=self.cfg.generation)
-
-
-# --------------------------------------------------------------------------- loading
-
-
-def load_export(path: str | Path) -> tuple[Any, dict]:
-    """``tf.saved_model.load`` of a generator export plus its ``generator.json``."""
-    _, module, meta = load_saved_export(path, "generator")
-    return module, meta

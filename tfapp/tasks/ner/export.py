@@ -21,16 +21,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tfapp.atomic import save_model
 from tfapp.data.tags import OUTSIDE, split_tag
 from tfapp.data.token_classification import window_features, windows_per_sentence, word_pieces
 from tfapp.model_card import CARD_FILE
-from tfapp.serving import EXPORT_MARKERS
+from tfapp.tasks.ner.serving import FORMAT
 
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-EXPORT_METADATA = EXPORT_MARKERS["ner"]
 #: a word is a run of anything but whitespace and punctuation/symbols; each of those is one
 WORD_SPLIT = r"\s+|[\p{P}\p{S}]"
 KEEP = r"[\p{P}\p{S}]"
@@ -155,8 +153,7 @@ def entities(outputs: dict, index: int) -> list[dict]:
 def export_ner(serving: NerServing, export_dir: str | os.PathLike, *, metadata: dict,
                card: str = "") -> Path:
     """The serving SavedModel, its metadata and its model card (``README.md``)."""
-    return save_model(serving, export_dir,
-                      signatures={"serving_default": serving.serve.get_concrete_function()},
-                      metadata=metadata, metadata_file=EXPORT_METADATA,
-                      files={CARD_FILE: card} if card else None)
+    return FORMAT.write(serving, export_dir,
+                        signatures={"serving_default": serving.serve.get_concrete_function()},
+                        metadata=metadata, files={CARD_FILE: card} if card else None)
 

@@ -32,6 +32,7 @@ from tfapp.models.token_classifier import (
 )
 from tfapp.tasks.ner.export import NerServing, export_ner
 from tfapp.tasks.ner.scores import entity_report, format_entity_report
+from tfapp.tasks.ner.serving import FORMAT
 from tfapp.training.callbacks import averaged_weights
 from tfapp.training.task import Inputs, Task, TaskOutput
 from tfapp.training.tb_logging import log_scalars
@@ -205,15 +206,18 @@ class NerTask(Task):
             d = self.cfg.data
             serving = NerServing(model, inputs.preprocess.module, seq_length=d.seq_length,
                                  tag_names=inputs.data.tag_names)
-            out.paths["exported"] = export_ner(serving, self.layout.export, metadata={
+            metadata = {
                 "task": "ner", "tag_names": inputs.data.tag_names,
                 "entity_types": inputs.data.splits.entity_types, "seq_length": d.seq_length,
                 "hub_handle": self.cfg.model.hub_handle,
-                "preprocessor": inputs.preprocessor_handle},
-                card=self._card(inputs, scores).render())
+                "preprocessor": inputs.preprocessor_handle}
+            card = self._card(inputs, scores, details=FORMAT.describe(metadata))
+            out.paths["exported"] = export_ner(serving, self.layout.export, metadata=metadata,
+                                               card=card.render())
         return out
 
-    def _card(self, inputs: NerInputs, scores: dict) -> ModelCard:
+    def _card(self, inputs: NerInputs, scores: dict, *,
+              details: dict[str, str]) -> ModelCard:
         s, d, m = inputs.data.splits, self.cfg.data, self.cfg.model
         demo = d.train_files.strip() == "demo"
         examples = {k: v for k, v in inputs.data.sentences.items() if v}
@@ -238,7 +242,8 @@ class NerTask(Task):
             limits.append(f"`{m.hub_handle}` is a small encoder built from the demo texts, "
                           "not a pretrained BERT: for tests and smoke runs.")
         return ModelCard(title=f"Token classifier (BERT, {len(s.entity_types)} entity types)",
-                         cfg=self.cfg, examples=examples, files=files, labels=s.tag_names,
+                         cfg=self.cfg, examples=examples, files=files, details=details,
+                         labels=s.tag_names,
                          metrics=scores,
                          best=self.layout.best(),
                          usage=usage, limits=limits)
