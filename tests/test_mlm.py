@@ -10,6 +10,7 @@ import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.data.masking import MlmMasker, default_max_predictions
 from tfapp.demo import DEMO_DIR
 from tfapp.hub.builder import BuildParams, build_bert_hub
+from tfapp.models.bert_config import BertConfig
 from tfapp.pretrain import main as pretrain_main
 
 import numpy as np
@@ -152,8 +153,9 @@ def tiny_module(tmp_path_factory):
         texts = [row["text"] for row in csv.DictReader(fh)][:300]
     (root / "corpus.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     hub_dir = build_bert_hub(texts, root / "tiny", BuildParams(
-        layers=2, hidden=32, heads=2, intermediate=64, max_positions=64, vocab_size=300,
-        seed=0, dropout=0.0, seq_length=24))
+        BertConfig(vocab_size=300, hidden_size=32, num_layers=2, num_heads=2,
+                   intermediate_size=64, max_position_embeddings=64, dropout=0.0,
+                   attention_dropout=0.0), seed=0, seq_length=24))
     return root, hub_dir
 
 

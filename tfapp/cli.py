@@ -1,8 +1,9 @@
 """Shared command-line plumbing: config arguments, help text, logging, user errors.
 
 Every entry point (``python -m tfapp.train`` ...) builds its parser with
-``config_parser`` and runs its body through ``run_main``, so a user mistake is one
-``tfapp: error: ...`` line on stderr with exit code 2, never a traceback.
+``config_parser`` and runs its body through ``run_main`` (one that takes a config through
+``run_config_command``, which also resolves it and answers ``--print-config``), so a user
+mistake is one ``tfapp: error: ...`` line on stderr with exit code 2, never a traceback.
 The ``tfapp`` console script dispatches ``tfapp <command> ...`` to those modules.
 """
 
@@ -18,7 +19,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from tfapp.config import ConfigError, ExperimentConfig, config_reference, group_docs, load_config
+from tfapp.config import (
+    ConfigError,
+    ExperimentConfig,
+    config_reference,
+    group_docs,
+    load_config,
+    to_yaml,
+)
 from tfapp.run_layout import RunLayout
 
 EXIT_USER_ERROR = 2
@@ -98,6 +106,37 @@ def config_parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 def resolve_config(args: argparse.Namespace) -> ExperimentConfig:
     return load_config(args.config, args.overrides)
+
+
+def run_config_command(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
+                       body: Callable[[ExperimentConfig, argparse.Namespace], int | None], *,
+                       check: Callable[[argparse.Namespace], object] | None = None,
+                       resume_module: str | None = None, search: bool = False) -> int:
+    """Run a command that takes a config (a ``config_parser`` parser plus its own flags).
+
+    Parses ``argv`` (flags may come between the overrides: ``... --start-over key=value``),
+    sets up logging, then under ``run_main``: resolves the config, runs ``check(args)``
+    (checks of the command's own flags that hold for ``--print-config`` too), prints the
+    config and stops for ``--print-config``, else runs ``body(cfg, args)``. With
+    ``resume_module`` an interruption ends with the command that resumes the run
+    (``resume_line``; ``search``: a tuning search).
+    """
+    args = parser.parse_intermixed_args(argv)
+    setup_logging(args.verbose)
+
+    def run() -> int | None:
+        cfg = resolve_config(args)
+        if check is not None:
+            check(args)
+        if args.print_config:
+            print(to_yaml(cfg), end="")
+            return 0
+        return body(cfg, args)
+
+    def resume() -> str:
+        return resume_line(resume_module, argv, resolve_config(args).run_dir, search=search)
+
+    return run_main(run, resume=resume if resume_module is not None else None)
 
 
 def resume_line(module: str, argv: Sequence[str] | None, run_dir: Path, *,

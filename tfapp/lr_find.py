@@ -8,13 +8,14 @@ suggestion. The run directory and any trained model are left untouched.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import cli
-from tfapp.config import ConfigError, to_yaml
+from tfapp.config import ConfigError, ExperimentConfig
 from tfapp.tasks import get_task
 
 
@@ -29,15 +30,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", metavar="PNG",
                         help="where to write the plot (default: lr_find_<name>.png in the "
                              "current directory); the numbers go next to it as .json")
-    # Flags may come between the overrides (`... --overwrite key=value`), as in tune.
-    args = parser.parse_intermixed_args(argv)
-    cli.setup_logging(args.verbose)
 
-    def body() -> int:
-        cfg = cli.resolve_config(args)
-        if args.print_config:
-            print(to_yaml(cfg), end="")
-            return 0
+    def body(cfg: ExperimentConfig, args: argparse.Namespace) -> int:
         out = Path(args.output or f"lr_find_{cfg.name}.png")
         if out.suffix.lower() != ".png":
             raise ConfigError(f"--output {out}: give a .png path")
@@ -57,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"optimizer.learning_rate={result.suggestion:.3g}")
         return 0
 
-    return cli.run_main(body)
+    return cli.run_config_command(parser, argv, body)
 
 
 if __name__ == "__main__":

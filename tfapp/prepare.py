@@ -13,6 +13,7 @@ the manifest. A killed run resumes: rerun the same command.
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 import time
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import cli
-from tfapp.config import ConfigError, to_yaml
+from tfapp.config import ConfigError, ExperimentConfig
 from tfapp.tasks import get_task
 
 
@@ -50,18 +51,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--shard-mb", type=float, default=64.0,
                         help="size of each TFRecord shard written (default 64 MB): shards are "
                              "what input workers divide among themselves")
-    args = parser.parse_intermixed_args(argv)
-    cli.setup_logging(args.verbose)
 
-    def body() -> int:
-        cfg = cli.resolve_config(args)
-        shard = _shard(args.shard)
+    def check(args: argparse.Namespace) -> None:  # --print-config checks them too
+        _shard(args.shard)
         if args.shard_mb <= 0:
             raise ConfigError(f"--shard-mb {args.shard_mb}: must be > 0")
-        if args.print_config:
 
-            print(to_yaml(cfg), end="")
-            return 0
+    def body(cfg: ExperimentConfig, args: argparse.Namespace) -> int:
+        shard = _shard(args.shard)
         from tfapp.data import sources
         from tfapp.data.prepare import prepare
 
@@ -100,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("train on it with: " + " ".join(overrides))
         return 0
 
-    return cli.run_main(body)
+    return cli.run_config_command(parser, argv, body, check=check)
 
 
 if __name__ == "__main__":

@@ -6,12 +6,13 @@ tfapp, using a tiny BERT that tfapp builds once and loads through TF-Hub.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import cli
-from tfapp.config import to_yaml
+from tfapp.config import ExperimentConfig
 from tfapp.tasks import get_task
 from tfapp.training.faults import worker_loss_explained
 
@@ -32,15 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="resume the run's backup under a config that changed since it "
                              "was made (refused without this; never for another task, "
                              "encoder or optimizer, nor for a change of a weight's shape)")
-    # Flags may come between the overrides (`... --start-over key=value`), as in tune.
-    args = parser.parse_intermixed_args(argv)
-    cli.setup_logging(args.verbose)
 
-    def body() -> int:
-        cfg = cli.resolve_config(args)
-        if args.print_config:
-            print(to_yaml(cfg), end="")
-            return 0
+    def body(cfg: ExperimentConfig, args: argparse.Namespace) -> int:
         from tfapp.training.driver import train  # TensorFlow loads only past config checks
 
         with worker_loss_explained():  # a lost peer: one line and exit 75, not a traceback
@@ -49,8 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(result.summary())
         return 0
 
-    return cli.run_main(body, resume=lambda: cli.resume_line(
-        "tfapp.train", argv, cli.resolve_config(args).run_dir))
+    return cli.run_config_command(parser, argv, body, resume_module="tfapp.train")
 
 
 if __name__ == "__main__":

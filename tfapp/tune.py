@@ -8,6 +8,7 @@ an interrupted search. See docs/tuning.md.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
 from collections.abc import Sequence
@@ -77,15 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "worker then sends)")
     parser.add_argument("--top", type=int, default=10, metavar="N",
                         help="trials shown in the results table (default 10)")
-    # Flags may come between the overrides (`... --start-over key=value`).
-    args = parser.parse_intermixed_args(argv)
-    cli.setup_logging(args.verbose)
 
-    def body() -> int:
-        cfg = cli.resolve_config(args)
-        if args.print_config:
-            print(to_yaml(cfg), end="")
-            return 0
+    def body(cfg: ExperimentConfig, args: argparse.Namespace) -> int:
         if not cfg.tune.space:
             raise ConfigError("tune.space is empty: declare what to search, e.g. "
                               "tune.space={optimizer.learning_rate: {type: float, min: 1e-4, "
@@ -96,8 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_same_search(cfg, role, args.start_over)
         return _search(cfg, role, args.top)
 
-    return cli.run_main(body, resume=lambda: cli.resume_line(
-        "tfapp.tune", argv, cli.resolve_config(args).run_dir, search=True))
+    return cli.run_config_command(parser, argv, body, resume_module="tfapp.tune", search=True)
 
 
 # The longest a worker waits for the chief to answer before saying so (and exiting).

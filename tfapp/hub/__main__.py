@@ -31,6 +31,7 @@ from tfapp.config import ConfigError
 from tfapp.hub.builder import BuildParams, build_bert_hub, read_corpus
 from tfapp.hub.convert import convert_hf_bert
 from tfapp.hub.handles import resolve_hub_handle
+from tfapp.models.bert_config import BertConfig
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -103,17 +104,20 @@ def _build(args: argparse.Namespace) -> int:
     if not 0.0 <= args.dropout < 1.0:
         raise ConfigError(f"--dropout {args.dropout} must be in [0, 1)")
 
-    params = BuildParams(layers=args.layers, hidden=args.hidden, heads=args.heads,
-                         intermediate=args.intermediate, max_positions=args.max_positions,
-                         vocab_size=args.vocab_size, lower_case=args.lower_case, seed=args.seed,
-                         dropout=args.dropout, seq_length=args.seq_length)
+    bert = BertConfig(vocab_size=args.vocab_size, hidden_size=args.hidden,
+                      num_layers=args.layers, num_heads=args.heads,
+                      intermediate_size=args.intermediate,
+                      max_position_embeddings=args.max_positions, dropout=args.dropout,
+                      attention_dropout=args.dropout)
+    params = BuildParams(bert, lower_case=args.lower_case, seed=args.seed,
+                         seq_length=args.seq_length)
     start = time.monotonic()
     texts = read_corpus(args.corpus, text_column=args.text_column)
     out = build_bert_hub(texts, args.out, params, overwrite=args.overwrite)
     if not args.quiet:
         meta = json.loads((out / "tfapp_hub.json").read_text(encoding="utf-8"))
-        print(f"built BERT ({params.layers} layers, hidden {params.hidden}, {params.heads} "
-              f"heads, vocab {meta['vocab_size']} from {len(texts)} texts, "
+        print(f"built BERT ({bert.num_layers} layers, hidden {bert.hidden_size}, "
+              f"{bert.num_heads} heads, vocab {meta['vocab_size']} from {len(texts)} texts, "
               f"{meta['num_parameters']:,} parameters) in {time.monotonic() - start:.1f}s")
         print(f"  encoder:      {out / 'encoder'}")
         print(f"  preprocessor: {out / 'preprocessor'}")

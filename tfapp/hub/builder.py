@@ -20,12 +20,19 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from tfapp.config import ConfigError
+from tfapp.models.bert_config import BertConfig
 
 __all__ = ["BuildParams", "build_bert_hub", "read_corpus"]
+
+
+def _default_bert() -> BertConfig:
+    # build-bert's defaults; vocab_size is a target: the corpus decides (never more).
+    return BertConfig(vocab_size=4000, hidden_size=128, num_layers=2, num_heads=2,
+                      intermediate_size=256, max_position_embeddings=512)
 
 
 @dataclass(frozen=True)
@@ -33,27 +40,17 @@ class BuildParams:
     """Everything that determines a built module (hashed for the builtin cache key).
 
     Attributes:
-      layers: transformer layers.
-      hidden: hidden width (divisible by heads).
-      heads: attention heads.
-      intermediate: feed-forward width.
-      max_positions: longest sequence the position embedding covers.
-      vocab_size: target WordPiece vocabulary size (a small corpus may yield fewer).
+      bert: the encoder's shape (``BertConfig``: layers, widths, positions, dropout);
+        its ``vocab_size`` is the target WordPiece vocabulary size (a small corpus may
+        yield fewer: the module gets the vocabulary learned).
       lower_case: lower-case and strip accents (an uncased model).
       seed: seed of the weight initialisers.
-      dropout: dropout rate inside the encoder when fine-tuning.
       seq_length: default sequence length of the preprocessor's __call__.
     """
 
-    layers: int = 2
-    hidden: int = 128
-    heads: int = 2
-    intermediate: int = 256
-    max_positions: int = 512
-    vocab_size: int = 4000
+    bert: BertConfig = field(default_factory=_default_bert)
     lower_case: bool = True
     seed: int = 0
-    dropout: float = 0.1
     seq_length: int = 128
 
     def to_json(self) -> str:
@@ -89,7 +86,7 @@ def build_bert_hub(corpus: Iterable[str], out_dir: str | os.PathLike,
     """
     from tfapp.data.vocab import build_wordpiece_vocab, write_vocab
     from tfapp.hub.export import check_out_dir, export_bert_modules, float32_policy
-    from tfapp.models.bert import BertConfig, BertEncoder
+    from tfapp.models.bert import BertEncoder
 
     import tensorflow as tf
 
@@ -97,20 +94,14 @@ def build_bert_hub(corpus: Iterable[str], out_dir: str | os.PathLike,
     check_out_dir(out_dir, overwrite)
     if tf.distribute.has_strategy():
         raise ConfigError("build_bert_hub must run outside a distribution strategy scope")
-    try:
-        cfg = BertConfig(vocab_size=params.vocab_size, hidden_size=params.hidden,
-                         num_layers=params.layers, num_heads=params.heads,
-                         intermediate_size=params.intermediate,
-                         max_position_embeddings=params.max_positions,
-                         dropout=params.dropout, attention_dropout=params.dropout)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    if params.seq_length > params.max_positions:
+    max_positions = params.bert.max_position_embeddings
+    if params.seq_length > max_positions:
         raise ConfigError(f"seq_length {params.seq_length} exceeds max_positions "
-                          f"{params.max_positions}; lower it or raise --max-positions")
+                          f"{max_positions}; lower it or raise --max-positions")
 
-    vocab = build_wordpiece_vocab(list(corpus), params.vocab_size, lower_case=params.lower_case)
-    cfg = BertConfig.from_dict({**cfg.to_dict(), "vocab_size": len(vocab)})
+    vocab = build_wordpiece_vocab(list(corpus), params.bert.vocab_size,
+                                  lower_case=params.lower_case)
+    cfg = replace(params.bert, vocab_size=len(vocab))
     with tempfile.TemporaryDirectory() as tmp:
         vocab_file = write_vocab(vocab, Path(tmp) / "vocab.txt")
         with float32_policy():

@@ -37,6 +37,7 @@ from tfapp.cachedir import cache_dir, usable_cache_dir
 from tfapp.config import ConfigError
 from tfapp.demo import DEMO_DIR
 from tfapp.hub.builder import BuildParams
+from tfapp.models.bert_config import BertConfig
 
 __all__ = ["BUILTIN_MODULES", "builtin_module_dir", "cache_dir", "ensure_builtin",
            "resolve_hub_handle"]
@@ -48,9 +49,11 @@ BUILTIN_PREFIX = "builtin:"
 
 # name -> (build parameters, corpus file inside tfapp/demo, its text column)
 BUILTIN_MODULES: dict[str, tuple[BuildParams, str, str]] = {
-    "tiny": (BuildParams(layers=2, hidden=128, heads=2, intermediate=256, max_positions=512,
-                         vocab_size=3000, lower_case=True, seed=0, dropout=0.1,
-                         seq_length=128),
+    "tiny": (BuildParams(BertConfig(vocab_size=3000, hidden_size=128, num_layers=2,
+                                    num_heads=2, intermediate_size=256,
+                                    max_position_embeddings=512, dropout=0.1,
+                                    attention_dropout=0.1),
+                         lower_case=True, seed=0, seq_length=128),
              "reviews_train.csv", "text"),
 }
 
@@ -115,13 +118,16 @@ def _file_lock(path: Path, timeout_s: float = 900.0) -> Iterator[None]:
 
 
 def _build_in_subprocess(params: BuildParams, corpus: Path, column: str, out: Path) -> None:
+    bert = params.bert
     cmd = [sys.executable, "-m", "tfapp.hub", "build-bert", "--corpus", str(corpus),
            "--text-column", column, "--out", str(out),
-           "--layers", str(params.layers), "--hidden", str(params.hidden),
-           "--heads", str(params.heads), "--intermediate", str(params.intermediate),
-           "--max-positions", str(params.max_positions), "--vocab-size", str(params.vocab_size),
+           "--layers", str(bert.num_layers), "--hidden", str(bert.hidden_size),
+           "--heads", str(bert.num_heads), "--intermediate", str(bert.intermediate_size),
+           "--max-positions", str(bert.max_position_embeddings),
+           "--vocab-size", str(bert.vocab_size),
            "--lower-case" if params.lower_case else "--no-lower-case",
-           "--seed", str(params.seed), "--dropout", str(params.dropout),
+           # build-bert's one --dropout sets both rates (equal in every builtin module)
+           "--seed", str(params.seed), "--dropout", str(bert.dropout),
            "--seq-length", str(params.seq_length), "--quiet"]
     env = dict(os.environ)
     package_root = str(Path(__file__).resolve().parents[2])

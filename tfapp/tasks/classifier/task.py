@@ -6,10 +6,9 @@ import json
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from tfapp.atomic import write_text
-from tfapp.data.bert_preprocess import make_bert_preprocess_fn, vocab_tokens
+from tfapp.data.bert_preprocess import vocab_tokens
 from tfapp.data.classification import (
     ClassificationSplits,
     labels_of,
@@ -20,11 +19,11 @@ from tfapp.data.classification import (
 )
 from tfapp.data.pipeline import distribute
 from tfapp.data.stream import start_at, steps_per_pass
-from tfapp.hub.handles import resolve_hub_handle
 from tfapp.model_card import ModelCard, vocabulary_scripts
 from tfapp.models.classifier import build_classifier
 from tfapp.tasks.classifier.export import ClassifierServing, export_classifier
 from tfapp.tasks.classifier.serving import FORMAT
+from tfapp.training.bert_inputs import BertInputs, bert_setup
 from tfapp.training.metrics import (
     build_loss,
     build_metrics,
@@ -33,7 +32,7 @@ from tfapp.training.metrics import (
     format_report,
     label_mode,
 )
-from tfapp.training.task import Inputs, Task, TaskOutput
+from tfapp.training.task import Task, TaskOutput
 from tfapp.training.tb_logging import log_scalars
 
 import numpy as np
@@ -42,20 +41,15 @@ log = logging.getLogger("tfapp")
 
 
 @dataclass
-class ClassifierInputs(Inputs):
-    """The classifier's inputs and what its model, loss and export need to know.
+class ClassifierInputs(BertInputs):
+    """The classifier's inputs and what its model, loss and export need to know (the
+    BERT preprocessing and Hub handles: ``BertInputs``).
 
     Attributes:
       splits: the prepared splits, the label names, single or multi-label.
-      preprocess: the BERT preprocessing function (``make_bert_preprocess_fn``).
-      encoder_handle: the resolved encoder (``model.hub_handle``).
-      preprocessor_handle: the resolved preprocessor.
     """
 
     splits: ClassificationSplits | None = None
-    preprocess: Any = None
-    encoder_handle: str = ""
-    preprocessor_handle: str = ""
 
     @property
     def num_classes(self) -> int:
@@ -79,11 +73,9 @@ class ClassifierTask(Task):
         return cfg.model.kind in ("bert", "rnn")
 
     def build_inputs(self) -> ClassifierInputs:
-        d, m = self.cfg.data, self.cfg.model
-        encoder, bundled_pre = resolve_hub_handle(m.hub_handle)
-        preprocessor = m.hub_preprocessor or bundled_pre
-        preprocess = make_bert_preprocess_fn(hub_preprocessor=preprocessor,
-                                             seq_length=d.seq_length)
+        d = self.cfg.data
+        bert = bert_setup(self.cfg)
+        preprocess = bert.preprocess
         seed = self.cfg.runtime.seed
         s = load_classification_splits(d, seed, label_vocab_path=self.layout.labels,
                                        keep_vocab=self.ctx.resuming)
@@ -114,8 +106,7 @@ class ClassifierTask(Task):
             # steps_per_execution > 1 even on one replica.
             validation_steps=(math.ceil(s.size(validation) / global_batch)
                               if validation is not None else None),
-            splits=s, preprocess=preprocess, encoder_handle=encoder,
-            preprocessor_handle=preprocessor)
+            splits=s, **bert._asdict())
 
     def build_model(self, inputs: ClassifierInputs):
         return build_classifier(

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfapp.atomic import write_text
-from tfapp.data.bert_preprocess import make_bert_preprocess_fn
 from tfapp.data.ner_splits import load_ner_splits
 from tfapp.data.pipeline import distribute
 from tfapp.data.prepare import RowSpec
@@ -23,7 +22,6 @@ from tfapp.data.token_classification import (
     make_ner_dataset,
     predict_tags,
 )
-from tfapp.hub.handles import resolve_hub_handle
 from tfapp.model_card import ModelCard
 from tfapp.models.token_classifier import (
     MaskedTokenAccuracy,
@@ -33,8 +31,9 @@ from tfapp.models.token_classifier import (
 from tfapp.tasks.ner.export import NerServing, export_ner
 from tfapp.tasks.ner.scores import entity_report, format_entity_report
 from tfapp.tasks.ner.serving import FORMAT
+from tfapp.training.bert_inputs import BertInputs, bert_setup
 from tfapp.training.callbacks import averaged_weights
-from tfapp.training.task import Inputs, Task, TaskOutput
+from tfapp.training.task import Task, TaskOutput
 from tfapp.training.tb_logging import log_scalars
 
 import tensorflow as tf
@@ -47,24 +46,19 @@ SUMMARY = {"entity_f1": "f1", "entity_precision": "precision", "entity_recall": 
 
 
 @dataclass
-class NerInputs(Inputs):
-    """The tagger's inputs: the prepared splits and their window counts, the
-    preprocessing.
+class NerInputs(BertInputs):
+    """The tagger's inputs: the prepared splits and their window counts (the BERT
+    preprocessing and Hub handles: ``BertInputs``).
 
     Attributes:
       data: the splits, tag names and windows per shard file (``build_ner_data``).
       gold: split name -> its sentences' tags (what the entity scores compare against).
       windows: split name -> its windows in order (``eval_windows``), built once.
-      preprocess: the BERT preprocessing function (its ``.module`` tokenises and packs).
-      encoder_handle / preprocessor_handle: the resolved Hub handles.
     """
 
     data: NerData | None = None
     gold: dict[str, list[list[str]]] = field(default_factory=dict)
     windows: dict[str, Any] = field(default_factory=dict)
-    preprocess: Any = None
-    encoder_handle: str = ""
-    preprocessor_handle: str = ""
 
 
 def tagger(model: tf.keras.Model):
@@ -126,12 +120,10 @@ class NerTask(Task):
         return True  # a restored TF-Hub encoder recompiles every step (docs/hub.md)
 
     def build_inputs(self) -> NerInputs:
-        d, m, rt = self.cfg.data, self.cfg.model, self.runtime
+        d, rt = self.cfg.data, self.runtime
         seed = self.cfg.runtime.seed
-        encoder, bundled_pre = resolve_hub_handle(m.hub_handle)
-        preprocessor = m.hub_preprocessor or bundled_pre
-        preprocess = make_bert_preprocess_fn(hub_preprocessor=preprocessor,
-                                             seq_length=d.seq_length)
+        bert = bert_setup(self.cfg)
+        preprocess = bert.preprocess
         splits = load_ner_splits(d, seed, self.layout.labels, keep_vocab=self.ctx.resuming)
         data = build_ner_data(splits, preprocess, d.seq_length)
         if splits.report.count:
@@ -163,9 +155,7 @@ class NerTask(Task):
             num_validation_examples=data.size(validation),
             validation_steps=(math.ceil(data.size(validation) / global_batch)
                               if validation else None),
-            data=data, gold=gold, windows=windows, preprocess=preprocess,
-            encoder_handle=encoder,
-            preprocessor_handle=preprocessor)
+            data=data, gold=gold, windows=windows, **bert._asdict())
 
     def build_model(self, inputs: NerInputs):
         return build_token_classifier(self.cfg.model, num_tags=len(inputs.data.tag_names),
