@@ -183,7 +183,7 @@ def test_filter_logits_top_k_and_top_p():
     np.testing.assert_allclose(scaled, logits.numpy() / 2.0, rtol=1e-6)
 
 
-@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("jit", [False, pytest.param(True, marks=pytest.mark.xla_cpu)])
 def test_sample_tokens_follows_the_filtered_distribution_on_every_path(jit):
     """20k rows of one distribution over 100 words, one draw each: plain top-k (the
     ``tf.math.top_k`` path), top-k above the cap and nucleus (``filter_logits``) and no
