@@ -15,6 +15,13 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 # builtin:tiny (the tiny Hub BERT) is built once per test session into a private cache,
 # never into the user's ~/.cache/tfapp.
 os.environ.setdefault("TFAPP_CACHE_DIR", tempfile.mkdtemp(prefix="tfapp-test-cache-"))
+# Every XLA compilation of this test process and of the subprocesses it starts (they
+# inherit the variable) dumps its modules here: XLA's own public debug flag, read once
+# when XLA first compiles. A test that compiles with XLA on the CPU must carry the xla_cpu
+# marker (TensorFlow's TPU build cannot run it); see pytest_runtest_call below.
+XLA_DUMP_DIR = Path(tempfile.mkdtemp(prefix="tfapp-test-xla-dump-"))
+os.environ["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS"),
+                                                 f"--xla_dump_to={XLA_DUMP_DIR}"]))
 
 import pytest
 
@@ -103,3 +110,58 @@ def prepared_rows(paths, spec, tmp_path, mode: str = "fail") -> list[dict]:
         rows.append({n: ([v.decode() for v in parsed[n].numpy()] if n in lists
                          else parsed[n].numpy().decode()) for n in names})
     return rows
+
+
+# --------------------------------------------------- XLA on the CPU needs the xla_cpu marker
+
+# One file per module the CPU backend compiled (XLA names it after the tf.function).
+_CPU_COMPILED = "*.cpu_after_optimizations.txt"
+
+
+def xla_cpu_compilations() -> list[str]:
+    """The tf.functions compiled with XLA for the CPU since this test's setup began, by
+    name, leaving out what tfapp compiles only where the host has XLA (``runtime.HOST_XLA``:
+    the TPU build runs those uncompiled, so a test that reaches them passes there)."""
+    modules = {p.name.split(".")[1] for p in XLA_DUMP_DIR.glob(_CPU_COMPILED)}
+    if not modules:
+        return []
+    import re
+
+    from tfapp.runtime import HOST_XLA
+
+    # "a_inference_<function>_<n>__XlaMustCompile_true_..." -> "<function>"
+    names = {re.sub(r"^a_inference_(.*?)_\d+__XlaMustCompile.*", r"\1", m) for m in modules}
+    return sorted(n for n in names if HOST_XLA not in n)
+
+
+def _clear_xla_dumps() -> None:
+    for path in XLA_DUMP_DIR.iterdir():
+        path.unlink(missing_ok=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    # Count from here: the test's fixtures (a module fixture's compilations count for the
+    # first test that sets it up) and its body, in this process and its subprocesses.
+    _clear_xla_dumps()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    result = yield
+    if item.get_closest_marker("xla_cpu") is None:
+        compiled = xla_cpu_compilations()
+        if compiled:
+            pytest.fail(f"{item.nodeid} compiled with XLA on the CPU ({', '.join(compiled[:3])}"
+                        f"{' ...' if len(compiled) > 3 else ''}), which TensorFlow's TPU build "
+                        "cannot: mark it @pytest.mark.xla_cpu (or give the XLA case "
+                        "marks=pytest.mark.xla_cpu), or compile only where "
+                        "tfapp.runtime.host_xla_available()", pytrace=False)
+    return result
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    shutil.rmtree(XLA_DUMP_DIR, ignore_errors=True)

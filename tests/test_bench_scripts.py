@@ -15,6 +15,7 @@ import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.models import seq2seq
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
@@ -76,6 +77,7 @@ def test_summary_is_median_and_range_without_warmup():
     assert bc.ratio(sums, "x", "y") is None
 
 
+@pytest.mark.xla_cpu  # make_compiled: make_decoder(jit_compile=True)
 def test_per_step_loop_emits_the_compiled_decoders_greedy_tokens():
     bench = load_script("bench_generate")
     tf.keras.utils.set_random_seed(3)

@@ -9,6 +9,7 @@ import json
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import load_config
 from tfapp.models import decoding
+from tfapp.runtime import HOST_XLA, host_xla_available
 from tfapp.tasks import get_task
 from tfapp.tasks.generator.task import GeneratorTask, TextGenerator, serving_copy
 from tfapp.training.context import RunContext
@@ -125,6 +126,22 @@ def test_beam_one_top_k_one_and_xla_agree_with_greedy(trained):
     assert words(gen, beam3)[:2] == ["jumps over the lazy dog", "in the tall tree"]
 
 
+def test_a_decoder_left_to_the_host_compiles_only_where_it_has_xla(trained):
+    """jit_compile=None: XLA where the host has it (stock TensorFlow), uncompiled on the
+    TPU build; no xla_cpu marker needed (conftest leaves out runtime.HOST_XLA names)."""
+    import conftest
+
+    _, model, gen, _ = trained
+    enc = encode(gen, PROMPTS)
+    fn = decoding.make_decoder(model, method="greedy", max_length=10, jit_compile=None,
+                               suppress_ids=SUPPRESS)
+    np.testing.assert_array_equal(fn(enc, 10, 1.0, 0, 1.0, 0.0, 0)[0].numpy(),
+                                  run(model, enc)[0])
+    compiled = [p.name for p in conftest.XLA_DUMP_DIR.glob("*.cpu_after_optimizations.txt")
+                if f"{HOST_XLA}_greedy_decode" in p.name]
+    assert bool(compiled) == host_xla_available()
+
+
 def test_step_limit_and_batch_independence(trained):
     _, model, gen, _ = trained
     tokens, lengths, _ = run(model, encode(gen, ["the red fox"]), limit=2)
@@ -184,7 +201,7 @@ def test_filter_logits_top_k_and_top_p():
     np.testing.assert_allclose(scaled, logits.numpy() / 2.0, rtol=1e-6)
 
 
-@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("jit", [False, pytest.param(True, marks=pytest.mark.xla_cpu)])
 def test_sample_tokens_follows_the_filtered_distribution_on_every_path(jit):
     """20k rows of one distribution over 100 words, one draw each: plain top-k (the
     ``tf.math.top_k`` path), top-k above the cap and nucleus (``filter_logits``) and no

@@ -126,6 +126,7 @@ def test_fine_tuning_changes_encoder_weights(encoder_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.xla_cpu
 def test_fine_tuning_changes_encoder_weights_under_xla(encoder_dir):
     # Two steps only: XLA recompiles the train step on *every* step when it updates the
     # variables of a restored SavedModel (measured ~10 s/step here even for this tiny

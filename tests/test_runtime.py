@@ -157,3 +157,27 @@ def test_tf_config_is_parsed_in_one_place():
         message = str(info.value)
         assert says in message and "README 'Several hosts'" in message, message
         assert "\n" not in message
+
+
+@pytest.mark.xla_cpu
+def test_the_xla_cpu_check_sees_what_a_test_compiles_and_leaves_out_host_xla_functions():
+    """conftest's check (a test that compiles with XLA on the CPU carries the xla_cpu
+    marker) names this test's compilation, and leaves out what tfapp compiles only where
+    the host has XLA (named with runtime.HOST_XLA)."""
+    from tfapp.runtime import HOST_XLA
+
+    import conftest
+    import tensorflow as tf
+
+    def doubled_under_xla(x):
+        return x * 2
+
+    def host_xla_optional_doubled(x):
+        return x * 2
+
+    assert HOST_XLA in host_xla_optional_doubled.__name__
+    assert conftest.xla_cpu_compilations() == []
+    tf.function(host_xla_optional_doubled, jit_compile=True)(tf.constant(1))
+    assert conftest.xla_cpu_compilations() == []
+    tf.function(doubled_under_xla, jit_compile=True)(tf.constant(1))
+    assert conftest.xla_cpu_compilations() == ["doubled_under_xla"]

@@ -299,6 +299,12 @@ def seed(cfg: RuntimeConfig) -> None:
     tf.keras.utils.set_random_seed(cfg.seed)
 
 
+# In the name of every tf.function tfapp compiles with XLA only where the host has XLA
+# (``host_xla_available``): XLA names what it compiles after the function, so the tests'
+# conftest can tell these (uncompiled on the TPU build) from a test's own XLA use.
+HOST_XLA = "host_xla_optional"
+
+
 @functools.cache
 def host_xla_available() -> bool:
     """Whether XLA can compile for the host CPU in this process.
@@ -310,9 +316,13 @@ def host_xla_available() -> bool:
     """
     import tensorflow as tf
 
+    def host_xla_optional_probe(x):
+        return x + 1
+
+    assert HOST_XLA in host_xla_optional_probe.__name__
     try:
         with tf.device("/CPU:0"):
-            tf.function(lambda x: x + 1, jit_compile=True)(tf.constant(1))
+            tf.function(host_xla_optional_probe, jit_compile=True)(tf.constant(1))
     except (tf.errors.NotFoundError, tf.errors.UnimplementedError,
             tf.errors.InvalidArgumentError) as err:
         log.debug("runtime: no XLA for the host CPU here (%s)", str(err).splitlines()[0])

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from tfapp.runtime import HOST_XLA, host_xla_available
 
 import tensorflow as tf
 
@@ -218,8 +219,11 @@ def method_filters(method: str, top_k: int, top_p: float) -> tuple[int, float]:
 
 
 def make_decoder(model: Any, *, method: str, max_length: int, num_beams: int = 1,
-                 jit_compile: bool = True, **fixed: Any):
+                 jit_compile: bool | None = True, **fixed: Any):
     """A ``tf.function`` (XLA with ``jit_compile``) decoding ``encoder_ids`` [B, N].
+
+    ``jit_compile=None``: XLA where the host has it (``runtime.host_xla_available``; the TPU
+    build has no XLA for the CPU), in a function named with ``runtime.HOST_XLA``.
 
     Call it as ``fn(encoder_ids, limit, temperature, top_k, top_p, length_penalty, seed)``
     with scalar tensors; it traces/compiles once per batch shape. ``fixed`` passes the
@@ -232,4 +236,7 @@ def make_decoder(model: Any, *, method: str, max_length: int, num_beams: int = 1
                      length_penalty=length_penalty, seed=seed, **fixed)
         return out.tokens, out.lengths, out.scores
 
+    if jit_compile is None:
+        jit_compile = host_xla_available()
+        run.__name__ = f"{HOST_XLA}_{method}_decode"
     return tf.function(run, jit_compile=jit_compile, reduce_retracing=True)

@@ -31,7 +31,6 @@ from tfapp.data.pipeline import distribute
 from tfapp.data.stream import start_at, steps_per_pass
 from tfapp.model_card import CARD_FILE, ModelCard, vocabulary_scripts
 from tfapp.models import decoding, seq2seq
-from tfapp.runtime import host_xla_available
 from tfapp.tasks.generator.serving import FORMAT
 from tfapp.training.callbacks import history_row
 from tfapp.training.task import Inputs, Task, TaskOutput
@@ -81,8 +80,7 @@ class TextGenerator(tf.Module):
         ids = dict(start_id=text_lines.START_ID, end_id=text_lines.END_ID,
                    pad_id=text_lines.PAD_ID,
                    suppress_ids=(text_lines.PAD_ID, text_lines.UNK_ID, text_lines.START_ID))
-        if jit_compile is None:  # XLA where the host has it (the TPU build does not)
-            jit_compile = host_xla_available()
+        # jit_compile None: XLA where the host has it (the TPU build does not).
         common = dict(max_length=gen.max_length, jit_compile=jit_compile, **ids)
         self._greedy = decoding.make_decoder(model, method="greedy", **common)
         self._sample = decoding.make_decoder(model, method="sample", **common)
