@@ -93,6 +93,16 @@ class ExportFormat(ABC):
         """Facts of an export from its marker's JSON (name -> Markdown), for model cards."""
 
 
+def base_encoder_fact(metadata: dict) -> dict[str, str]:
+    """The model card's "base encoder" line of a BERT-based export (its Hub handle and
+    preprocessor, as the export's metadata records them); empty without a handle."""
+    if not metadata.get("hub_handle"):
+        return {}
+    pre = metadata.get("preprocessor")
+    return {"base encoder": f"`{metadata['hub_handle']}`"
+                            + (f" (preprocessor `{pre}`)" if pre else "")}
+
+
 def find_export(model: str | os.PathLike, formats: Sequence[ExportFormat],
                 command: str | None = None) -> tuple[Path, ExportFormat]:
     """(SavedModel directory, its format) of ``--model``: the directory itself or

@@ -29,7 +29,7 @@ from typing import Any
 from tfapp.config import DataConfig
 from tfapp.data import pipeline as stages
 from tfapp.data import stream
-from tfapp.data.manifest import BUCKETS
+from tfapp.data.manifest import BUCKETS, origin_order
 from tfapp.data.prepare import RowSpec
 from tfapp.data.sources import (
     BadRow,
@@ -200,7 +200,7 @@ def _split_counts(splits: ClassificationSplits, split: SplitData, data_cfg: Data
         return split.manifest.counts(split.selector)
     names = splits.label_names
     shown = ", ".join(names[:10]) + (" ..." if len(names) > 10 else "")
-    origin = min((split.manifest.first_seen[n] for n in unknown), key=_origin_order)
+    origin = min((split.manifest.first_seen[n] for n in unknown), key=origin_order)
     label = next(n for n in unknown if split.manifest.first_seen[n] == origin)
     where, _, line = origin.rpartition(":")
     from_what = "the training data" if split.name != "train" else known_from
@@ -220,11 +220,6 @@ def _split_counts(splits: ClassificationSplits, split: SplitData, data_cfg: Data
     if len(splits.report.examples) < 5:
         splits.report.examples.append(BadRow(where, line, problem))
     return counts
-
-
-def _origin_order(origin: str) -> tuple[str, int]:
-    where, _, line = origin.rpartition(":")
-    return where, int(line) if line.isdigit() else 0
 
 
 def _show(value: Any, limit: int = 60) -> str:

@@ -227,3 +227,9 @@ def read_manifest(path: str) -> Manifest:
             type(err).__name__
         raise DataError(f"{path}: not a readable tfapp manifest ({first}); prepare the data "
                         "again (python -m tfapp.prepare)") from None
+
+
+def origin_order(origin: str) -> tuple[str, int]:
+    """Sort key of a ``first_seen`` origin (``file:line``): by file, then line as a number."""
+    where, _, line = origin.rpartition(":")
+    return where, int(line) if line.isdigit() else 0

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.config import DataConfig
+from tfapp.data.manifest import origin_order
 from tfapp.data.prepare import RowSpec
 from tfapp.data.sources import BadRow, BadRowPolicy, BadRowReport
 from tfapp.data.splits import prepared_splits
@@ -93,7 +94,7 @@ def load_ner_splits(data_cfg: DataConfig, seed: int, tag_vocab_path: Path | str 
         unknown = [t for t in split.manifest.labels if t not in set(names)]
         if not unknown:
             continue
-        first = min(unknown, key=lambda t: _origin_order(split.manifest.first_seen[t]))
+        first = min(unknown, key=lambda t: origin_order(split.manifest.first_seen[t]))
         where, _, line = split.manifest.first_seen[first].rpartition(":")
         among = known_from if split.name == "train" else "the training data's"
         problem = (f"tag '{first}' in this sentence: entity type '{split_tag(first)[1]}' "
@@ -103,8 +104,3 @@ def load_ner_splits(data_cfg: DataConfig, seed: int, tag_vocab_path: Path | str 
         if len(out.report.examples) < 5:
             out.report.examples.append(BadRow(where, line, problem))
     return out
-
-
-def _origin_order(origin: str) -> tuple[str, int]:
-    where, _, line = origin.rpartition(":")
-    return where, int(line) if line.isdigit() else 0

@@ -20,6 +20,7 @@ from tfapp.serving import (
     Evaluation,
     ExportedModel,
     ExportFormat,
+    base_encoder_fact,
     load_export,
 )
 
@@ -115,11 +116,8 @@ class ClassifierExport(ExportFormat):
     def describe(self, metadata: dict) -> dict[str, str]:
         """The base encoder (BERT models), the input and, when so, multi-label output (the
         card's limits say the sequence length)."""
-        facts = {}
-        if metadata.get("model_kind", "bert") == "bert" and metadata.get("hub_handle"):
-            pre = metadata.get("preprocessor")
-            facts["base encoder"] = (f"`{metadata['hub_handle']}`"
-                                     + (f" (preprocessor `{pre}`)" if pre else ""))
+        bert = metadata.get("model_kind", "bert") == "bert"
+        facts = base_encoder_fact(metadata) if bert else {}
         facts["input"] = "sentence pairs" if metadata.get("text_pair") else "one text"
         if metadata.get("multi_label"):
             facts["output"] = "any number of labels per text (multi-label)"

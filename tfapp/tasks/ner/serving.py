@@ -23,6 +23,7 @@ from tfapp.serving import (
     Evaluation,
     ExportedModel,
     ExportFormat,
+    base_encoder_fact,
     load_export,
 )
 from tfapp.tasks.ner.scores import entity_report, format_entity_report
@@ -99,11 +100,7 @@ class NerExport(ExportFormat):
 
     def describe(self, metadata: dict) -> dict[str, str]:
         """The base encoder and the entity types (the card's limits say the window)."""
-        facts = {}
-        if metadata.get("hub_handle"):
-            pre = metadata.get("preprocessor")
-            facts["base encoder"] = (f"`{metadata['hub_handle']}`"
-                                     + (f" (preprocessor `{pre}`)" if pre else ""))
+        facts = base_encoder_fact(metadata)
         if metadata.get("entity_types"):
             facts["entity types"] = ", ".join(f"`{t}`" for t in metadata["entity_types"])
         return facts
