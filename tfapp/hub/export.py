@@ -31,7 +31,6 @@ import json
 import os
 import shutil
 import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ from typing import Any
 from tfapp.atomic import atomic_directory
 from tfapp.config import ConfigError
 from tfapp.data.bert_preprocess import BertPreprocessor
-from tfapp.models.bert import INPUT_KEYS, BertConfig, BertEncoder
+from tfapp.models.bert import INPUT_KEYS, BertEncoder
 
 import tensorflow as tf
 
