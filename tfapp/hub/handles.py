@@ -11,6 +11,9 @@
   variables in the caller's strategy scope), under a file lock so concurrent
   processes (several workers, parallel tests) build it once; the directory appears
   atomically.
+* ``hf:ORG/NAME[@REVISION]`` -- a Hugging Face BERT-family model id, fetched by
+  huggingface_hub (``tfapp.hub.hf_models``: its cache, ``HF_HUB_OFFLINE``, ``HF_TOKEN``)
+  and converted once into ``$TFAPP_CACHE_DIR/hub/hf/ORG--NAME-<commit>-f<format>``;
 * a local directory written by ``python -m tfapp.hub build-bert`` (has
   ``tfapp_hub.json``) -> its ``encoder/`` and ``preprocessor/``; the ``encoder/``
   directory of such a build finds its sibling preprocessor the same way;
@@ -30,17 +33,18 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tfapp.cachedir import cache_dir, usable_cache_dir
 from tfapp.config import ConfigError
 from tfapp.demo import DEMO_DIR
 from tfapp.hub.builder import BuildParams
+from tfapp.hub.hf_models import HF_PREFIX, fetch_hf_snapshot, parse_hf_handle
 from tfapp.models.bert_config import BertConfig
 
-__all__ = ["BUILTIN_MODULES", "builtin_module_dir", "cache_dir", "ensure_builtin",
-           "resolve_hub_handle"]
+__all__ = ["BUILTIN_MODULES", "builtin_module_dir", "cache_dir", "ensure_builtin", "ensure_hf",
+           "hf_module_dir", "resolve_hub_handle"]
 
 HUB_METADATA_FILE = "tfapp_hub.json"  # same name as tfapp.hub.export (no TF import here)
 # Bump when the exported module layout changes, so cached builds are rebuilt.
@@ -117,18 +121,10 @@ def _file_lock(path: Path, timeout_s: float = 900.0) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _build_in_subprocess(params: BuildParams, corpus: Path, column: str, out: Path) -> None:
-    bert = params.bert
-    cmd = [sys.executable, "-m", "tfapp.hub", "build-bert", "--corpus", str(corpus),
-           "--text-column", column, "--out", str(out),
-           "--layers", str(bert.num_layers), "--hidden", str(bert.hidden_size),
-           "--heads", str(bert.num_heads), "--intermediate", str(bert.intermediate_size),
-           "--max-positions", str(bert.max_position_embeddings),
-           "--vocab-size", str(bert.vocab_size),
-           "--lower-case" if params.lower_case else "--no-lower-case",
-           # build-bert's one --dropout sets both rates (equal in every builtin module)
-           "--seed", str(params.seed), "--dropout", str(bert.dropout),
-           "--seq-length", str(params.seq_length), "--quiet"]
+def _run_hub_command(args: list[str], what: str) -> None:
+    """``python -m tfapp.hub ARGS`` in a child process: building or converting creates
+    variables and must not reseed, change the precision policy of, or create variables in
+    the caller's strategy scope. A failure is one ``ConfigError`` line."""
     env = dict(os.environ)
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
@@ -137,11 +133,44 @@ def _build_in_subprocess(params: BuildParams, corpus: Path, column: str, out: Pa
     # out of its multi-worker cluster.
     env["CUDA_VISIBLE_DEVICES"] = ""
     env.pop("TF_CONFIG", None)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = subprocess.run([sys.executable, "-m", "tfapp.hub", *args, "--quiet"],
+                          capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()]
         last = lines[-1] if lines else f"exit code {proc.returncode}"
-        raise ConfigError(f"building the builtin BERT module into {out} failed: {last}")
+        raise ConfigError(f"{what} failed: {last}")
+
+
+def _build_in_subprocess(params: BuildParams, corpus: Path, column: str, out: Path) -> None:
+    bert = params.bert
+    _run_hub_command(
+        ["build-bert", "--corpus", str(corpus), "--text-column", column, "--out", str(out),
+         "--layers", str(bert.num_layers), "--hidden", str(bert.hidden_size),
+         "--heads", str(bert.num_heads), "--intermediate", str(bert.intermediate_size),
+         "--max-positions", str(bert.max_position_embeddings),
+         "--vocab-size", str(bert.vocab_size),
+         "--lower-case" if params.lower_case else "--no-lower-case",
+         # build-bert's one --dropout sets both rates (equal in every builtin module)
+         "--seed", str(params.seed), "--dropout", str(bert.dropout),
+         "--seq-length", str(params.seq_length)],
+        f"building the builtin BERT module into {out}")
+
+
+def _build_once(final: Path, build: Callable[[Path], None]) -> Path:
+    """Run ``build(final)`` unless a complete module is there: under a file lock, so
+    concurrent processes (workers, parallel tests) build it once; the build itself
+    writes atomically."""
+    if _is_complete(final):
+        return final
+    usable_cache_dir()  # building writes there: a cache that cannot be written is one line
+    with _file_lock(final.parent / f".{final.name}.lock"):
+        if not _is_complete(final):  # another process may have built it while we waited
+            if final.exists():  # present but incomplete (not written by tfapp): rebuild
+                shutil.rmtree(final, ignore_errors=True)
+            build(final)
+    if not _is_complete(final):
+        raise ConfigError(f"building {final} left no module there")
+    return final
 
 
 def ensure_builtin(name: str) -> Path:
@@ -150,15 +179,23 @@ def ensure_builtin(name: str) -> Path:
     if _is_complete(final):
         return final
     params, corpus, column = _builtin_spec(name)
-    usable_cache_dir()  # building writes there: a cache that cannot be written is one line
-    with _file_lock(final.parent / f".{final.name}.lock"):
-        if not _is_complete(final):  # another process may have built it while we waited
-            if final.exists():  # present but incomplete (not written by tfapp): rebuild
-                shutil.rmtree(final, ignore_errors=True)
-            _build_in_subprocess(params, corpus, column, final)
-    if not _is_complete(final):
-        raise ConfigError(f"building '{BUILTIN_PREFIX}{name}' left no module at {final}")
-    return final
+    return _build_once(final, lambda out: _build_in_subprocess(params, corpus, column, out))
+
+
+def hf_module_dir(repo_id: str, commit: str) -> Path:
+    """Where the conversion of Hugging Face ``repo_id`` at ``commit`` is cached."""
+    return cache_dir() / "hub" / "hf" / f"{repo_id.replace('/', '--')}-{commit}-f{MODULE_FORMAT}"
+
+
+def ensure_hf(handle: str) -> Path:
+    """Fetch ``hf:ORG/NAME[@REV]`` (huggingface_hub's cache) and convert it once into
+    tfapp's cache, keyed by the commit the revision resolved to: a branch that moves is
+    converted again, a pinned commit never is."""
+    repo_id, revision = parse_hf_handle(handle)
+    snapshot = fetch_hf_snapshot(repo_id, revision)
+    final = hf_module_dir(repo_id, snapshot.name)  # huggingface_hub names it by commit
+    return _build_once(final, lambda out: _run_hub_command(
+        ["convert", "--from", str(snapshot), "--out", str(out)], f"converting {handle}"))
 
 
 def _from_tfapp_dir(path: Path) -> tuple[str, str] | None:
@@ -190,10 +227,11 @@ def resolve_hub_handle(handle: str) -> tuple[str, str]:
     if not handle:
         raise ConfigError("model.hub_handle is empty; give a TF-Hub URL, a local SavedModel "
                           "directory, a gs:// path or builtin:tiny")
-    if handle.startswith(BUILTIN_PREFIX):
-        built = ensure_builtin(handle[len(BUILTIN_PREFIX):])
+    if handle.startswith((BUILTIN_PREFIX, HF_PREFIX)):
+        built = (ensure_builtin(handle[len(BUILTIN_PREFIX):]) if handle.startswith(BUILTIN_PREFIX)
+                 else ensure_hf(handle))
         resolved = _from_tfapp_dir(built)
-        assert resolved is not None  # ensure_builtin checked tfapp_hub.json
+        assert resolved is not None  # _build_once checked tfapp_hub.json
         return resolved
     if "://" in handle:
         if handle.lower().startswith("http://"):
@@ -206,5 +244,5 @@ def resolve_hub_handle(handle: str) -> tuple[str, str]:
     path = Path(handle).expanduser()
     if not path.exists():
         raise ConfigError(f"model.hub_handle: '{handle}' does not exist; give a TF-Hub URL, a "
-                          "local SavedModel directory, a gs:// path or builtin:tiny")
+                          "local SavedModel directory, a gs:// path, builtin:tiny or hf:ORG/NAME")
     return _from_tfapp_dir(path) or (str(path), "")
