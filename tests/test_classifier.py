@@ -8,11 +8,14 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
+from tfapp.config import load_config
 from tfapp.demo import DEMO_DIR
-from tfapp.tasks import get_task
+from tfapp.errors import ConfigError
 
 import numpy as np
 import pytest
+import tf_keras
 from conftest import REPO, run_python, run_two_workers, subprocess_env
 
 LOCAL = ["--config", "configs/classifier_local.yaml"]
@@ -38,17 +41,49 @@ def labelled(tmp_path_factory) -> Path:
     return d
 
 
+class EpochRecorder(tf_keras.callbacks.Callback):
+    """A user's own Keras callback, handed to tfapp.train."""
+
+    def __init__(self):
+        super().__init__()
+        self.epochs: list[tuple[int, dict]] = []
+        self.trained_model = None
+
+    def on_train_begin(self, logs=None):
+        self.trained_model = self.model
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs.append((epoch, dict(logs or {})))
+
+
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, labelled):
-    """One short in-process training run shared by the tests below."""
-    from tfapp.config import load_config
-    from tfapp.training.driver import train
+def recorder() -> EpochRecorder:
+    return EpochRecorder()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, labelled, recorder):
+    """One short in-process training run shared by the tests below, through the Python
+    API (tfapp.train) with a user callback."""
+    import tfapp
 
     out = tmp_path_factory.mktemp("runs")
-    cfg = load_config(REPO / "configs/classifier_local.yaml", [
-        f"output_dir={out}", f"data.train_files={labelled / 'train.csv'}",
-        f"data.validation_files={labelled / 'validation.csv'}"])
-    return train(cfg, task=get_task(cfg.task))
+    return tfapp.train(REPO / "configs/classifier_local.yaml", callbacks=[recorder],
+                       output_dir=str(out), data={"train_files": str(labelled / "train.csv"),
+                                                  "validation_files": str(
+                                                      labelled / "validation.csv")})
+
+
+def test_python_api_train_runs_the_users_callback_and_returns_the_run(trained, recorder):
+    epochs = int(load_config(trained.paths["params"]).trainer.epochs)
+    assert [e for e, _ in recorder.epochs] == list(range(epochs))
+    # The user's callback runs after tfapp's: it sees their validation metrics in the logs.
+    assert {"loss", "val_loss", "val_accuracy"} <= set(recorder.epochs[-1][1])
+    assert recorder.trained_model is trained.model
+    history = trained.history["val_loss"]
+    assert history == pytest.approx([logs["val_loss"] for _, logs in recorder.epochs])
+    assert trained.run_dir == Path(trained.paths["params"]).parent
+    assert 0.0 <= trained.metrics["val_accuracy"] <= 1.0
 
 
 def test_run_directory_holds_everything(trained):
@@ -100,6 +135,13 @@ def test_predict_and_evaluate_commands(trained, labelled, tmp_path):
     rows = [json.loads(line) for line in proc.stdout.strip().splitlines()]
     assert [r["text"] for r in rows] == TEXTS
     assert all(set(r["probabilities"]) == {"negative", "positive"} for r in rows)
+    # The Python API's predictor answers as the command does.
+    predictor = tfapp.load(trained.run_dir)
+    assert predictor.task == "classifier"
+    api_rows = predictor.predict(TEXTS)
+    assert [r["label"] for r in api_rows] == [r["label"] for r in rows]
+    for got, want in zip(api_rows, rows, strict=True):
+        assert got["probabilities"] == pytest.approx(want["probabilities"], abs=1e-6)
 
     data = tmp_path / "test.csv"
     data.write_text("text,label\n" + "".join(f"\"{t}\",{lab}\n" for t, lab in zip(
@@ -121,6 +163,10 @@ def test_predict_and_evaluate_commands(trained, labelled, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
     assert report["examples"] == len(rows) and report["auc"] >= 0.9, report
+    api_report = predictor.evaluate(labelled / "test.csv")
+    assert api_report["accuracy"] == report["accuracy"] and api_report["auc"] == report["auc"]
+    with pytest.raises(ConfigError, match="does not generate"):
+        predictor.generate(["a prompt"])
     texts = tmp_path / "texts.txt"
     texts.write_text("".join(row["text"] + "\n" for row in rows))
     proc = run_python(["-m", "tfapp.predict", "--model", str(trained.run_dir), "--input",

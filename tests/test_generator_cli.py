@@ -8,6 +8,7 @@ import sys
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp import generate
+from tfapp.errors import ConfigError
 
 import pytest
 from conftest import REPO, run_python, subprocess_env
@@ -64,6 +65,16 @@ def test_train_then_generate_from_the_command_line(tmp_path, capsys):
                           "--max-words", "5", "the miller", ""]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2 and out[0].startswith("the miller")
+    # The Python API generates what the command prints, and checks the same settings.
+    model = tfapp.load(run_dir)
+    assert model.task == "generator"
+    continuations = model.generate(["the miller", ""], method="beam", num_beams=2, max_length=5)
+    assert [f"{p} {c}".strip() for p, c in zip(["the miller", ""], continuations,
+                                                strict=True)] == out
+    with pytest.raises(ConfigError, match="outside 1..12"):
+        model.generate(["x"], max_length=99)
+    with pytest.raises(ConfigError, match="does not predict"):
+        model.predict(["x"])
     assert generate.main(["--model", str(run_dir), "--method", "beam", "--num-beams", "4",
                           "x"]) == 2
     assert "runs beam search with 2 beams" in capsys.readouterr().err

@@ -35,3 +35,17 @@ from tfapp import tpu_vm  # noqa: E402
 tpu_vm.apply()
 
 __version__ = "0.1.0"
+
+# The Python API (tfapp/api.py): tfapp.train(...), tfapp.load(...), tfapp.load_config(...),
+# loaded on first use so that `import tfapp` (every command's first line) stays light.
+# tfapp.train is the train command's module, made callable (tfapp/train.py says why).
+
+
+def __getattr__(name: str):
+    import importlib
+
+    if name == "train":
+        return importlib.import_module("tfapp.train")
+    if name in ("load", "load_config"):
+        return getattr(importlib.import_module("tfapp.api"), name)
+    raise AttributeError(f"module 'tfapp' has no attribute '{name}'")

@@ -7,12 +7,17 @@ tfapp, using a tiny BERT that tfapp builds once and loads through TF-Hub.
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
 import sys
+import types
 from collections.abc import Sequence
+from typing import Any
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import cli
-from tfapp.config import ExperimentConfig
+from tfapp.config import ExperimentConfig, load_config, with_values
 from tfapp.tasks import get_task
 from tfapp.training.faults import worker_loss_explained
 
@@ -45,6 +50,58 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     return cli.run_config_command(parser, argv, body, resume_module="tfapp.train")
 
+
+def _dotted(overrides: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"trainer": {"epochs": 2}, "model.units": 8}`` -> ``{"trainer.epochs": 2,
+    "model.units": 8}``."""
+    flat: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if isinstance(value, dict):
+            flat.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def config_from(config: str | os.PathLike | ExperimentConfig | None,
+                overrides: dict[str, Any]) -> ExperimentConfig:
+    """A checked config: the defaults (``None``), a YAML file or a config object, with
+    Python ``overrides`` (a group's keys as a dict, or dotted names) applied as the
+    command line's ``key=value`` would be."""
+    values = _dotted(overrides)
+    if isinstance(config, ExperimentConfig):
+        return with_values(config, values, source="overrides") if values else config
+    # JSON is YAML: strings stay strings ("1e-3" too), lists and numbers keep their type.
+    return load_config(config, [f"{k}={json.dumps(v)}" for k, v in values.items()])
+
+
+def run(config: str | os.PathLike | ExperimentConfig | None = None, *,
+        callbacks: Sequence = (), start_over: bool = False, resume_anyway: bool = False,
+        **overrides: Any):
+    """Train from Python as the command does (a rerun resumes; ``start_over`` moves the
+    old run aside) and return its ``TrainResult``: ``metrics``, ``paths``, ``run_dir``,
+    ``history`` and the trained ``model``. ``callbacks``: Keras callbacks run inside
+    tfapp's loop, after its own. This is ``tfapp.train(...)``."""
+    cfg = config_from(config, overrides)
+    if not logging.getLogger().handlers:  # a notebook: show the run's progress lines
+        cli.setup_logging()
+    from tfapp.training.driver import train
+
+    return train(cfg, task=get_task(cfg.task), start_over=start_over,
+                 resume_anyway=resume_anyway, callbacks=callbacks)
+
+
+class _CallableModule(types.ModuleType):
+    """``tfapp.train(...)`` calls ``run``: importing this module binds it as the package's
+    ``train`` attribute, over anything else of that name, so the module itself is made
+    callable (the data model's documented way to customise a module: a
+    ``types.ModuleType`` subclass set as its ``__class__``)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return run(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 if __name__ == "__main__":
     sys.exit(main())

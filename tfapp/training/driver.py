@@ -19,6 +19,7 @@ import json
 import logging
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,24 +117,26 @@ def _step_callbacks(cfg: ExperimentConfig, plan: TrainingPlan, schedule,
 
 def train(cfg: ExperimentConfig, ctx: RunContext | None = None, *,
           task: type[Task] | None = None, start_over: bool = False,
-          resume_anyway: bool = False) -> TrainResult:
+          resume_anyway: bool = False, callbacks: Sequence = ()) -> TrainResult:
     """Run the experiment ``cfg`` describes end to end with its ``task`` class (the caller
     looks it up: ``tfapp.tasks.get_task``); ``ctx`` reuses a run context built by the caller
     instead (``tune`` hands each trial one over its once-built runtime). A rerun
     resumes the run's backup (``resume_anyway``: under a changed config); ``start_over``
-    moves the run aside and starts a new one (``RunContext.begin``)."""
+    moves the run aside and starts a new one (``RunContext.begin``). ``callbacks``: the
+    caller's own Keras callbacks, run after tfapp's (the Python API's ``callbacks=``)."""
     if ctx is None:
         if task is None:
             raise TypeError("train() needs the task class (task=) or a RunContext (ctx=)")
         ctx = RunContext.create(cfg, task=task)
     try:
-        return _train(cfg, ctx, start_over=start_over, resume_anyway=resume_anyway)
+        return _train(cfg, ctx, start_over=start_over, resume_anyway=resume_anyway,
+                      user_callbacks=list(callbacks))
     finally:
         ctx.release()
 
 
 def _train(cfg: ExperimentConfig, ctx: RunContext, *, start_over: bool,
-           resume_anyway: bool) -> TrainResult:
+           resume_anyway: bool, user_callbacks: list) -> TrainResult:
     run = ctx.layout
     paths: dict = {"params": ctx.begin(start_over=start_over, resume_anyway=resume_anyway)}
     log.info("runtime: %s", ctx.describe())
@@ -184,6 +187,7 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, start_over: bool,
         callbacks = task.metric_callbacks(model, inputs) + callbacks + task.callbacks(model,
                                                                                     inputs)
         callbacks += tracker.callbacks(cfg) if tracker else []
+        callbacks += user_callbacks  # last: they see every log key tfapp's callbacks add
         # First: an epoch's time is on record before its backup, so a kill loses none.
         callbacks.insert(0, EpochStatus(ctx.status))
         history = fit_lib.fit(ctx, model, inputs.train, validation=inputs.validation,

@@ -1,0 +1,97 @@
+"""The Python API, for notebooks: what the commands do, as calls that return values.
+
+    import tfapp
+
+    cfg = tfapp.load_config("configs/classifier.yaml", trainer={"epochs": 2})
+    result = tfapp.train(cfg, callbacks=[my_keras_callback])
+    result.metrics["test_accuracy"], result.run_dir, result.model
+
+    model = tfapp.load(result.run_dir)          # or the export/ directory itself
+    model.predict(["a fine film"])              # [{"label": ..., "probabilities": ...}]
+    model.evaluate("data/test.csv")             # the same report as `tfapp.evaluate`
+    tfapp.load("runs/gen").generate(["once upon"], method="beam")
+
+Overrides are keyword arguments: a group's keys as a dict (``trainer={"epochs": 2}``) or
+dotted names (``**{"trainer.epochs": 2}``); they go through the same checks as the
+command line's ``key=value``. Errors are ``tfapp.errors.ConfigError`` / ``DataError`` with
+the one-line messages the commands print.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from tfapp.config import ExperimentConfig
+from tfapp.errors import ConfigError
+from tfapp.generate import generate
+from tfapp.generate import settings as checked_settings
+from tfapp.run_layout import RunLayout
+from tfapp.serving import EVALUATE, GENERATE, PREDICT, ExportedModel, find_export
+from tfapp.tasks import export_formats
+from tfapp.train import config_from
+from tfapp.train import run as train
+
+__all__ = ["Predictor", "load", "load_config", "train"]
+
+
+def load_config(config: str | os.PathLike | ExperimentConfig | None = None,
+                **overrides: Any) -> ExperimentConfig:
+    """A checked config: the defaults (``None``), a YAML file or a config object, with
+    ``overrides`` applied as the command line's ``key=value`` would be."""
+    return config_from(config, overrides)
+
+
+class Predictor:
+    """A loaded export: ``predict`` (classifier, NER), ``evaluate`` (labelled files),
+    ``generate`` (generator), each as its command does it. ``task`` says which it is."""
+
+    def __init__(self, path: Path, exported: ExportedModel, task: str, serves: frozenset[str]):
+        self.path, self.model, self.task, self._serves = path, exported, task, serves
+
+    def __repr__(self) -> str:
+        return f"Predictor(task={self.task!r}, path='{self.path}')"
+
+    def _check(self, command: str) -> None:
+        if command not in self._serves:
+            raise ConfigError(f"{self.path} is a {self.task} export; it does not {command} "
+                              f"(it serves: {', '.join(sorted(self._serves))})")
+
+    def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[dict]:
+        """One dict per text, as ``predict --json`` prints it."""
+        self._check(PREDICT)
+        lines = self.model.predict_lines(list(texts), None if pairs is None else list(pairs),
+                                         as_json=True)
+        return [json.loads(line) for line in lines]
+
+    def evaluate(self, data: str | os.PathLike, **flags: Any) -> dict:
+        """The scores on labelled ``data`` (a file, comma-separated files or a glob), as
+        ``evaluate --json`` prints them; ``flags``: text_column, label_column, format, ..."""
+        self._check(EVALUATE)
+        return self.model.evaluate(str(data), RunLayout(self.path).params, flags).result
+
+    def generate(self, prompts: Sequence[str], **settings: Any) -> list[str]:
+        """Continuations of ``prompts``; ``settings`` as the generate flags (method,
+        max_length, temperature, top_k, top_p, num_beams, length_penalty, seed)."""
+        self._check(GENERATE)
+
+        keys = ("method", "temperature", "top_k", "top_p", "num_beams", "length_penalty",
+                "max_length", "seed")
+        unknown = sorted(set(settings) - set(keys))
+        if unknown:
+            raise ConfigError(f"generate: unknown setting(s) {', '.join(unknown)}; expected "
+                              f"{', '.join(keys)}")
+        s = checked_settings(SimpleNamespace(num_samples=1, **{k: settings.get(k) for k in keys}),
+                             self.model.metadata)
+        return generate(self.model.module, list(prompts), s)
+
+
+def load(path: str | os.PathLike) -> Predictor:
+    """The export of a run directory (or an export directory itself), loaded by its own
+    format."""
+    _, fmt = find_export(path, export_formats())  # by the marker in the export
+    return Predictor(Path(path), fmt.load(path), fmt.task, fmt.serves)
