@@ -193,7 +193,7 @@ def check_recipe(name: str, block: str, root: Path, suite: bool) -> list[str]:
     results.append(f"python -m tfapp.train (embedded default) completed ({t:.0f} s)")
     if suite:
         run([str(venv / "bin" / "pip"), "install", "-q", "pytest>=8", "pytest-timeout>=2.3",
-             "pytest-xdist>=3.6,<4"], env=env, cwd=home, log=log, timeout=600)
+             "pytest-xdist>=3.8,<4"], env=env, cwd=home, log=log, timeout=600)
         # xla_cpu tests compile with XLA on the CPU, which the TPU build has no backend for.
         t = run([str(python), "-m", "pytest", "-q", "-m", "not slow and not xla_cpu", "-p",
                  "no:cacheprovider", "--maxprocesses", "2"], env=env, cwd=REPO, log=log,

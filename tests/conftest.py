@@ -165,3 +165,25 @@ def pytest_unconfigure(config):
     import shutil
 
     shutil.rmtree(XLA_DUMP_DIR, ignore_errors=True)
+
+
+# ------------------------------------------------------- longest test files first (xdist)
+
+# Estimated seconds of one test on CI's 2 cores: a `slow` one is a real end-to-end run
+# (one or more `python -m tfapp.X` processes, 30-130 s measured), the others mostly 0-10 s.
+_SLOW_S, _OTHER_S = 60, 2
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` has deselected what does not run
+def pytest_collection_modifyitems(config, items):
+    """Order test files by their estimated time, longest first. xdist's loadfile hands a
+    file to whichever process is free, in this order (with --no-loadscope-reorder; its own
+    order is by test count, which put the files of two or three slow tests -- kill points,
+    exact resume, NER, resume_config -- last): long files first and short ones at the end
+    keep both processes busy until the end instead of one running a 4-minute file alone."""
+    cost: dict[Path, int] = {}
+    for item in items:  # dicts keep the files in their collection order for equal costs
+        slow = item.get_closest_marker("slow") is not None
+        cost[item.path] = cost.get(item.path, 0) + (_SLOW_S if slow else _OTHER_S)
+    rank = {path: i for i, path in enumerate(sorted(cost, key=lambda p: -cost[p]))}
+    items.sort(key=lambda item: rank[item.path])  # stable: a file's tests keep their order

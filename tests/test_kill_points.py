@@ -89,25 +89,54 @@ def _check_finished(run: Path) -> None:
     assert set(labels) <= {"negative", "positive"}
 
 
-# CI kills at the four points where the run's state changes kind (no backup yet, the
-# first backup, the export in flight, finished); the others run with `pytest -m long`.
-IN_CI = {"train-batch@5", "backup-saved@1", "rename:export", "drop-backup"}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("point,where,resumes", [
-    pytest.param(*p, id=p[0], marks=() if p[0] in IN_CI else pytest.mark.long) for p in POINTS])
-def test_a_run_killed_at_any_point_finishes_when_rerun(point, where, resumes, tmp_path):
-    killed = _run(tmp_path, kill_at=point)
+def _check_killed(killed: subprocess.CompletedProcess, point: str, where: str, run: Path,
+                  resumes: bool) -> None:
     assert killed.returncode == -9, (where, killed.stderr[-3000:])
     assert f"kill point {point}" in killed.stderr
-    run = tmp_path / "classifier_local"
     if run.exists():
         _check_nothing_half_written_is_good(run)
     assert RunLayout(run).has_backup() == resumes, where
 
+
+def _check_rerun(rerun: subprocess.CompletedProcess, where: str, resumes: bool) -> None:
+    """A rerun after a kill resumes from the backup exactly when the kill left one."""
+    assert ("resuming from the backup" in rerun.stderr) == resumes, (where, rerun.stderr[-3000:])
+    assert "oneDNN custom operations" not in rerun.stderr  # the quiet first screen
+
+
+# CI kills at the four points where the run's state changes kind (no backup yet, the
+# first backup, the export in flight, finished), as one chain: each rerun is killed at the
+# next point, and the last rerun finishes (5 processes and one run's training instead of
+# 8 processes and four). Every point, each from a fresh run and each rerun to its end,
+# runs with `pytest -m long`.
+CHAIN = ["train-batch@5", "backup-saved@1", "rename:export", "drop-backup"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)  # five processes of up to 300 s each
+def test_a_run_killed_at_each_kind_of_point_in_turn_finishes_when_rerun(tmp_path):
+    run = tmp_path / "classifier_local"
+    table = {p[0]: p[1:] for p in POINTS}
+    left_backup = False  # what the previous kill left: the next run resumes from it
+    for point in CHAIN:
+        where, resumes = table[point]
+        killed = _run(tmp_path, kill_at=point)  # also the rerun after the previous kill
+        _check_rerun(killed, f"the rerun killed {where}", left_backup)
+        _check_killed(killed, point, where, run, resumes)
+        left_backup = resumes
+    rerun = _run(tmp_path)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    _check_rerun(rerun, "the last rerun", left_backup)
+    _check_finished(run)
+
+
+@pytest.mark.slow
+@pytest.mark.long
+@pytest.mark.parametrize("point,where,resumes", [pytest.param(*p, id=p[0]) for p in POINTS])
+def test_a_run_killed_at_any_point_finishes_when_rerun(point, where, resumes, tmp_path):
+    run = tmp_path / "classifier_local"
+    _check_killed(_run(tmp_path, kill_at=point), point, where, run, resumes)
     rerun = _run(tmp_path)
     assert rerun.returncode == 0, (where, rerun.stderr[-3000:])
-    assert ("resuming from the backup" in rerun.stderr) == resumes, rerun.stderr[-3000:]
-    assert "oneDNN custom operations" not in rerun.stderr  # the quiet first screen
+    _check_rerun(rerun, where, resumes)
     _check_finished(run)
