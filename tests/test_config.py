@@ -53,7 +53,10 @@ def test_shipped_configs_load_and_say_how_to_run(path):
     (["optimizer.learning_rate=0"], "optimizer.learning_rate: 0.0 must be > 0"),
     (["trainer.profile_steps=9,3"], "trainer.profile_steps"),
     (["nonsense"], "not of the form key=value"),
-    (["task=generator"], "needs model.kind=seq2seq"),
+    (["task=generator", "model.kind=bert"], "task 'generator' needs model.kind=seq2seq, got "
+     "'bert'"),
+    (["task=bogus"], "task: 'bogus' is not allowed; choose one of: classifier, generator, mlm, "
+     "ner"),
     (["data.service.adress=x"], "did you mean 'data.service.address'"),
     # No interpolation: a shared config must not copy the runner's environment anywhere.
     (["tracking.wandb.project=${oc.env:HOME}"],
@@ -64,14 +67,26 @@ def test_shipped_configs_load_and_say_how_to_run(path):
     (["name=."], "name: '.' must be a folder name"),
     (["name=a/b"], "name: 'a/b' must be a folder name"),
     (["name=caf\u00e9"], "must be a folder name of ASCII letters"),
-    # Keys the chosen task cannot honour are refused, naming the leaf key.
+    # A key of another task is not in the chosen task's class: an unknown key, named in
+    # full, with the task it belongs to (whichever order task= comes in).
     (["task=generator", "model.kind=seq2seq", "data.seq_length=64"],
-     "data.seq_length: task 'generator' does not use it (set to 64)"),
-    (["generation.method=beam"], "generation.method: task 'classifier' does not use it"),
-    (["data.context_words=4"], "data.context_words: task 'classifier' does not use it"),
-    (["task=mlm", "data.snapshot=/tmp/s"], "data.snapshot: task 'mlm' does not use it"),
+     "unknown config key 'data.seq_length' (command-line override); 'data.seq_length' "
+     "belongs to task classifier, mlm, ner, not to task generator"),
+    (["data.seq_length=64", "task=generator"], "unknown config key 'data.seq_length'"),
+    (["generation.method=beam"], "unknown config key 'generation.method' (command-line "
+     "override); 'generation' belongs to task generator, not to task classifier"),
+    (["task=ner", "generation.max_len=5"], "unknown config key 'generation.max_len'"),
+    (["data.tag_column=3"], "unknown config key 'data.tag_column' (command-line override); "
+     "'data.tag_column' belongs to task ner, not to task classifier"),
+    (["data.context_words=4"], "unknown config key 'data.context_words'"),
+    (["task=ner", "data.text_column=x"], "unknown config key 'data.text_column'"),
+    (["task=mlm", "data.snapshot=/tmp/s"], "unknown config key 'data.snapshot'"),
     (["task=mlm", "data.service.address=localhost:5000"],
-     "data.service.address: task 'mlm' does not use it"),
+     "unknown config key 'data.service.address' (command-line override); 'data.service' "
+     "belongs to task classifier, generator, ner, not to task mlm"),
+    (["task=mlm", "trainer.monitor=val_loss"], "unknown config key 'trainer.monitor'"),
+    (["model.attention=luong"], "'model.attention' belongs to task generator, not to task "
+     "classifier"),
     (["task=mlm", "optimizer.learning_rate=auto"], "not supported by task mlm"),
     (["task=mlm", "model.kind=cnn"], "task 'mlm' needs model.kind=bert, got 'cnn'"),
     (["tune.space={runtime.precision: {type: choice, values: [float32]}}"],
