@@ -637,14 +637,14 @@ def test_bad_input_is_one_line_and_leaves_nothing(row_id, module, argv, fragment
 def test_a_run_that_starts_over_takes_its_data_labels_not_an_old_labels_json(tmp_path):
     """labels.json keeps a resumed run's label ids; a run that starts over (no backup, or
     --overwrite) must not refuse its data's labels because an earlier run left that file."""
-    from tfapp.config import DataConfig
+    from tfapp.config import ClassifierDataConfig
     from tfapp.data.classification import load_classification_splits
     from tfapp.errors import DataError
 
     (tmp_path / "labels.json").write_text('{"labels": ["neg", "pos"], "multi_label": false}')
     (tmp_path / "train.csv").write_text("text,label\n" + "".join(
         f"text {i},{('meh', 'neg', 'pos')[i % 3]}\n" for i in range(30)))
-    data = DataConfig(train_files=str(tmp_path / "train.csv"))
+    data = ClassifierDataConfig(train_files=str(tmp_path / "train.csv"))
     with pytest.raises(DataError, match="unknown label 'meh'"):  # resuming: ids must not move
         load_classification_splits(data, 0, tmp_path / "labels.json", keep_vocab=True)
     splits = load_classification_splits(data, 0, tmp_path / "labels.json", keep_vocab=False)
