@@ -425,11 +425,16 @@ ROWS = [
     ("ner-format-csv", "tfapp.train", [*NER, "data.format=csv"], "task ner reads conll or jsonl"),
     ("ner-tag-column-zero", "tfapp.train", [*NER, "data.tag_column=0"], "0 is the word itself"),
     ("ner-refuses-classifier-key", "tfapp.train", [*NER, "data.text_column=x"],
-     "task 'ner' does not use it"),
+     "unknown config key 'data.text_column' (command-line override); 'data.text_column' "
+     "belongs to task classifier, generator, mlm, not to task ner"),
     ("conll-for-classifier", "tfapp.train", [*TRAIN, "data.format=conll"],
      "conll is read by task ner only"),
     ("tag-scheme-for-classifier", "tfapp.train", [*TRAIN, "data.tag_scheme=bioes"],
-     "data.tag_scheme: task 'classifier' does not use it"),
+     "unknown config key 'data.tag_scheme' (command-line override); 'data.tag_scheme' "
+     "belongs to task ner, not to task classifier"),
+    ("generation-key-for-ner", "tfapp.train", [*NER, "generation.max_length=5"],
+     "unknown config key 'generation.max_length' (command-line override); 'generation' "
+     "belongs to task generator, not to task ner"),
     ("ner-short-line", "tfapp.train", [*NER, "data.train_files={ner_short_line}"],
      "ner_short_line.conll:2: has 1 column(s)"),
     ("ner-bad-tag", "tfapp.train", [*NER, "data.train_files={ner_bad_tag}"],

@@ -57,7 +57,7 @@ def unknown_key_message(full_key: str, source: str, schema: type[ExperimentConfi
     close = difflib.get_close_matches(parts[depth], keys, n=1)
     if owners:
         hint = (f"; '{unknown}' belongs to task {', '.join(owners)}, not to task "
-                f"{schema().task} (set task= first, or remove it).")
+                f"{schema().task} (choose that task, or remove the key).")
     elif close:
         hint = f"; did you mean '{(parent + '.') if parent else ''}{close[0]}'?"
     allowed = f" Allowed keys{where}: {', '.join(keys)}." if keys else ""
