@@ -176,7 +176,7 @@ def worker_tfapp(a: argparse.Namespace, texts: list[str], labels: np.ndarray, re
     import csv
 
     import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-    from tfapp.config import DataConfig
+    from tfapp.config import ClassifierDataConfig
     from tfapp.data.bert_preprocess import make_bert_preprocess_fn
     from tfapp.data.classification import load_classification_splits, make_classification_dataset
 
@@ -199,7 +199,7 @@ def worker_tfapp(a: argparse.Namespace, texts: list[str], labels: np.ndarray, re
             writer.writerows(zip(texts, labels.tolist(), strict=True))
         tmp.rename(data)
     os.environ.setdefault("TFAPP_CACHE_DIR", str(work / "cache"))
-    cfg = dataclasses.replace(DataConfig(), train_files=str(data), validation_split=0.0,
+    cfg = dataclasses.replace(ClassifierDataConfig(), train_files=str(data), validation_split=0.0,
                               seq_length=a.seq_length, batch_size=a.batch_size,
                               shuffle_buffer=10000)
     if replay:

@@ -135,7 +135,7 @@ def fit_rep(model, ds, steps: int, batch: int):
 def worker_tfapp(a: argparse.Namespace, s: dict):
     sys.path.insert(0, str(REPO))
     import tfapp  # noqa: F401  (tf-keras before TensorFlow)
-    from tfapp.config import ModelConfig, OptimizerConfig
+    from tfapp.config import ClassifierModelConfig, OptimizerConfig
     from tfapp.hub.export import export_encoder, float32_policy
     from tfapp.models.bert import BertConfig, BertEncoder
     from tfapp.models.classifier import build_classifier
@@ -155,7 +155,7 @@ def worker_tfapp(a: argparse.Namespace, s: dict):
             export_encoder(BertEncoder(cfg, seed=0), module)
     tf.keras.mixed_precision.set_global_policy(
         "mixed_bfloat16" if a.precision == "bfloat16" else "float32")
-    model = build_classifier(ModelConfig(kind="bert", pooling="pooled"), num_classes=2,
+    model = build_classifier(ClassifierModelConfig(kind="bert", pooling="pooled"), num_classes=2,
                              multi_label=False, seq_length=s["seq"], hub_handle=str(module))
     optimizer = build_optimizer(OptimizerConfig(), peak=5e-5, total_steps=10_000)
     model.compile(optimizer=optimizer, loss=build_loss(2, False),

@@ -98,13 +98,15 @@ def test_the_rule_sees_a_cycle_dodge(tmp_path):
     assert [_loads_heavy(name) for _, name in inner] == [False, True]
 
 
-def test_the_layers_contract_names_every_module_of_tfapp():
+def test_the_layers_contracts_name_every_module_of_tfapp_and_of_its_config():
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
-    (layers,) = [c for c in config["contracts"] if c["type"] == "layers"]
-    named = {m.strip() for layer in layers["layers"] for part in layer.split("|")
-             for m in part.split(":")}
-    modules = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
-               if (p.suffix == ".py" and p.stem != "__init__")
-               or (p.is_dir() and (p / "__init__.py").is_file())}
-    assert named == modules
+    for container, folder in (("tfapp", PACKAGE), ("tfapp.config", PACKAGE / "config")):
+        (layers,) = [c for c in config["contracts"]
+                     if c["type"] == "layers" and c["containers"] == [container]]
+        named = {m.strip() for layer in layers["layers"] for part in layer.split("|")
+                 for m in part.split(":")}
+        modules = {p.stem if p.is_file() else p.name for p in folder.iterdir()
+                   if (p.suffix == ".py" and p.stem != "__init__")
+                   or (p.is_dir() and (p / "__init__.py").is_file())}
+        assert named == modules, container
 

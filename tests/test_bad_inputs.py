@@ -425,11 +425,16 @@ ROWS = [
     ("ner-format-csv", "tfapp.train", [*NER, "data.format=csv"], "task ner reads conll or jsonl"),
     ("ner-tag-column-zero", "tfapp.train", [*NER, "data.tag_column=0"], "0 is the word itself"),
     ("ner-refuses-classifier-key", "tfapp.train", [*NER, "data.text_column=x"],
-     "task 'ner' does not use it"),
+     "unknown config key 'data.text_column' (command-line override); 'data.text_column' "
+     "belongs to task classifier, generator, mlm, not to task ner"),
     ("conll-for-classifier", "tfapp.train", [*TRAIN, "data.format=conll"],
      "conll is read by task ner only"),
     ("tag-scheme-for-classifier", "tfapp.train", [*TRAIN, "data.tag_scheme=bioes"],
-     "data.tag_scheme: task 'classifier' does not use it"),
+     "unknown config key 'data.tag_scheme' (command-line override); 'data.tag_scheme' "
+     "belongs to task ner, not to task classifier"),
+    ("generation-key-for-ner", "tfapp.train", [*NER, "generation.max_length=5"],
+     "unknown config key 'generation.max_length' (command-line override); 'generation' "
+     "belongs to task generator, not to task ner"),
     ("ner-short-line", "tfapp.train", [*NER, "data.train_files={ner_short_line}"],
      "ner_short_line.conll:2: has 1 column(s)"),
     ("ner-bad-tag", "tfapp.train", [*NER, "data.train_files={ner_bad_tag}"],
@@ -637,14 +642,14 @@ def test_bad_input_is_one_line_and_leaves_nothing(row_id, module, argv, fragment
 def test_a_run_that_starts_over_takes_its_data_labels_not_an_old_labels_json(tmp_path):
     """labels.json keeps a resumed run's label ids; a run that starts over (no backup, or
     --overwrite) must not refuse its data's labels because an earlier run left that file."""
-    from tfapp.config import DataConfig
+    from tfapp.config import ClassifierDataConfig
     from tfapp.data.classification import load_classification_splits
     from tfapp.errors import DataError
 
     (tmp_path / "labels.json").write_text('{"labels": ["neg", "pos"], "multi_label": false}')
     (tmp_path / "train.csv").write_text("text,label\n" + "".join(
         f"text {i},{('meh', 'neg', 'pos')[i % 3]}\n" for i in range(30)))
-    data = DataConfig(train_files=str(tmp_path / "train.csv"))
+    data = ClassifierDataConfig(train_files=str(tmp_path / "train.csv"))
     with pytest.raises(DataError, match="unknown label 'meh'"):  # resuming: ids must not move
         load_classification_splits(data, 0, tmp_path / "labels.json", keep_vocab=True)
     splits = load_classification_splits(data, 0, tmp_path / "labels.json", keep_vocab=False)

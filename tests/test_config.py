@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 
 from tfapp.config import (
+    TASK_CONFIGS,
     ConfigError,
-    ExperimentConfig,
     config_reference,
     field_docs,
     load_config,
     save_params,
+    to_yaml,
 )
 
 import pytest
@@ -53,7 +54,10 @@ def test_shipped_configs_load_and_say_how_to_run(path):
     (["optimizer.learning_rate=0"], "optimizer.learning_rate: 0.0 must be > 0"),
     (["trainer.profile_steps=9,3"], "trainer.profile_steps"),
     (["nonsense"], "not of the form key=value"),
-    (["task=generator"], "needs model.kind=seq2seq"),
+    (["task=generator", "model.kind=bert"], "task 'generator' needs model.kind=seq2seq, got "
+     "'bert'"),
+    (["task=bogus"], "task: 'bogus' is not allowed; choose one of: classifier, generator, mlm, "
+     "ner"),
     (["data.service.adress=x"], "did you mean 'data.service.address'"),
     # No interpolation: a shared config must not copy the runner's environment anywhere.
     (["tracking.wandb.project=${oc.env:HOME}"],
@@ -64,14 +68,26 @@ def test_shipped_configs_load_and_say_how_to_run(path):
     (["name=."], "name: '.' must be a folder name"),
     (["name=a/b"], "name: 'a/b' must be a folder name"),
     (["name=caf\u00e9"], "must be a folder name of ASCII letters"),
-    # Keys the chosen task cannot honour are refused, naming the leaf key.
+    # A key of another task is not in the chosen task's class: an unknown key, named in
+    # full, with the task it belongs to (whichever order task= comes in).
     (["task=generator", "model.kind=seq2seq", "data.seq_length=64"],
-     "data.seq_length: task 'generator' does not use it (set to 64)"),
-    (["generation.method=beam"], "generation.method: task 'classifier' does not use it"),
-    (["data.context_words=4"], "data.context_words: task 'classifier' does not use it"),
-    (["task=mlm", "data.snapshot=/tmp/s"], "data.snapshot: task 'mlm' does not use it"),
+     "unknown config key 'data.seq_length' (command-line override); 'data.seq_length' "
+     "belongs to task classifier, mlm, ner, not to task generator"),
+    (["data.seq_length=64", "task=generator"], "unknown config key 'data.seq_length'"),
+    (["generation.method=beam"], "unknown config key 'generation.method' (command-line "
+     "override); 'generation' belongs to task generator, not to task classifier"),
+    (["task=ner", "generation.max_len=5"], "unknown config key 'generation.max_len'"),
+    (["data.tag_column=3"], "unknown config key 'data.tag_column' (command-line override); "
+     "'data.tag_column' belongs to task ner, not to task classifier"),
+    (["data.context_words=4"], "unknown config key 'data.context_words'"),
+    (["task=ner", "data.text_column=x"], "unknown config key 'data.text_column'"),
+    (["task=mlm", "data.snapshot=/tmp/s"], "unknown config key 'data.snapshot'"),
     (["task=mlm", "data.service.address=localhost:5000"],
-     "data.service.address: task 'mlm' does not use it"),
+     "unknown config key 'data.service.address' (command-line override); 'data.service' "
+     "belongs to task classifier, generator, ner, not to task mlm"),
+    (["task=mlm", "trainer.monitor=val_loss"], "unknown config key 'trainer.monitor'"),
+    (["model.attention=luong"], "'model.attention' belongs to task generator, not to task "
+     "classifier"),
     (["task=mlm", "optimizer.learning_rate=auto"], "not supported by task mlm"),
     (["task=mlm", "model.kind=cnn"], "task 'mlm' needs model.kind=bert, got 'cnn'"),
     (["tune.space={runtime.precision: {type: choice, values: [float32]}}"],
@@ -139,7 +155,8 @@ def test_every_field_is_documented():
                 else f.default
             if dataclasses.is_dataclass(default):
                 walk(type(default))
-    walk(ExperimentConfig)
+    for cls in TASK_CONFIGS.values():
+        walk(cls)
     keys = [row[0] for row in config_reference()]
     assert "data.service.address" in keys and "trainer.epochs" in keys
 
@@ -209,3 +226,82 @@ def test_an_empty_override_is_the_empty_string():
     assert load_config(path).data.drop_regex == "^#"
     assert load_config(path, ["data.drop_regex="]).data.drop_regex == ""
     assert load_config(path, ["data.drop_regex=''"]).data.drop_regex == ""
+
+
+# --------------------------------------------------------------------------- a class per task
+
+OLD_PARAMS = REPO / "tests" / "old_params"
+
+
+@pytest.mark.parametrize("task", ["classifier", "generator", "ner", "mlm"])
+def test_a_params_yaml_of_the_one_union_config_still_loads(task):
+    """params.yaml, backup/tfapp_params.yaml and best_params.yaml written before the config
+    class per task hold every task's keys, the others' at their defaults: they load, and
+    what they set for their own task is kept."""
+    old = yaml.safe_load((OLD_PARAMS / f"{task}.yaml").read_text())
+    assert "generation" in old and "mlm" in old and "tag_column" in old["data"]  # the union
+    cfg = load_config(OLD_PARAMS / f"{task}.yaml")
+    assert type(cfg) is TASK_CONFIGS[task] and cfg.name == task
+    own = {"classifier": lambda c: (c.trainer.epochs, c.data.labels) == (2, ["neg", "pos"]),
+           "generator": lambda c: c.generation.method == "beam",
+           "ner": lambda c: c.data.tag_scheme == "bioes",
+           "mlm": lambda c: c.mlm.mask_rate == 0.2}[task]
+    assert own(cfg)
+    # saved again, it holds its own task's keys only
+    again = yaml.safe_load(to_yaml(cfg))
+    assert ("generation" in again) == (task == "generator")
+    assert ("mlm" in again) == (task == "mlm")
+    assert ("tag_column" in again["data"]) == (task == "ner")
+    assert load_config(OLD_PARAMS / f"{task}.yaml") == cfg
+
+
+def test_an_old_params_yaml_with_another_tasks_key_set_is_refused(tmp_path):
+    """Only another task's keys at their default are dropped; one set is named."""
+    text = (OLD_PARAMS / "classifier.yaml").read_text()
+    path = tmp_path / "params.yaml"
+    path.write_text(text.replace("  tag_scheme: iob2", "  tag_scheme: bioes"))
+    with pytest.raises(ConfigError, match=r"unknown config key 'data.tag_scheme' \(.*params.yaml"
+                       r"\); 'data.tag_scheme' belongs to task ner, not to task classifier"):
+        load_config(path)
+    path.write_text(text.replace("  method: top_k", "  method: beam"))
+    with pytest.raises(ConfigError, match="unknown config key 'generation.method'"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("task", ["classifier", "generator", "ner", "mlm"])
+def test_each_task_class_holds_only_the_keys_its_task_reads(task):
+    keys = {row[0] for row in config_reference(task)}
+    assert ("data.tag_column" in keys) == (task == "ner")
+    assert ("data.label_column" in keys) == (task == "classifier")
+    assert ("data.context_words" in keys) == (task == "generator")
+    assert ("model.attention" in keys) == (task == "generator")
+    assert any(k.startswith("generation.") for k in keys) == (task == "generator")
+    assert any(k.startswith("mlm.") for k in keys) == (task == "mlm")
+    assert ("data.snapshot" in keys) == (task != "mlm")
+    assert ("trainer.monitor" in keys) == (task != "mlm")
+    assert {"data.train_files", "data.batch_size", "optimizer.learning_rate",
+            "trainer.epochs", "tune.max_trials"} <= keys
+
+
+def test_the_generator_takes_a_test_split():
+    cfg = load_config(None, ["task=generator", "data.test_files=t.txt", "data.test_split=0.1"])
+    assert (cfg.data.test_files, cfg.data.test_split) == ("t.txt", 0.1)
+    assert load_config(None, ["task=generator"]).model.kind == "seq2seq"  # its only kind
+
+
+def test_the_masked_lm_task_holds_nothing_out_and_stores_nothing():
+    """The shared split and stream code reads these of every task; mlm's are fixed."""
+    d = load_config(None, ["task=mlm"]).data
+    assert (d.validation_files, d.test_files, d.validation_split, d.test_split) == ("", "", 0, 0)
+    assert (d.cache, d.snapshot, d.service.address) == ("", "", "")
+
+
+def test_cli_help_shows_the_keys_of_the_task_it_names():
+    default = run_python(["-m", "tfapp.train", "--help"], timeout=120)
+    ner = run_python(["-m", "tfapp.train", "task=ner", "--help"], timeout=120)
+    assert default.returncode == 0 and ner.returncode == 0
+    assert "config keys of task classifier" in default.stdout and "task=NAME --help" in \
+        default.stdout
+    assert "data.label_column" in default.stdout and "data.tag_column" not in default.stdout
+    assert "data.tag_column" in ner.stdout and "data.label_column" not in ner.stdout
+    assert "generation." not in default.stdout + ner.stdout

@@ -8,7 +8,7 @@ import os
 import textwrap
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-from tfapp.config import DataConfig
+from tfapp.config import ClassifierDataConfig
 from tfapp.data import pipeline as stages
 from tfapp.data.bert_preprocess import make_bert_preprocess_fn
 from tfapp.data.classification import load_classification_splits, make_classification_dataset
@@ -38,11 +38,11 @@ def pre(vocab_file):
     return make_bert_preprocess_fn(vocab_file=vocab_file, seq_length=SEQ)
 
 
-def data_cfg(**kw) -> DataConfig:
+def data_cfg(**kw) -> ClassifierDataConfig:
     kw.setdefault("seq_length", SEQ)
     kw.setdefault("shuffle_buffer", 100)
     kw.setdefault("validation_split", 0.0)
-    return dataclasses.replace(DataConfig(), **kw)
+    return dataclasses.replace(ClassifierDataConfig(), **kw)
 
 
 def write_examples(folder, n: int = N, pairs: bool = False, multi: bool = False,
@@ -256,7 +256,7 @@ def test_distribute_with_the_default_strategy(pre, tmp_path):
 
 
 def test_load_and_feed_the_demo_end_to_end(vocab_file, tmp_path):
-    splits = load_classification_splits(DataConfig(), seed=42,
+    splits = load_classification_splits(ClassifierDataConfig(), seed=42,
                                          label_vocab_path=tmp_path / "labels.json")
     pre = make_bert_preprocess_fn(vocab_file=vocab_file, seq_length=16)
     ds = make_classification_dataset(splits, splits.validation, pre, data_cfg(seq_length=16),
@@ -277,14 +277,14 @@ def test_mirrored_replicas_each_get_a_per_replica_batch(vocab_file, tmp_path):
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(
             cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-        from tfapp.config import DataConfig
+        from tfapp.config import ClassifierDataConfig
         from tfapp.data.bert_preprocess import make_bert_preprocess_fn
         from tfapp.data.classification import (load_classification_splits,
                                                make_classification_dataset)
         from tfapp.data.pipeline import distribute
         strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         pre = make_bert_preprocess_fn(vocab_file={vocab_file!r}, seq_length=8)
-        cfg = dataclasses.replace(DataConfig(), seq_length=8, train_files={data!r},
+        cfg = dataclasses.replace(ClassifierDataConfig(), seq_length=8, train_files={data!r},
                                   validation_split=0.0)
         splits = load_classification_splits(cfg, 0)
         dist = distribute(strategy, lambda ctx: make_classification_dataset(

@@ -12,7 +12,7 @@ import time
 from collections import Counter
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-from tfapp.config import ConfigError, DataConfig, DataServiceConfig
+from tfapp.config import ClassifierDataConfig, ConfigError, DataServiceConfig
 from tfapp.data.bert_preprocess import make_bert_preprocess_fn
 from tfapp.data.classification import load_classification_splits, make_classification_dataset
 from tfapp.data.vocab import write_vocab
@@ -46,13 +46,13 @@ def splits(tmp_path_factory):
     for f in range(4):
         (folder / f"part{f}.csv").write_text("text,label\n" + "".join(
             f"w{i},{i % 2}\n" for i in range(f, N, 4)))
-    cfg = dataclasses.replace(DataConfig(), train_files=str(folder / "part*.csv"),
+    cfg = dataclasses.replace(ClassifierDataConfig(), train_files=str(folder / "part*.csv"),
                               validation_split=0.0)
     return load_classification_splits(cfg, 0)
 
 
 def _dataset(splits, preprocess, address: str, mode: str, **kw):
-    data_cfg = dataclasses.replace(DataConfig(), seq_length=8, service=DataServiceConfig(
+    data_cfg = dataclasses.replace(ClassifierDataConfig(), seq_length=8, service=DataServiceConfig(
         address=address, processing_mode=mode))
     kw.setdefault("training", False)
     kw.setdefault("batch_size", 4)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-from tfapp.config import ConfigError, DataConfig
+from tfapp.config import ClassifierDataConfig, ConfigError
 from tfapp.data.classification import load_classification_splits, raw_batches, resolve_demo
 from tfapp.errors import DataError
 
@@ -22,9 +22,9 @@ ROWS = [("a great movie", "pos"), ("dull and slow", "neg"), ("fine acting", "pos
         ("i hated it", "neg"), ("superb, really", "pos"), ("boring, boring", "neg")]
 
 
-def cfg(**kw) -> DataConfig:
+def cfg(**kw) -> ClassifierDataConfig:
     kw.setdefault("validation_split", 0.0)
-    return dataclasses.replace(DataConfig(), **kw)
+    return dataclasses.replace(ClassifierDataConfig(), **kw)
 
 
 def write_csv(path: Path, rows, header=("text", "label"), delimiter=",") -> str:
@@ -172,9 +172,9 @@ def test_seeded_test_split_is_carved_before_validation(tmp_path):
 
 
 def test_demo_resolves_to_shipped_files(tmp_path):
-    train, val, test = resolve_demo(DataConfig())
+    train, val, test = resolve_demo(ClassifierDataConfig())
     assert all(Path(p).is_file() for p in (train, val, test))
-    splits = load_classification_splits(DataConfig(), seed=42)
+    splits = load_classification_splits(ClassifierDataConfig(), seed=42)
     assert [splits.size(s) for s in (splits.train, splits.validation, splits.test)] == [
         1500, 300, 300]
     assert splits.label_names == ["negative", "positive"]

@@ -179,14 +179,14 @@ def test_schedule_values_cover_every_step(schedule):
 
 def test_lr_finder_suggests_inside_the_range_and_restores_weights(tmp_path):
     """A real sweep on a small regression problem whose SGD diverges above lr ~ 1."""
-    from tfapp.config import ExperimentConfig, OptimizerConfig, RuntimeConfig
+    from tfapp.config import ClassifierConfig, OptimizerConfig, RuntimeConfig
     from tfapp.training.context import RunContext
     from tfapp.training.lr_finder import find_lr
 
     import tensorflow as tf
 
     def context(optimizer: OptimizerConfig) -> RunContext:
-        cfg = ExperimentConfig(optimizer=optimizer, runtime=RuntimeConfig(seed=0))
+        cfg = ClassifierConfig(optimizer=optimizer, runtime=RuntimeConfig(seed=0))
         return RunContext.create(cfg, task=get_task(cfg.task), run_dir=tmp_path)
 
     tf.keras.utils.set_random_seed(0)

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-from tfapp.config import ConfigError, ExperimentConfig, load_config, to_yaml
+from tfapp.config import TASK_CONFIGS, ConfigError, load_config, to_yaml
 from tfapp.data import prepare as P
 from tfapp.data.records import BytesList
 
@@ -318,13 +318,17 @@ def test_prepare_reads_back_every_row_or_fails_in_one_line(case) -> None:
 
 # ---------------------------------------------------------------------------- configs
 def _nested_keys() -> list[str]:
-    out, cfg = [], ExperimentConfig()
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        out.append(f.name)
-        if dataclasses.is_dataclass(value):
-            out += [f"{f.name}.{g.name}" for g in dataclasses.fields(value)]
-    return out
+    """The top-level and group keys of every task's class (a key of another task is an
+    unknown key to the task a config names)."""
+    out: list[str] = []
+    for cls in TASK_CONFIGS.values():
+        cfg = cls()
+        for f in dataclasses.fields(cfg):
+            value = getattr(cfg, f.name)
+            out.append(f.name)
+            if dataclasses.is_dataclass(value):
+                out += [f"{f.name}.{g.name}" for g in dataclasses.fields(value)]
+    return sorted(set(out))
 
 
 KEYS = _nested_keys()

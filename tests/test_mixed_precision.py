@@ -8,7 +8,7 @@ and the encoder's matmuls then run in bfloat16; an uncovered module keeps the Hu
 from __future__ import annotations
 
 import tfapp  # noqa: F401
-from tfapp.config import ModelConfig
+from tfapp.config import ClassifierModelConfig
 from tfapp.hub.export import ReusableBertEncoder, export_encoder, float32_policy
 from tfapp.models.bert import BertConfig, BertEncoder
 from tfapp.models.classifier import build_classifier
@@ -72,7 +72,7 @@ def _matmul_dtypes(fn, *args) -> dict[str, set[str]]:
 
 def test_classifier_encoder_computes_in_bfloat16_under_mixed_bfloat16(module_dir, policy):
     policy("mixed_bfloat16")
-    model = build_classifier(ModelConfig(kind="bert", dropout=0.0), num_classes=2,
+    model = build_classifier(ClassifierModelConfig(kind="bert", dropout=0.0), num_classes=2,
                              multi_label=False, seq_length=SEQ, hub_handle=module_dir)
     encoder = model.get_layer("bert_encoder")
     assert isinstance(encoder, BertEncoder), "a covered module must use the native encoder"
@@ -113,7 +113,7 @@ def test_classifier_encoder_computes_in_bfloat16_under_mixed_bfloat16(module_dir
 
 def test_fit_under_mixed_bfloat16_updates_the_native_encoder(module_dir, policy):
     policy("mixed_bfloat16")
-    model = build_classifier(ModelConfig(kind="bert"), num_classes=2, multi_label=False,
+    model = build_classifier(ClassifierModelConfig(kind="bert"), num_classes=2, multi_label=False,
                              seq_length=SEQ, hub_handle=module_dir)
     encoder = model.get_layer("bert_encoder")
     before = encoder.named_weights()["layer_0/attention/query/kernel"].numpy().copy()
@@ -134,7 +134,7 @@ def test_uncovered_module_keeps_the_hub_layer(tmp_path, policy):
     assert native_encoder_from_hub(str(tmp_path / "foreign")) is None
     assert native_encoder_from_hub(str(tmp_path / "missing")) is None
     policy("mixed_bfloat16")
-    model = build_classifier(ModelConfig(kind="bert"), num_classes=3, multi_label=False,
+    model = build_classifier(ClassifierModelConfig(kind="bert"), num_classes=3, multi_label=False,
                              seq_length=SEQ, hub_handle=str(tmp_path / "foreign"))
     assert isinstance(model.get_layer("bert_encoder"), hub.KerasLayer)
     assert model(_batch()).shape == (4, 3)

@@ -7,7 +7,7 @@ import json
 import textwrap
 
 import tfapp  # noqa: F401
-from tfapp.config import ConfigError, ModelConfig
+from tfapp.config import ClassifierModelConfig, ConfigError
 from tfapp.hub.export import export_encoder, float32_policy
 from tfapp.models.bert import BertConfig, BertEncoder
 from tfapp.models.classifier import MaskedMeanMaxPooling, build_classifier, output_units
@@ -50,9 +50,9 @@ def learnable_data(n: int = 64, seed: int = 0, num_classes: int = 2):
     return x, labels
 
 
-def _cfg(**kw) -> ModelConfig:
+def _cfg(**kw) -> ClassifierModelConfig:
     base = dict(kind="bert", units=16, embedding_dim=16, dropout=0.1)
-    return ModelConfig(**{**base, **kw})
+    return ClassifierModelConfig(**{**base, **kw})
 
 
 @pytest.mark.parametrize("num_classes,multi_label,units,act", [
@@ -192,7 +192,7 @@ def test_fine_tunes_under_mirrored_strategy_with_steps_per_execution(encoder_dir
     script = textwrap.dedent(f"""
         import json
         import tfapp
-        from tfapp.config import ModelConfig, RuntimeConfig
+        from tfapp.config import ClassifierModelConfig, RuntimeConfig
         from tfapp.runtime import setup
         rt = setup(RuntimeConfig(strategy="mirrored", cpu_devices=2, seed=1))
         import numpy as np
@@ -204,7 +204,7 @@ def test_fine_tunes_under_mirrored_strategy_with_steps_per_execution(encoder_dir
         ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(
             rt.global_batch_size(8), drop_remainder=True)
         with rt.strategy.scope():
-            model = build_classifier(ModelConfig(kind="bert", dropout=0.1), num_classes=2,
+            model = build_classifier(ClassifierModelConfig(kind="bert", dropout=0.1), num_classes=2,
                                      multi_label=False, seq_length={SEQ},
                                      hub_handle={encoder_dir!r})
             before = [w.numpy().copy() for w in model.get_layer("bert_encoder").weights]

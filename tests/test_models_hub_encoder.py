@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 
 import tfapp  # noqa: F401
-from tfapp.config import ConfigError, ModelConfig
+from tfapp.config import ClassifierModelConfig, ConfigError
 from tfapp.hub.export import ReusableBertEncoder, export_encoder, float32_policy
 from tfapp.models.bert import BertConfig, BertEncoder, dummy_inputs
 from tfapp.models.classifier import build_classifier
@@ -119,8 +119,8 @@ def test_deterministic_fine_tuning_reads_the_module_natively_and_repeats_exactly
     runs = []
     for _ in range(2):
         tf.keras.utils.set_random_seed(5)  # what runtime.setup does with runtime.seed
-        model = build_classifier(ModelConfig(kind="bert"), num_classes=2, multi_label=False,
-                                 seq_length=8, hub_handle=encoder_dir)
+        model = build_classifier(ClassifierModelConfig(kind="bert"), num_classes=2,
+                                 multi_label=False, seq_length=8, hub_handle=encoder_dir)
         # The Hub layer's saved dropout would be refused; the native encoder's is seeded.
         assert isinstance(model.get_layer("bert_encoder"), BertEncoder)
         before = [w.numpy() for w in model.weights]
@@ -150,12 +150,12 @@ def test_deterministic_fine_tuning_of_an_unseeded_module_is_one_clear_line(
     assert unseeded_random_ops(hub.load(foreign_dir))  # its dropout ops
     with pytest.raises(HubHandleError, match=r"^runtime.deterministic=true: the module '.*"
                        r"foreign' fine-tunes with \d+ unseeded random op") as err:
-        build_classifier(ModelConfig(kind="bert"), num_classes=2, multi_label=False,
+        build_classifier(ClassifierModelConfig(kind="bert"), num_classes=2, multi_label=False,
                          seq_length=8, hub_handle=foreign_dir)
     assert "\n" not in str(err.value) and "model.trainable=false" in str(err.value)
     # A frozen encoder runs no dropout: determinism has nothing to refuse.
     tf.keras.utils.set_random_seed(5)  # the head's dropout is seeded, as in runtime.setup
-    frozen = build_classifier(ModelConfig(kind="bert", trainable=False), num_classes=2,
+    frozen = build_classifier(ClassifierModelConfig(kind="bert", trainable=False), num_classes=2,
                               multi_label=False, seq_length=8, hub_handle=foreign_dir)
     assert isinstance(frozen.get_layer("bert_encoder"), hub.KerasLayer)
     assert frozen.predict(_train_batch()[0], verbose=0).shape == (8, 1)

@@ -27,7 +27,7 @@ def test_masked_loss_and_accuracy_hand_computed():
 
 @pytest.mark.slow
 def test_output_is_float32_under_mixed_precision():
-    from tfapp.config import ModelConfig
+    from tfapp.config import NerModelConfig
     from tfapp.hub.handles import resolve_hub_handle
     from tfapp.models.bert import BertEncoder
     from tfapp.models.token_classifier import build_token_classifier
@@ -37,7 +37,7 @@ def test_output_is_float32_under_mixed_precision():
     encoder, _ = resolve_hub_handle("builtin:tiny")
     tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
-        model = build_token_classifier(ModelConfig(), num_tags=5, seq_length=8,
+        model = build_token_classifier(NerModelConfig(), num_tags=5, seq_length=8,
                                        hub_handle=encoder)
         ones = tf.ones([2, 8], tf.int32)
         probs = model({"input_word_ids": ones, "input_mask": ones,

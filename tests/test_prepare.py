@@ -172,7 +172,7 @@ def test_bad_rows_fail_with_file_line_or_are_skipped_and_counted(tmp_path):
 def test_a_run_prepares_raw_files_once_and_says_which_it_did(tmp_path, monkeypatch, caplog):
     import logging
 
-    from tfapp.config import DataConfig
+    from tfapp.config import ClassifierDataConfig
     from tfapp.data.splits import prepared_splits
 
     monkeypatch.setenv("TFAPP_CACHE_DIR", str(tmp_path / "cache"))
@@ -181,7 +181,7 @@ def test_a_run_prepares_raw_files_once_and_says_which_it_did(tmp_path, monkeypat
     for _ in range(2):
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="tfapp.data"):
-            splits = prepared_splits(path, "", "", LABELLED, DataConfig(), seed=0)
+            splits = prepared_splits(path, "", "", LABELLED, ClassifierDataConfig(), seed=0)
         said += [r.getMessage() for r in caplog.records if r.getMessage().startswith("data:")]
     assert splits.train.manifest.rows == 40
     assert len(said) == 2, said

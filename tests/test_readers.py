@@ -17,7 +17,7 @@ import sys
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp import generate, predict
-from tfapp.config import ConfigError, DataConfig, load_config
+from tfapp.config import ClassifierDataConfig, ConfigError, load_config
 from tfapp.data import sources
 from tfapp.data import text_lines as tl
 from tfapp.data.classification import load_classification_splits, raw_batches
@@ -41,7 +41,8 @@ def not_utf8(path, line: int) -> str:
 
 
 def load(tmp_path, path, **kw):
-    cfg = dataclasses.replace(DataConfig(), train_files=str(path), validation_split=0.0, **kw)
+    cfg = dataclasses.replace(ClassifierDataConfig(), train_files=str(path),
+                              validation_split=0.0, **kw)
     return load_classification_splits(cfg, seed=1, label_vocab_path=tmp_path / "labels.json")
 
 

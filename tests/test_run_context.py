@@ -257,3 +257,14 @@ def test_a_moved_run_directory_still_resumes(tmp_path):
     moved.begin()  # where a run lives is not part of its training
     moved.release()
     assert (tmp_path / "moved" / "backup" / "checkpoint").is_file()
+
+
+def test_a_stored_config_of_another_task_differs_by_its_task(tmp_path):
+    """Each task has its own config class: comparing a run's params.yaml of one task with a
+    rerun under another names the task first (no key of one class is read off the other)."""
+    from tfapp.training.context import _differences
+
+    changes = _differences(load_config(None, ["task=classifier"]),
+                           load_config(None, ["task=ner"]))
+    assert changes[0] == ("task", "classifier", "ner")
+    assert ("data.label_column", "label", None) in changes

@@ -8,7 +8,7 @@ import os
 import shutil
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-from tfapp.config import DataConfig
+from tfapp.config import ClassifierDataConfig, DataServiceConfig
 from tfapp.data import stream
 from tfapp.data.pipeline import serialized_graph_bytes
 from tfapp.data.store import Store
@@ -143,9 +143,9 @@ def test_a_file_whose_pass_was_cut_short_is_not_marked_and_is_written_again(tmp_
     assert store.done() == 1
 
 
-def service_cfg(mode: str) -> DataConfig:
-    return dataclasses.replace(DataConfig(), service=dataclasses.replace(
-        DataConfig().service, address="grpc://localhost:1", processing_mode=mode))
+def service_cfg(mode: str) -> ClassifierDataConfig:
+    return dataclasses.replace(ClassifierDataConfig(), service=dataclasses.replace(
+        ClassifierDataConfig().service, address="grpc://localhost:1", processing_mode=mode))
 
 
 def test_the_graph_sent_to_the_service_holds_file_names_not_rows(tmp_path):
@@ -167,8 +167,9 @@ def test_the_graph_sent_to_the_service_holds_file_names_not_rows(tmp_path):
                                  "data.service.address=grpc://localhost:1"])
         splits = load_classification_splits(cfg.data, 0)
         dataset = make_classification_dataset(splits, splits.train, preprocess,
-                                              dataclasses.replace(cfg.data, service=DataConfig(
-                                              ).service), batch_size=32, training=True, seed=0)
+                                              dataclasses.replace(
+                                                  cfg.data, service=DataServiceConfig()),
+                                              batch_size=32, training=True, seed=0)
         sizes.append(serialized_graph_bytes(dataset))
     assert abs(sizes[1] - sizes[0]) < 0.01 * sizes[0] and sizes[1] < 1 << 20, sizes
 

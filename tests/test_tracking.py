@@ -81,6 +81,9 @@ def test_tensorboard_scalars_graph_hparams_and_confusion_matrix(classifier_run):
     assert hp["optimizer.learning_rate"].number_value == pytest.approx(1e-3)
     assert hp["data.batch_size"].number_value == 16
     assert hp["model.kind"].string_value == "bert" and hp["task"].string_value == "classifier"
+    # only the classifier's keys: no other task's group or key to compare runs by
+    assert "data.label_column" in hp and "data.tag_column" not in hp
+    assert not [k for k in hp if k.startswith(("generation.", "mlm.", "model.attention"))]
 
     # Confusion matrix: one image per epoch, decodable, also saved for the share report.
     import tensorflow as tf
@@ -90,6 +93,20 @@ def test_tensorboard_scalars_graph_hparams_and_confusion_matrix(classifier_run):
     png = tf.make_ndarray(images[-1].tensor_proto)[2]  # [width, height, png bytes]
     assert tf.image.decode_png(png).shape[-1] == 4
     assert (classifier_run / "confusion_matrix.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("task", ["classifier", "generator", "ner", "mlm"])
+def test_hparams_hold_the_keys_of_the_run_task_only(task):
+    from tfapp.config import load_config
+    from tfapp.training.tb_logging import hparams
+
+    keys = set(hparams(load_config(None, [f"task={task}"])))
+    assert ("data.tag_column" in keys) == (task == "ner")
+    assert ("data.label_column" in keys) == (task == "classifier")
+    assert ("data.context_words" in keys) == (task == "generator")
+    assert ("trainer.monitor" in keys) == (task != "mlm")
+    assert not [k for k in keys if k.startswith(("generation.", "mlm.", "tune."))]
+    assert {"task", "data.batch_size", "model.kind", "optimizer.learning_rate"} <= keys
 
 
 def test_throughput_times_the_steps_after_the_first_call(tmp_path, monkeypatch):

@@ -41,6 +41,13 @@ TINY = ["--config", "configs/classifier_local.yaml", "model.kind=cnn", "model.un
      "log sampling needs min > 0"),
     ("{model: {type: boolean}}", "'model' is a config group"),
     ("{model.units: {type: int, min: 8}}", "type int needs min and max"),
+    # a classifier search cannot vary a key of another task's class
+    ("{generation.top_k: {type: int, min: 1, max: 9}}",
+     "unknown config key 'generation.top_k' (tune.space); 'generation' belongs to task "
+     "generator, not to task classifier"),
+    ("{model.attention: {type: choice, values: [luong]}}",
+     "unknown config key 'model.attention' (tune.space); 'model.attention' belongs to task "
+     "generator"),
 ])
 def test_bad_space_is_one_clear_error(space, fragment):
     with pytest.raises(ConfigError) as info:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp.config import (
+    DEFAULT_TASK,
+    TASKS,
     ConfigError,
     ExperimentConfig,
     config_reference,
@@ -71,12 +73,19 @@ def setup_logging(verbose: bool = False) -> None:
         pass
 
 
-def config_help() -> str:
-    """The config reference for --help: every group with its keys, types and defaults."""
-    groups = group_docs()
-    lines = ["config keys (set in the YAML file or as key=value overrides):"]
+def config_help(task: str | None = None) -> str:
+    """The config reference for --help: the keys of ``task`` (else of the task a
+    ``task=NAME`` argument names, else of the default task), by group, with their types
+    and defaults; each task has its own keys."""
+    if task is None:
+        named = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("task=")]
+        task = named[-1] if named and named[-1] in TASKS else DEFAULT_TASK
+    groups = group_docs(task)
+    others = ", ".join(t for t in TASKS if t != task)
+    lines = [f"config keys of task {task} (set in the YAML file or as key=value overrides; "
+             f"another task's keys: task=NAME --help, NAME one of {others}):"]
     current = None
-    for key, type_name, default, doc in config_reference(ExperimentConfig):
+    for key, type_name, default, doc in config_reference(task):
         group = key.split(".")[0] if "." in key else ""
         if group != current:
             current = group

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import cli
-from tfapp.config import ConfigError, ExperimentConfig, load_config
+from tfapp.config import ConfigError, ExperimentConfig, MaskedLmConfig, load_config
 from tfapp.tasks import get_task
 from tfapp.tasks.mlm.task import hub_module_dir
 
-_D = ExperimentConfig()
+_D = MaskedLmConfig()
 _STEPS, _LOG_EVERY = 1000, 100
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfapp.config import DataConfig
+from tfapp.config import ClassifierDataConfig
 from tfapp.data import pipeline as stages
 from tfapp.data import stream
 from tfapp.data.manifest import BUCKETS, origin_order
@@ -100,7 +100,7 @@ class ClassificationSplits:
         return split.source(self.counts[split.name])
 
 
-def resolve_demo(data_cfg: DataConfig) -> tuple[str, str, str]:
+def resolve_demo(data_cfg: ClassifierDataConfig) -> tuple[str, str, str]:
     """(train, validation, test) file specs with ``demo`` mapped to the shipped CSVs.
 
     ``train_files: demo`` also fills empty validation/test specs with the demo's own
@@ -116,7 +116,7 @@ def resolve_demo(data_cfg: DataConfig) -> tuple[str, str, str]:
     return train, validation, test
 
 
-def _vocab(data_cfg: DataConfig, train: SplitData, path: Path | None, keep: bool
+def _vocab(data_cfg: ClassifierDataConfig, train: SplitData, path: Path | None, keep: bool
            ) -> tuple[LabelVocab, str]:
     """The label vocabulary and where it comes from (for messages): ``data.labels``,
     a resumed run's labels.json, or the training files' labels."""
@@ -144,7 +144,7 @@ def _vocab(data_cfg: DataConfig, train: SplitData, path: Path | None, keep: bool
     return LabelVocab(names, data_cfg.multi_label), "the training data"
 
 
-def load_classification_splits(data_cfg: DataConfig, seed: int,
+def load_classification_splits(data_cfg: ClassifierDataConfig, seed: int,
                                label_vocab_path: Path | str | None = None, *,
                                keep_vocab: bool = True) -> ClassificationSplits:
     """Prepare (or reuse) the splits and settle the label vocabulary.
@@ -190,7 +190,7 @@ def load_classification_splits(data_cfg: DataConfig, seed: int,
     return out
 
 
-def _split_counts(splits: ClassificationSplits, split: SplitData, data_cfg: DataConfig,
+def _split_counts(splits: ClassificationSplits, split: SplitData, data_cfg: ClassifierDataConfig,
                   known_from: str) -> list[int]:
     """Examples of ``split`` per file: its rows, less those with labels outside the
     vocabulary (a DataError naming the first under on_bad_rows=fail; under skip they are
@@ -296,7 +296,7 @@ def _split_batch(batch: dict[str, tf.Tensor]) -> tuple[dict[str, tf.Tensor], tf.
 
 
 def _store(splits: ClassificationSplits, split: SplitData, preprocess_fn: Callable,
-           data_cfg: DataConfig, *, write: bool) -> Store:
+           data_cfg: ClassifierDataConfig, *, write: bool) -> Store:
     """The store of ``split``'s tokenised examples, keyed by everything that decides them."""
     manifest = split.manifest
     key = hashlib.sha256(repr((
@@ -333,7 +333,8 @@ def _fingerprint(preprocess_fn: Callable) -> str:
 
 
 def make_classification_dataset(splits: ClassificationSplits, split: SplitData,
-                                preprocess_fn: Callable[..., dict], data_cfg: DataConfig, *,
+                                preprocess_fn: Callable[..., dict],
+                                data_cfg: ClassifierDataConfig, *,
                                 batch_size: int, training: bool, seed: int,
                                 input_context: tf.distribute.InputContext | None = None,
                                 start: stream.Start | None = None) -> tf.data.Dataset:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfapp.config import DataConfig
+from tfapp.config import NerDataConfig
 from tfapp.data.manifest import origin_order
 from tfapp.data.prepare import RowSpec
 from tfapp.data.sources import BadRow, BadRowPolicy, BadRowReport
@@ -52,7 +52,7 @@ class NerSplits:
 
 
 
-def load_ner_splits(data_cfg: DataConfig, seed: int, tag_vocab_path: Path | str | None = None,
+def load_ner_splits(data_cfg: NerDataConfig, seed: int, tag_vocab_path: Path | str | None = None,
                     *, keep_vocab: bool = True) -> NerSplits:
     """Prepare (or reuse) the train/validation/test sentences and settle the tags.
 

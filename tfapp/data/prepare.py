@@ -115,10 +115,12 @@ class RowSpec:
 
     @classmethod
     def from_config(cls, kind: str, data_cfg: Any) -> RowSpec:
-        """The spec of ``kind`` with the reading settings of a ``DataConfig``."""
+        """The spec of ``kind`` with the reading settings of a task's data config (which
+        holds only the keys its task reads: the others keep the defaults here)."""
         names = [f.name for f in dataclasses.fields(cls) if f.name not in ("kind",
                                                                             "column_hint")]
-        return cls(kind=kind, **{n: getattr(data_cfg, n) for n in names})
+        return cls(kind=kind, **{n: getattr(data_cfg, n) for n in names
+                                 if hasattr(data_cfg, n)})
 
     def settings(self) -> dict[str, Any]:
         return {"kind": self.kind, "format": self.format,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tfapp.atomic import write_text
-from tfapp.config import DataConfig
+from tfapp.config import NerDataConfig
 from tfapp.data.sources import (  # the classifier reader's file handling and bad-row policy
     BadRowPolicy,
     BadRowReport,
@@ -201,7 +201,7 @@ def log_entity_counts(name: str, counts: EntityCounts | dict, configured: str) -
     log.log(level, "data: %s", counts.describe(name, configured))
 
 
-def read_tagged(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
+def read_tagged(spec: str, data_cfg: NerDataConfig, *, split: str, mode: str,
                 report: BadRowReport) -> list[TaggedSentence]:
     """The tagged sentences of the files in ``spec`` (one split), tags read into IOB2.
 

@@ -36,7 +36,7 @@ from typing import Any
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp.atomic import read_state, write_text
 from tfapp.cachedir import usable_cache_dir
-from tfapp.config import DataConfig
+from tfapp.config import GeneratorDataConfig
 from tfapp.data import pipeline as stages
 from tfapp.data import stream
 from tfapp.data.manifest import BUCKETS
@@ -234,12 +234,12 @@ def prompt_encoder_ids(ids: tf.RaggedTensor, context_words: int,
 LINE_BATCH = 256
 
 
-def generator_rows(cfg: DataConfig) -> RowSpec:
+def generator_rows(cfg: GeneratorDataConfig) -> RowSpec:
     """What a row of the generator's files is: a text (continuation) or a pair."""
     return RowSpec.from_config("pairs" if cfg.example_shape == "pairs" else "texts", cfg)
 
 
-def _cleaned_lines(split: SplitData, cfg: DataConfig, chunk: int
+def _cleaned_lines(split: SplitData, cfg: GeneratorDataConfig, chunk: int
                    ) -> Callable[[tf.Tensor, tf.Tensor], tf.data.Dataset]:
     """``lines(file, index)``: batches of the file's rows of ``split`` (``chunk`` rows
     read per batch), cleaned: ``{"text", "id"}`` (continuation; lines ``drop_regex``
@@ -275,7 +275,7 @@ def _cleaned_lines(split: SplitData, cfg: DataConfig, chunk: int
     return lines
 
 
-def _windows(table, cfg: DataConfig) -> Callable[[dict], dict]:
+def _windows(table, cfg: GeneratorDataConfig) -> Callable[[dict], dict]:
     """A batch of cleaned lines -> its examples (``continuation_windows`` or
     ``pair_windows``), each with the id of its line times 2**16 plus its position."""
     pairs = cfg.example_shape == "pairs"
@@ -323,7 +323,7 @@ class GeneratorData:
         return split.source(self.counts[split.name])
 
 
-def resolve_demo(cfg: DataConfig) -> tuple[str, str]:
+def resolve_demo(cfg: GeneratorDataConfig) -> tuple[str, str]:
     """(train, validation) file specs, ``demo`` mapped to the shipped corpus or pairs."""
     demo = str(DEMO_PAIRS if cfg.example_shape == "pairs" else DEMO_CORPUS)
     train = demo if cfg.train_files.strip() == "demo" else cfg.train_files
@@ -346,14 +346,14 @@ def build_vocabulary(texts: list[str] | tf.data.Dataset, vocab_size: int) -> lis
     return list(SPECIAL_TOKENS) + words[: max(0, vocab_size - len(SPECIAL_TOKENS))]
 
 
-def _split_lines(split: SplitData, cfg: DataConfig) -> tf.data.Dataset:
+def _split_lines(split: SplitData, cfg: GeneratorDataConfig) -> tf.data.Dataset:
     """Batches of the cleaned lines of ``split``, its files in order."""
     source = split.source()
     lines = _cleaned_lines(split, cfg, 1024)
     return stream.eval_stream(source, stream.partition(source, 0, 1, 0), lines)
 
 
-def _count(split: SplitData, cfg: DataConfig, table) -> dict[str, Any]:
+def _count(split: SplitData, cfg: GeneratorDataConfig, table) -> dict[str, Any]:
     """Examples per file of ``split``, its cleaned lines, and the [UNK] share of its
     labels: one pass, cached by what decides them (see ``_counts_path``)."""
     path = _counts_path(split, cfg, table.vocabulary)
@@ -384,7 +384,7 @@ class _Table:
         self.table = vocabulary_table(vocabulary)
 
 
-def _counts_path(split: SplitData, cfg: DataConfig, vocabulary: list[str]) -> Path:
+def _counts_path(split: SplitData, cfg: GeneratorDataConfig, vocabulary: list[str]) -> Path:
     key = hashlib.sha256(repr((
         "generator-counts", 1, split.manifest.root, split.manifest.to_json(), split.selector,
         cfg.example_shape, cfg.drop_regex, cfg.strip_punctuation, cfg.context_words,
@@ -392,7 +392,7 @@ def _counts_path(split: SplitData, cfg: DataConfig, vocabulary: list[str]) -> Pa
     return usable_cache_dir() / "counts" / f"generator-{split.name}-{key}.json"
 
 
-def build_generator_data(cfg: DataConfig, *, seed: int, vocab_path: Path | None = None,
+def build_generator_data(cfg: GeneratorDataConfig, *, seed: int, vocab_path: Path | None = None,
                          keep_vocab: bool = False) -> GeneratorData:
     """Prepare (or reuse) the splits, adapt the vocabulary on the training lines (or read
     a resumed run's ``vocab_path``), and count the examples of each file."""
@@ -434,7 +434,8 @@ def build_generator_data(cfg: DataConfig, *, seed: int, vocab_path: Path | None 
     return data
 
 
-def _store(data: GeneratorData, split: SplitData, cfg: DataConfig, *, write: bool) -> Store:
+def _store(data: GeneratorData, split: SplitData, cfg: GeneratorDataConfig, *,
+           write: bool) -> Store:
     key = hashlib.sha256(repr((
         "generator", 1, split.manifest.root, split.manifest.to_json(), split.selector,
         cfg.example_shape, cfg.drop_regex, cfg.strip_punctuation, cfg.context_words,
@@ -452,7 +453,7 @@ def _store(data: GeneratorData, split: SplitData, cfg: DataConfig, *, write: boo
                                         "context_words": c, "target_words": t})
 
 
-def make_generator_dataset(data: GeneratorData, split: SplitData, cfg: DataConfig, *,
+def make_generator_dataset(data: GeneratorData, split: SplitData, cfg: GeneratorDataConfig, *,
                            batch_size: int, training: bool, seed: int,
                            input_context: tf.distribute.InputContext | None = None,
                            start: stream.Start | None = None) -> tf.data.Dataset:

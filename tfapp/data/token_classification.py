@@ -29,7 +29,7 @@ from typing import Any
 
 from tfapp.atomic import read_state, write_text
 from tfapp.cachedir import usable_cache_dir
-from tfapp.config import DataConfig
+from tfapp.config import NerDataConfig
 from tfapp.data import pipeline as stages
 from tfapp.data import stream
 from tfapp.data.bert_preprocess import FEATURE_KEYS
@@ -258,7 +258,7 @@ def build_ner_data(splits: NerSplits, preprocess_fn: Any, seq_length: int) -> Ne
     return data
 
 
-def _store(data: NerData, split: SplitData, preprocess_fn: Any, cfg: DataConfig, *,
+def _store(data: NerData, split: SplitData, preprocess_fn: Any, cfg: NerDataConfig, *,
            write: bool) -> Store:
     seq = cfg.seq_length
     key = hashlib.sha256(repr(("ner", 1, split.manifest.root, split.manifest.to_json(),
@@ -276,7 +276,7 @@ def _store(data: NerData, split: SplitData, preprocess_fn: Any, cfg: DataConfig,
                                         "prepared": split.manifest.root, "seq_length": seq})
 
 
-def make_ner_dataset(data: NerData, split: SplitData, preprocess_fn: Any, cfg: DataConfig, *,
+def make_ner_dataset(data: NerData, split: SplitData, preprocess_fn: Any, cfg: NerDataConfig, *,
                      batch_size: int, training: bool, seed: int,
                      input_context: tf.distribute.InputContext | None = None,
                      start: stream.Start | None = None) -> tf.data.Dataset:

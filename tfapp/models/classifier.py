@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from tfapp import compat
-from tfapp.config import ConfigError, ModelConfig
+from tfapp.config import ClassifierModelConfig, ConfigError, ModelConfig
 from tfapp.models.hub_encoder import BERT_INPUT_KEYS, load_hub_encoder, native_encoder_from_hub
 
 import tensorflow as tf
@@ -119,7 +119,7 @@ def _bert_features(model_cfg: ModelConfig, inputs: dict[str, tf.Tensor], hub_han
         outputs["sequence_output"], inputs["input_mask"])
 
 
-def _embed(model_cfg: ModelConfig, inputs: dict[str, tf.Tensor], vocab_size: int | None
+def _embed(model_cfg: ClassifierModelConfig, inputs: dict[str, tf.Tensor], vocab_size: int | None
            ) -> tf.Tensor:
     if not vocab_size:
         raise ConfigError(f"model.kind={model_cfg.kind} needs the vocabulary size (of the "
@@ -132,7 +132,7 @@ def _embed(model_cfg: ModelConfig, inputs: dict[str, tf.Tensor], vocab_size: int
     return tf.keras.layers.Add(name="embeddings")([tokens, segments])
 
 
-def _cnn_features(model_cfg: ModelConfig, inputs: dict[str, tf.Tensor],
+def _cnn_features(model_cfg: ClassifierModelConfig, inputs: dict[str, tf.Tensor],
                   vocab_size: int | None) -> tf.Tensor:
     x = _embed(model_cfg, inputs, vocab_size)
     x = tf.keras.layers.Conv1D(model_cfg.units, CNN_KERNEL_SIZE, padding="same",
@@ -140,7 +140,7 @@ def _cnn_features(model_cfg: ModelConfig, inputs: dict[str, tf.Tensor],
     return MaskedMeanMaxPooling("max", name="global_max_pool")(x, inputs["input_mask"])
 
 
-def _rnn_features(model_cfg: ModelConfig, inputs: dict[str, tf.Tensor],
+def _rnn_features(model_cfg: ClassifierModelConfig, inputs: dict[str, tf.Tensor],
                   vocab_size: int | None) -> tf.Tensor:
     x = _embed(model_cfg, inputs, vocab_size)
     mask = tf.keras.layers.Lambda(lambda m: tf.cast(m, tf.bool), name="padding_mask")(
@@ -151,7 +151,7 @@ def _rnn_features(model_cfg: ModelConfig, inputs: dict[str, tf.Tensor],
     return rnn(x, mask=mask)
 
 
-def build_classifier(model_cfg: ModelConfig, *, num_classes: int, multi_label: bool,
+def build_classifier(model_cfg: ClassifierModelConfig, *, num_classes: int, multi_label: bool,
                      seq_length: int, vocab_size: int | None = None,
                      hub_handle: str | None = None,
                      encoder: tf.keras.layers.Layer | None = None) -> tf.keras.Model:

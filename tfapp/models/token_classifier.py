@@ -9,7 +9,7 @@ mixed precision, as for the classifier). Labels are int32 ``[batch, seq_length]`
 
 from __future__ import annotations
 
-from tfapp.config import ModelConfig
+from tfapp.config import NerModelConfig
 from tfapp.models.classifier import bert_encoder_outputs
 from tfapp.models.hub_encoder import BERT_INPUT_KEYS
 
@@ -18,7 +18,7 @@ import tensorflow as tf
 __all__ = ["build_token_classifier", "masked_token_loss", "MaskedTokenAccuracy"]
 
 
-def build_token_classifier(model_cfg: ModelConfig, *, num_tags: int, seq_length: int,
+def build_token_classifier(model_cfg: NerModelConfig, *, num_tags: int, seq_length: int,
                            hub_handle: str, encoder: tf.keras.layers.Layer | None = None
                            ) -> tf.keras.Model:
     """The uncompiled token classifier (build it in the strategy's scope)."""

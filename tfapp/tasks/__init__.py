@@ -5,11 +5,10 @@
 command)`` find an export's format by the marker file in it: predict, evaluate and
 generate go through these and never name a task.
 
-Each task is a package ``tfapp/tasks/<name>/``: ``task.py`` holds the Task class, and
-``config.py`` (no TensorFlow; the package's ``__init__`` imports nothing, so reading it
-stays cheap) says which config keys the task cannot honour, so ``tfapp.config.validate``
-refuses them before anything runs. A task that exports a model has ``serving.py`` (its
-``FORMAT``; no TensorFlow at import either, so the lookup costs nothing).
+Each task is a package ``tfapp/tasks/<name>/``: ``task.py`` holds the Task class (its
+config class, holding the keys it reads, is ``tfapp/config/<name>.py``). A task that exports
+a model has ``serving.py`` (its ``FORMAT``; no TensorFlow at import, so the lookup costs
+nothing).
 """
 
 from __future__ import annotations

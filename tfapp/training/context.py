@@ -372,7 +372,8 @@ def _differences(a: Any, b: Any, allowed: tuple[str, ...] = _RESUMABLE_CHANGES,
     found = []
     for f in dataclasses.fields(a):
         key = f"{prefix}{f.name}"
-        x, y = getattr(a, f.name), getattr(b, f.name)
+        # under another task, b's class may lack a's key (the task differs too)
+        x, y = getattr(a, f.name), getattr(b, f.name, None)
         if x == y or key in allowed:
             continue
         if dataclasses.is_dataclass(x):

@@ -12,7 +12,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from tfapp.config import ExperimentConfig, HyperParamConfig, task_uses, with_values
+from tfapp.config import ExperimentConfig, HyperParamConfig, with_values
 from tfapp.training.callbacks import monitor_mode
 
 import keras_tuner as kt
@@ -57,6 +57,14 @@ def trial_run_name(execution: int) -> str:
     return f"run_{execution}"
 
 
+def _with_keys(group: Any, **values: Any) -> Any:
+    """A copy of a config group with those of ``values`` that are keys of its task's class
+    (the masked-LM task's has no data.snapshot or trainer.monitor: it stores nothing and
+    is judged by its training loss)."""
+    keys = {f.name for f in dataclasses.fields(group)}
+    return dataclasses.replace(group, **{k: v for k, v in values.items() if k in keys})
+
+
 def trial_config(cfg: ExperimentConfig, values: dict[str, Any], trial_id: str, execution: int,
                  obj: kt.Objective) -> ExperimentConfig:
     """The config one execution of one trial trains: ``cfg`` with the sampled values, run in
@@ -73,9 +81,8 @@ def trial_config(cfg: ExperimentConfig, values: dict[str, Any], trial_id: str, e
         # One snapshot of the preprocessed data for every trial: its key covers what decides
         # the preprocessed values (data, seq_length, preprocessor), so trials that vary those
         # write their own and all others read the shared one.
-        data=dataclasses.replace(trial.data, snapshot=trial.data.snapshot or (
-            str(root / "snapshot") if task_uses(cfg.task, "data.snapshot") else "")),
-        trainer=dataclasses.replace(
+        data=_with_keys(trial.data, snapshot=trial.data.snapshot or str(root / "snapshot")),
+        trainer=_with_keys(
             trial.trainer, epochs=int(epochs), monitor=obj.name, monitor_mode=obj.direction,
             early_stopping_patience=t.early_stopping_patience
             or trial.trainer.early_stopping_patience),

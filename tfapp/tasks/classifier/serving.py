@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tfapp.config import ConfigError, DataConfig, load_config
+from tfapp.config import ClassifierDataConfig, ConfigError, load_config
 from tfapp.serving import (
     BATCH,
     EVALUATE,
@@ -84,7 +84,7 @@ class LoadedClassifier(ExportedModel):
         from tfapp.data.sources import BadRowReport, LabelVocab, encode_examples, read_examples
         from tfapp.training.metrics import classification_report, format_report
 
-        data = load_config(params).data if params.is_file() else DataConfig()
+        data = load_config(params).data if params.is_file() else ClassifierDataConfig()
         for key in ("text_column", "text_pair_column", "label_column", "format",
                     "on_bad_rows"):
             if flags.get(key) is not None:

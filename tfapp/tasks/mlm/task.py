@@ -120,9 +120,9 @@ class MaskedLMTask(Task):
             raise ConfigError(f"mlm.max_predictions {max_predictions} exceeds data.seq_length "
                               f"{seq_length}; lower it")
         # "demo": the shipped unlabelled reviews (docs/hub.md's masked-LM corpus).
-        whole = dataclasses.replace(d, validation_split=0.0, test_split=0.0)  # no held-out
+        # d holds nothing out: its validation and test splits are 0 (MlmDataConfig)
         corpus = prepared_splits(self.input_files(cfg)["train"], "", "", self.row_spec(cfg),
-                                 whole, seed=cfg.runtime.seed,
+                                 d, seed=cfg.runtime.seed,
                                  what="data.train_files (pretrain --corpus)").train
         if not corpus.rows:
             raise ConfigError(f"data.train_files: the corpus '{d.train_files}' holds no text")

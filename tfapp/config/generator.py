@@ -1,0 +1,103 @@
+"""The generator's config: a seq2seq model that writes text, and how it writes it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tfapp.config.base import ExperimentConfig, SupervisedTrainerConfig
+from tfapp.config.data_model import (
+    DataConfig,
+    EmbeddingModelConfig,
+    HeldOutDataConfig,
+    ModelConfig,
+    StoredDataConfig,
+    TextDataConfig,
+)
+from tfapp.config.fields import bounded, choices
+
+
+@dataclass
+class GeneratorDataConfig(StoredDataConfig, TextDataConfig, HeldOutDataConfig, DataConfig):
+    """Input files and the tf.data pipeline of the generator.
+
+    Attributes:
+      drop_regex: generator corpus filter: drop lines matching this Python regular expression
+        ("" keeps all), e.g. "^(chapter|contents)\\b" for headings.
+      strip_punctuation: generator: remove punctuation (apostrophes inside words stay) from
+        corpus lines and prompts; lowercasing always applies.
+      vocab_size: generator: most frequent words kept by TextVectorization, including the
+        padding, [UNK], [START] and [END] tokens; rarer words become [UNK].
+      example_shape: generator examples: continuation (the last context_words words of a line
+        -> its next target_words words) or pairs (source_column -> target_column rows of a
+        TSV/JSONL file).
+      context_words: generator encoder length: context words per example, [START] included
+        (pairs: source tokens kept).
+      target_words: generator decoder length: target words per example, [END] included
+        (pairs: target tokens kept).
+      source_column: generator pairs: column (TSV header or JSONL key) holding the source text.
+      target_column: generator pairs: column holding the target text.
+    """
+
+    drop_regex: str = ""
+    strip_punctuation: bool = True
+    vocab_size: int = bounded(5000, min=8)
+    example_shape: str = choices("continuation", "pairs", default="continuation")
+    context_words: int = bounded(8, min=1, max=1024)
+    target_words: int = bounded(12, min=1, max=1024)
+    source_column: str = "source"
+    target_column: str = "target"
+
+
+@dataclass
+class GeneratorModelConfig(EmbeddingModelConfig, ModelConfig):
+    """The generator network: an LSTM encoder-decoder with attention.
+
+    Attributes:
+      kind: seq2seq (the generator's encoder-decoder).
+      attention: seq2seq attention: bahdanau (additive) or luong (dot).
+    """
+
+    kind: str = choices("seq2seq", default="seq2seq")
+    attention: str = choices("bahdanau", "luong", default="bahdanau")
+
+
+@dataclass
+class GenerationConfig:
+    """How the generator writes text (training samples, export defaults, the generate CLI).
+
+    Attributes:
+      method: greedy (argmax), sample (temperature sampling), top_k, top_p (nucleus) or beam.
+      temperature: divides the logits before sampling (sample, top_k, top_p); < 1 is safer.
+      top_k: top_k method: sample among the k most likely words.
+      top_p: top_p method: sample among the most likely words whose probabilities sum to p.
+      num_beams: beam method: hypotheses kept per prompt (fixed in the exported beam_search).
+      length_penalty: beam method: GNMT length-normalisation exponent alpha (0 = raw
+        log-probability; larger favours longer texts).
+      max_length: most words generated per prompt ([END] stops earlier); also the longest
+        request the export accepts.
+      seed: seed of the stateless random ops used by sampling (same seed -> same text).
+    """
+
+    method: str = choices("greedy", "sample", "top_k", "top_p", "beam", default="top_k")
+    temperature: float = bounded(0.8, gt=0.0)
+    top_k: int = bounded(5, min=1)
+    top_p: float = bounded(0.9, gt=0.0, max=1.0)
+    num_beams: int = bounded(4, min=1, max=64)
+    length_penalty: float = bounded(0.6, min=0.0)
+    max_length: int = bounded(30, min=1, max=1024)
+    seed: int = 0
+
+
+@dataclass
+class GeneratorConfig(ExperimentConfig):
+    """A text generator run (task=generator).
+
+    Attributes:
+      generation: how the generator writes text.
+    """
+
+    task: str = "generator"
+    data: GeneratorDataConfig = field(default_factory=GeneratorDataConfig)
+    model: GeneratorModelConfig = field(default_factory=GeneratorModelConfig)
+    trainer: SupervisedTrainerConfig = field(default_factory=SupervisedTrainerConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
