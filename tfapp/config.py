@@ -15,6 +15,7 @@ import difflib
 import inspect
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -686,11 +687,15 @@ def _refuse_bad_strings(node: Any, prefix: str = "") -> None:
                               "\\ud800-style escape); write it as UTF-8")
 
 
-def load_config(path: str | os.PathLike | None = None,
+def load_config(path: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
                 overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
-    """Defaults, then the YAML file at ``path``, then ``key=value`` overrides; validated."""
+    """Defaults, then the YAML file at ``path`` (several: merged in order, a later file's
+    keys win), then ``key=value`` overrides; validated. ``name`` defaults to the last
+    file's stem when no file sets it."""
     cfg = OmegaConf.structured(ExperimentConfig)
-    if path is not None:
+    paths = [] if path is None else [path] if isinstance(path, str | os.PathLike) else path
+    named = False
+    for path in paths:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file not found: {path} "
@@ -714,7 +719,8 @@ def load_config(path: str | os.PathLike | None = None,
         except RecursionError:  # a YAML alias inside what it names: {epochs: *a} under &a
             raise ConfigError(f"{path}: a YAML alias (*name) refers to a mapping or list "
                               "that contains it; write the values out") from None
-        if not loaded.get("name"):
+        named = named or bool(loaded.get("name"))
+        if not named:
             cfg.name = p.stem
     if overrides:
         parsed = _parse_overrides(list(overrides))
