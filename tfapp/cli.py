@@ -29,6 +29,7 @@ from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import tfapp
+from tfapp import console
 from tfapp.config import (
     ConfigError,
     ExperimentConfig,
@@ -172,7 +173,14 @@ class Group(click.Group):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("context_settings", CONTEXT)
+        kwargs.setdefault("no_args_is_help", False)
         super().__init__(*args, **kwargs)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args and not ctx.resilient_parsing:  # one line, not click's help screen
+            raise click.UsageError("no command given; choose one of: "
+                                   f"{', '.join(self.list_commands(ctx))}", ctx)
+        return super().parse_args(ctx, args)
 
     def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         if self.help:
@@ -454,7 +462,7 @@ class Suite(Group):
 
 
 SUITE = Suite(
-    PROG, no_args_is_help=False,
+    PROG,
     help="""tfapp: train, tune and serve TF-Hub BERT classifiers, taggers and seq2seq
     generators.
 
@@ -483,8 +491,6 @@ def completion(args: SimpleNamespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``tfapp <command> [args]``: the console script."""
-    from tfapp import console
-
     args = list(sys.argv[1:] if argv is None else argv)
     if argv is None and console.wanted(script=True):
         # As `python -m tfapp.X` does on import: TensorFlow's C++ start-up notices are
@@ -492,9 +498,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.quiet_stderr()
     if not args:  # a mistake: the usage, then the one error line, both on stderr
         print(SUITE.get_help(click.Context(SUITE, info_name=PROG, **CONTEXT)), file=sys.stderr)
-        print(f"tfapp: error: no command given; choose one of: {', '.join(COMMANDS)}",
-              file=sys.stderr)
-        return EXIT_USER_ERROR
     return run(SUITE, args, PROG)
 
 
