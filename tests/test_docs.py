@@ -43,7 +43,7 @@ def _is_config_key(name: str) -> bool:
 
 
 def _subcommands(module: str) -> set[str] | None:
-    cmd = importlib.import_module(module).command
+    cmd = cli.SUITE if module == "tfapp.cli" else importlib.import_module(module).command
     return set(cmd.commands) if isinstance(cmd, click.Group) else None
 
 
