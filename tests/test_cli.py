@@ -130,7 +130,8 @@ def test_repeated_configs_merge_in_order_later_wins(tmp_path, capsys):
     assert cfg["trainer"]["epochs"] == 5  # the later file wins
     assert cfg["trainer"]["early_stopping_patience"] == 7  # the earlier file's keys stay
     assert cfg["data"]["batch_size"] == 8
-    assert cfg["data"]["seq_length"] == 32 and cfg["name"] == "local"
+    assert cfg["data"]["seq_length"] == 32
+    assert cfg["name"] == "base"  # the run is named after the first file (the experiment)
     # the other order: the base file's epochs win
     assert cli.main(["train", "--config", str(local), "--config", str(base),
                      "--print-config"]) == 0
@@ -153,7 +154,7 @@ def test_print_config_sources_names_where_each_value_came_from(tmp_path, capsys)
     assert sources["data.seq_length"] == "override"
     assert sources["optimizer.learning_rate"] == "default"
     assert set(sources) == {key for key, *_ in config_reference()}  # every key, once
-    assert sources["name"] == f"{local} (its file name)"
+    assert sources["name"] == f"{base} (its file name)"
     # still the same YAML: the comments change nothing
     assert cli.main(argv[:-2] + ["data.seq_length=32"]) == 0
     assert yaml.safe_load(out) == yaml.safe_load(capsys.readouterr().out)

@@ -98,7 +98,7 @@ def stale_keys(docs: dict[str, str]) -> list[str]:
                 if not _is_config_key(name):
                     stale.append(f"{doc}: {name}")
         for block in re.findall(r"```ya?ml\n(.*?)```", text, flags=re.S):
-            for key in cli._dotted(yaml.safe_load(block)):
+            for key in cli.dotted_keys(yaml.safe_load(block)):
                 # tune.space.<config key>.<type|min|...>: the searched key must exist too
                 searched = key.removeprefix("tune.space.").rsplit(".", 1)[0] \
                     if key.startswith("tune.space.") else key

@@ -244,10 +244,10 @@ def resolve_config(args: SimpleNamespace) -> ExperimentConfig:
     return load_config(args.config or None, args.overrides)
 
 
-def _dotted(node: Any, prefix: str = "") -> list[str]:
+def dotted_keys(node: Any, prefix: str = "") -> list[str]:
     """Every dotted key a YAML mapping (a file, or parsed overrides) sets."""
     if isinstance(node, dict) and node:
-        return [key for k, v in node.items() for key in _dotted(v, f"{prefix}{k}.")]
+        return [key for k, v in node.items() for key in dotted_keys(v, f"{prefix}{k}.")]
     return [prefix[:-1]] if prefix else []
 
 
@@ -265,16 +265,16 @@ def config_sources(cfg: ExperimentConfig, paths: Sequence[str],
                    overrides: Sequence[str]) -> dict[str, str]:
     """Leaf key -> where its value came from: ``default``, the last ``--config`` file that
     set it, or ``override`` (a key=value argument); later ones win, as they do in
-    ``load_config``."""
+    ``load_config`` (which also names the run after the first file)."""
     from omegaconf import OmegaConf
 
     layers: list[tuple[str, list[str]]] = []
     for path in paths:
         loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        layers.append((str(path), _dotted(loaded)))
+        layers.append((str(path), dotted_keys(loaded)))
     for item in overrides:
         parsed = OmegaConf.to_container(OmegaConf.from_dotlist([item]), resolve=False)
-        layers.append(("override", _dotted(parsed)))
+        layers.append(("override", dotted_keys(parsed)))
     sources = {}
     for leaf in _leaves(cfg):
         sources[leaf] = "default"
@@ -282,7 +282,7 @@ def config_sources(cfg: ExperimentConfig, paths: Sequence[str],
             if any(k == leaf or k.startswith(leaf + ".") for k in keys):
                 sources[leaf] = where
     if sources.get("name") == "default" and paths:
-        sources["name"] = f"{paths[-1]} (its file name)"
+        sources["name"] = f"{paths[0]} (its file name)"
     return sources
 
 

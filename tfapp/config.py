@@ -690,12 +690,11 @@ def _refuse_bad_strings(node: Any, prefix: str = "") -> None:
 def load_config(path: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
                 overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
     """Defaults, then the YAML file at ``path`` (several: merged in order, a later file's
-    keys win), then ``key=value`` overrides; validated. ``name`` defaults to the last
-    file's stem when no file sets it."""
+    keys win), then ``key=value`` overrides; validated. Unless a file sets ``name``, it is
+    the first file's stem (the experiment; later files adjust it)."""
     cfg = OmegaConf.structured(ExperimentConfig)
     paths = [] if path is None else [path] if isinstance(path, str | os.PathLike) else path
-    named = False
-    for path in paths:
+    for index, path in enumerate(paths):
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file not found: {path} "
@@ -719,8 +718,7 @@ def load_config(path: str | os.PathLike | Sequence[str | os.PathLike] | None = N
         except RecursionError:  # a YAML alias inside what it names: {epochs: *a} under &a
             raise ConfigError(f"{path}: a YAML alias (*name) refers to a mapping or list "
                               "that contains it; write the values out") from None
-        named = named or bool(loaded.get("name"))
-        if not named:
+        if index == 0 and not loaded.get("name"):
             cfg.name = p.stem
     if overrides:
         parsed = _parse_overrides(list(overrides))
