@@ -309,7 +309,7 @@ ROWS = [
      ["convert", "--from", "{hf_space_vocab}", "--out", "{out}/hub"],
      "hf_space_vocab/vocab.txt:5: token 'new york' has whitespace inside"),
     ("hub-resolve-missing", "tfapp.hub.__main__", ["resolve", "/no/encoder"], "/no/encoder"),
-    ("hub-no-command", "tfapp.hub.__main__", [], "COMMAND"),
+    ("hub-no-command", "tfapp.hub.__main__", [], "no command given; choose one of: build-bert"),
     # pretrain
     ("pretrain-missing-corpus", "tfapp.pretrain",
      ["--corpus", "/no/corpus.txt", "--hub", "builtin:tiny", "--out", "{out}/adapted",

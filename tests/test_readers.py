@@ -16,7 +16,7 @@ import re
 import sys
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-from tfapp import generate, predict
+from tfapp import cli, generate, predict
 from tfapp.config import ClassifierDataConfig, ConfigError, load_config
 from tfapp.data import sources
 from tfapp.data import text_lines as tl
@@ -162,10 +162,10 @@ def test_bom_is_dropped_from_a_bert_vocab_file(tmp_path):
 def test_prompts_file_and_stdin_drop_the_bom_and_split_on_newline_only(tmp_path, monkeypatch):
     path = tmp_path / "prompts.txt"
     path.write_bytes(BOM + "the baker\u2028at dawn\r\n\nthe miller\n".encode())
-    args = generate.build_parser().parse_args(["--model", "m", "--prompts-file", str(path)])
+    args = cli.parse(generate.command, ["--model", "m", "--prompts-file", str(path)])
     assert generate.read_prompts(args) == ["the baker\u2028at dawn", "", "the miller"]
     stdin(monkeypatch, BOM + b"from stdin\nsecond\n")
-    args = generate.build_parser().parse_args(["--model", "m", "--prompt", "first", "-"])
+    args = cli.parse(generate.command, ["--model", "m", "--prompt", "first", "-"])
     assert generate.read_prompts(args) == ["first", "from stdin", "second"]
 
 

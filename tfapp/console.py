@@ -9,8 +9,9 @@ the few ERROR lines that are only notices -- and passes everything else through 
 comes, fatal lines included. Being a separate process is what keeps nothing lost when
 TensorFlow aborts: the filter drains what the dying process wrote, then exits.
 
-Installed only for ``python -m tfapp...`` commands (not when tfapp is imported as a
-library, e.g. under pytest), and not with ``-v``/``--verbose`` or ``TFAPP_TF_LOGS=1``.
+Installed only for ``python -m tfapp...`` commands and the ``tfapp`` console script (not
+when tfapp is imported as a library, e.g. under pytest), and not with ``-v``/``--verbose``
+or ``TFAPP_TF_LOGS=1``.
 """
 
 from __future__ import annotations
@@ -84,8 +85,11 @@ def quiet_stderr() -> bool:
     return True
 
 
-def wanted() -> bool:
-    """Whether this process is a ``python -m tfapp...`` command that wants the filter."""
+def wanted(script: bool = False) -> bool:
+    """Whether this process is a ``python -m tfapp...`` command that wants the filter
+    (asked when tfapp is imported), or with ``script`` the ``tfapp`` console script (asked
+    by its ``main``, before anything imports TensorFlow)."""
     argv = sys.argv
-    return (bool(argv) and argv[0] == "-m" and "-v" not in argv and "--verbose" not in argv
+    return (bool(argv) and (script or argv[0] == "-m") and "-v" not in argv
+            and "--verbose" not in argv
             and os.environ.get("TFAPP_TF_LOGS", "") not in ("1", "true"))

@@ -20,16 +20,20 @@ address: ``127.0.0.1`` does not make the service private.
 
 from __future__ import annotations
 
-import argparse
 import signal
 import socket
 import sys
 import threading
+from collections.abc import Sequence
+from types import SimpleNamespace
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
+from tfapp import cli
 from tfapp.config import ConfigError
 
-__all__ = ["LocalDataService", "listen_all_refusal", "main"]
+import click
+
+__all__ = ["LocalDataService", "command", "listen_all_refusal", "main"]
 
 
 def listen_all_refusal(how: str) -> str:
@@ -119,33 +123,29 @@ def _free_ports(n: int) -> list[int]:
             sock.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m tfapp.data_service",
-        description="Start a tf.data service (dispatcher + workers) for tfapp pipelines. "
-                    "TensorFlow's servers listen on every interface with no authentication; "
-                    "--listen-all acknowledges that.")
-    parser.add_argument("--workers", type=int, default=2, help="worker servers (default 2)")
-    parser.add_argument("--port", type=int, default=5050,
-                        help="dispatcher port (default 5050; 0 = any free port)")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="address ADVERTISED to trainers (default 127.0.0.1); not a bind "
-                             "address: the servers listen on every interface regardless")
-    parser.add_argument("--work-dir", default="",
-                        help="dispatcher journal directory (restarts keep jobs); default none")
-    parser.add_argument("--listen-all", action="store_true",
-                        help="required: start the servers although they listen on every "
-                             "interface (0.0.0.0/[::]) unauthenticated; use it where a "
-                             "firewall keeps the ports closed to other hosts")
-    args = parser.parse_args(argv)
-    try:
-        if not args.listen_all:
-            raise ConfigError(listen_all_refusal("--listen-all"))
-        service = LocalDataService(args.workers, args.port, args.host, args.work_dir,
-                                   listen_all=True)
-    except ConfigError as err:
-        print(f"tfapp: error: {err}", file=sys.stderr)
-        return 2
+@cli.command(
+    "data-service",
+    """Start a tf.data service (dispatcher + workers) for tfapp pipelines.
+
+    TensorFlow's servers listen on every interface with no authentication; --listen-all
+    acknowledges that.""")
+@click.option("--workers", type=int, default=2, show_default=True, help="Worker servers.")
+@click.option("--port", type=int, default=5050, show_default=True,
+              help="Dispatcher port (0 = any free port).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address ADVERTISED to trainers; not a bind address: the servers listen "
+                   "on every interface regardless.")
+@click.option("--work-dir", default="",
+              help="Dispatcher journal directory (restarts keep jobs); default none.")
+@click.option("--listen-all", is_flag=True,
+              help="Required: start the servers although they listen on every interface "
+                   "(0.0.0.0/[::]) unauthenticated; use it where a firewall keeps the ports "
+                   "closed to other hosts.")
+def command(args: SimpleNamespace) -> int:
+    if not args.listen_all:
+        raise ConfigError(listen_all_refusal("--listen-all"))
+    service = LocalDataService(args.workers, args.port, args.host, args.work_dir,
+                               listen_all=True)
     stop = threading.Event()
 
     def _on_signal(signum, frame):  # noqa: ARG001
@@ -163,6 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     service.stop()
     print("tf.data service stopped", flush=True)
     return 0
+
+
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return cli.run(command, argv, "python -m tfapp.data_service")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ named with their fix, and make the exit code 1; ``--json`` prints the same for s
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata as md
 import json
 import os
@@ -18,12 +17,15 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from types import SimpleNamespace
 
 import tfapp
-from tfapp import compat, tpu_vm
+from tfapp import cli, compat, tpu_vm
 from tfapp.cachedir import cache_dir, cache_problem, unwritable_reason
 from tfapp.compat import TESTED_VERSIONS, parse_version
 from tfapp.runtime import Runtime, TFConfigError, choose_precision, choose_strategy, read_tf_config
+
+import click
 
 EXIT_PROBLEM = 1
 PACKAGES = ("tensorflow", "tensorflow-tpu", "tensorflow-cpu", "tf-keras", "tensorflow-text",
@@ -324,15 +326,16 @@ def render(report: Report) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m tfapp.doctor",
-        description="Say what tfapp sees (Python, packages, the TensorFlow build, devices, "
-                    "TPU hints and PJRT variables, caches, W&B) and what it would do "
-                    "(strategy, precision, XLA), without initialising a TPU or training. "
-                    "Exits 1 when something would stop a run, naming the fix.")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    args = parser.parse_args(argv)
+@cli.command(
+    "doctor",
+    """Say what tfapp sees here and what it would do, on one screen.
+
+    Python and package versions, the TensorFlow build (stock, CUDA, TPU), devices, TPU
+    hints and PJRT variables, caches and W&B; what runtime.strategy auto would pick and why,
+    with its precision and XLA defaults. Never initialises a TPU, trains nothing. Exits 1
+    when something would stop a run, naming the fix.""")
+@click.option("--json", is_flag=True, help="Print the report as JSON.")
+def command(args: SimpleNamespace) -> int:
     report = gather()
     if args.json:
         data = asdict(report)
@@ -341,6 +344,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print(render(report))
     return EXIT_PROBLEM if report.problems else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return cli.run(command, argv, "python -m tfapp.doctor")
 
 
 if __name__ == "__main__":

@@ -8,16 +8,18 @@ with --text-column / --text-pair-column / --label-column / --format.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 from tfapp import cli
 from tfapp.config import ConfigError
 from tfapp.run_layout import RunLayout
 from tfapp.serving import EVALUATE, Evaluation
 from tfapp.tasks import load_export
+
+import click
 
 # The data keys evaluate takes as flags: its errors name the flag, not the config key.
 _FLAGS = {"set data.on_bad_rows=skip": "pass --on-bad-rows skip",
@@ -45,39 +47,34 @@ def _print(evaluation: Evaluation, *, as_json: bool) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tfapp.evaluate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="run directory or its export/")
-    parser.add_argument("--data", required=True,
-                        help="labelled file(s): path, glob or gs:// (csv, tsv, jsonl, ...)")
-    parser.add_argument("--text-column")
-    parser.add_argument("--text-pair-column")
-    parser.add_argument("--label-column")
-    parser.add_argument("--format", choices=("auto", "csv", "tsv", "jsonl", "text", "tfrecord"))
-    parser.add_argument("--on-bad-rows", choices=("fail", "skip"),
-                        help="a row that cannot be read: stop (fail), or leave it out and "
-                             "count it (skip); default: the run's data.on_bad_rows")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    args = parser.parse_args(argv)
-    cli.setup_logging()
-
-    def body() -> int:
-        try:
-            return evaluate()
-        except ConfigError as err:
-            raise _in_flag_terms(err) from None
-
-    def evaluate() -> int:
+@cli.command("evaluate", __doc__)
+@click.option("--model", required=True, help="Run directory or its export/.")
+@click.option("--data", required=True,
+              help="Labelled file(s): path, glob or gs:// (csv, tsv, jsonl, ...).")
+@click.option("--text-column", help="Default: the run's data.text_column.")
+@click.option("--text-pair-column", help="Default: the run's data.text_pair_column.")
+@click.option("--label-column", help="Default: the run's data.label_column.")
+@click.option("--format", type=click.Choice(["auto", "csv", "tsv", "jsonl", "text", "tfrecord"]),
+              help="Default: the run's data.format.")
+@click.option("--on-bad-rows", type=click.Choice(["fail", "skip"]),
+              help="A row that cannot be read: stop (fail), or leave it out and count it "
+                   "(skip); default: the run's data.on_bad_rows.")
+@click.option("--json", is_flag=True, help="Print the report as JSON.")
+def command(args: SimpleNamespace) -> int:
+    try:
         # The export's own format (by its marker) reads the data and scores it; the flags
         # are handed over as data config keys, and each format takes those it can honour.
         model = load_export(args.model, EVALUATE)
         flags = {key: getattr(args, key) for key in ("text_column", "text_pair_column",
                                                      "label_column", "format", "on_bad_rows")}
-        return _print(model.evaluate(args.data, RunLayout(args.model).params, flags),
-                      as_json=args.json)
+        evaluation = model.evaluate(args.data, RunLayout(args.model).params, flags)
+    except ConfigError as err:
+        raise _in_flag_terms(err) from None
+    return _print(evaluation, as_json=args.json)
 
-    return cli.run_main(body)
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return cli.run(command, argv, "python -m tfapp.evaluate")
 
 
 if __name__ == "__main__":

@@ -15,10 +15,10 @@ Defaults (method, temperature, ...) are the run's ``generation`` config.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
@@ -27,40 +27,12 @@ from tfapp.config import ConfigError
 from tfapp.serving import GENERATE
 from tfapp.tasks import load_export
 
+import click
+
 METHODS = ("greedy", "sample", "top_k", "top_p", "beam")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m tfapp.generate",
-        description="Generate text with a trained seq2seq generator (its exported SavedModel).",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Prompts: positional arguments, --prompt (repeatable), --prompts-file FILE "
-               "(one per line), or '-' for stdin. An empty prompt asks for a line opening.")
-    p.add_argument("prompts", nargs="*", metavar="PROMPT", help="prompt text ('-' = stdin)")
-    p.add_argument("--model", required=True, metavar="RUN_DIR",
-                   help="generator run directory (output_dir/name) or its export/ directory")
-    p.add_argument("--prompt", action="append", default=[], metavar="TEXT",
-                   help="a prompt (repeatable)")
-    p.add_argument("--prompts-file", metavar="FILE", help="prompts, one per line ('-' = stdin)")
-    p.add_argument("--method", "--sampler", choices=METHODS, dest="method",
-                   help="decoding method (default: the run's generation.method)")
-    p.add_argument("--temperature", type=float, help="sampling temperature (> 0)")
-    p.add_argument("--top-k", "--k", type=int, dest="top_k", help="top_k: words to sample from")
-    p.add_argument("--top-p", "--p", type=float, dest="top_p", help="top_p: nucleus mass")
-    p.add_argument("--num-beams", type=int, help="beam: beams (must equal the exported one)")
-    p.add_argument("--length-penalty", type=float, help="beam: length penalty alpha (>= 0)")
-    p.add_argument("--max-length", "--max-words", type=int, dest="max_length",
-                   help="most words generated per prompt")
-    p.add_argument("--num-samples", "-n", type=int, default=1,
-                   help="samples per prompt (different for sampling methods)")
-    p.add_argument("--seed", type=int, help="seed of the sampler (same seed, same text)")
-    p.add_argument("--json", action="store_true",
-                   help="print JSON lines {prompt, continuation, text}")
-    return p
-
-
-def read_prompts(args: argparse.Namespace) -> list[str]:
+def read_prompts(args: SimpleNamespace) -> list[str]:
     """The prompts of the flags, in order: --prompt, PROMPT ('-': stdin's lines), then
     --prompts-file (a file's lines; '-': stdin's). Every line is a prompt, blank ones too."""
     prompts = list(args.prompt)
@@ -83,7 +55,7 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
     return prompts
 
 
-def settings(args: argparse.Namespace, meta: dict) -> dict:
+def settings(args: SimpleNamespace, meta: dict) -> dict:
     """The run's defaults overridden by the flags, checked against what the export allows."""
     s = dict(meta["defaults"])
     for key in ("method", "temperature", "top_k", "top_p", "num_beams", "length_penalty",
@@ -132,25 +104,45 @@ def generate(loaded: Any, prompts: list[str], s: dict) -> list[str]:
     return [t.decode("utf-8") for t in out["text"].numpy()]
 
 
+@cli.command(
+    "generate", __doc__,
+    epilog="""Prompts: positional arguments, --prompt (repeatable), --prompts-file FILE (one per
+    line), or '-' for stdin. An empty prompt asks for a line opening.""")
+@click.argument("prompts", nargs=-1, metavar="[PROMPT]...")
+@click.option("--model", required=True, metavar="RUN_DIR",
+              help="Generator run directory (output_dir/name) or its export/ directory.")
+@click.option("--prompt", multiple=True, metavar="TEXT", help="A prompt (repeatable).")
+@click.option("--prompts-file", metavar="FILE", help="Prompts, one per line ('-' = stdin).")
+@click.option("--method", "--sampler", "method", type=click.Choice(METHODS),
+              help="Decoding method (default: the run's generation.method).")
+@click.option("--temperature", type=float, help="Sampling temperature (> 0).")
+@click.option("--top-k", "--k", "top_k", type=int, help="top_k: words to sample from.")
+@click.option("--top-p", "--p", "top_p", type=float, help="top_p: nucleus mass.")
+@click.option("--num-beams", type=int, help="beam: beams (must equal the exported one).")
+@click.option("--length-penalty", type=float, help="beam: length penalty alpha (>= 0).")
+@click.option("--max-length", "--max-words", "max_length", type=int,
+              help="Most words generated per prompt.")
+@click.option("--num-samples", "-n", type=int, default=1, show_default=True,
+              help="Samples per prompt (different for sampling methods).")
+@click.option("--seed", type=int, help="Seed of the sampler (same seed, same text).")
+@click.option("--json", is_flag=True, help="Print JSON lines {prompt, continuation, text}.")
+def command(args: SimpleNamespace) -> int:
+    prompts = read_prompts(args)
+    # The export that generates, by its marker (found before TensorFlow is imported).
+    loaded = load_export(args.model, GENERATE)
+    s = settings(args, loaded.metadata)
+    batch = [p for p in prompts for _ in range(args.num_samples)]
+    for prompt, cont in zip(batch, generate(loaded.module, batch, s), strict=True):
+        text = f"{prompt.strip()} {cont}".strip()
+        if args.json:
+            print(json.dumps({"prompt": prompt, "continuation": cont, "text": text}))
+        else:
+            print(text)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_intermixed_args(argv)  # prompts may follow a flag
-
-    def body() -> int:
-
-        prompts = read_prompts(args)
-        # The export that generates, by its marker (found before TensorFlow is imported).
-        loaded = load_export(args.model, GENERATE)
-        s = settings(args, loaded.metadata)
-        batch = [p for p in prompts for _ in range(args.num_samples)]
-        for prompt, cont in zip(batch, generate(loaded.module, batch, s), strict=True):
-            text = f"{prompt.strip()} {cont}".strip()
-            if args.json:
-                print(json.dumps({"prompt": prompt, "continuation": cont, "text": text}))
-            else:
-                print(text)
-        return 0
-
-    return cli.run_main(body)
+    return cli.run(command, argv, "python -m tfapp.generate")
 
 
 if __name__ == "__main__":

@@ -7,15 +7,17 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 from tfapp import cli, textio
 from tfapp.config import ConfigError
 from tfapp.serving import PREDICT
 from tfapp.tasks import load_export
+
+import click
 
 
 def _read_lines(path: str) -> list[str]:
@@ -35,33 +37,30 @@ def _read_lines(path: str) -> list[str]:
     return [line.strip() for line in lines if line.strip()]
 
 
+@cli.command("predict", __doc__)
+@click.argument("texts", nargs=-1, metavar="[TEXT]...")
+@click.option("--model", required=True, help="Run directory or its export/.")
+@click.option("--input", help="File with one text per line ('-' = stdin).")
+@click.option("--pair", multiple=True, help="Second text of a sentence pair (once per text).")
+@click.option("--json", is_flag=True,
+              help="One JSON object per text with every class probability.")
+def command(args: SimpleNamespace) -> int:
+    texts = list(args.texts) + (_read_lines(args.input) if args.input else [])
+    if not texts:
+        raise ConfigError("no texts given; pass them as arguments or with --input FILE")
+    pairs = list(args.pair) or None
+    if pairs is not None and len(pairs) != len(texts):
+        raise ConfigError(f"--pair given {len(pairs)} times for {len(texts)} texts")
+
+    # The export's own format (by its marker) says what a prediction prints.
+    model = load_export(args.model, PREDICT)
+    for line in model.predict_lines(texts, pairs, as_json=args.json):
+        print(line)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tfapp.predict", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("texts", nargs="*", help="texts to classify")
-    parser.add_argument("--model", required=True, help="run directory or its export/")
-    parser.add_argument("--input", help="file with one text per line ('-' = stdin)")
-    parser.add_argument("--pair", action="append", default=None,
-                        help="second text of a sentence pair (once per text)")
-    parser.add_argument("--json", action="store_true",
-                        help="one JSON object per text with every class probability")
-    args = parser.parse_intermixed_args(argv)  # texts may follow a flag
-    cli.setup_logging()
-
-    def body() -> int:
-        texts = list(args.texts) + (_read_lines(args.input) if args.input else [])
-        if not texts:
-            raise ConfigError("no texts given; pass them as arguments or with --input FILE")
-        if args.pair is not None and len(args.pair) != len(texts):
-            raise ConfigError(f"--pair given {len(args.pair)} times for {len(texts)} texts")
-
-        # The export's own format (by its marker) says what a prediction prints.
-        model = load_export(args.model, PREDICT)
-        for line in model.predict_lines(texts, args.pair, as_json=args.json):
-            print(line)
-        return 0
-
-    return cli.run_main(body)
+    return cli.run(command, argv, "python -m tfapp.predict")
 
 
 if __name__ == "__main__":

@@ -13,16 +13,18 @@ the manifest. A killed run resumes: rerun the same command.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import time
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import cli
 from tfapp.config import ConfigError, ExperimentConfig
 from tfapp.tasks import get_task
+
+import click
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -33,71 +35,75 @@ def _shard(text: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+def _check(args: SimpleNamespace) -> None:  # --print-config checks them too
+    _shard(args.shard)
+    if args.shard_mb <= 0:
+        raise ConfigError(f"--shard-mb {args.shard_mb}: must be > 0")
+
+
+@cli.command(
+    "prepare",
+    """Prepare a config's data once into TFRecord shards and a manifest per split.
+
+    Writes OUT/train, OUT/validation and OUT/test, read as the task reads them. Train on
+    them with data.train_files=OUT/train (printed at the end): no pass over the data before
+    the first step, each worker reads its own shards, a resumed run skips whole shards.""",
+    config=True, check=_check)
+@click.option("--out", required=True, metavar="DIR",
+              help="Folder to write (local or gs://); a rerun resumes it.")
+@click.option("--split", type=click.Choice(["train", "validation", "test", "all"]),
+              default="all", show_default=True, help="Which split's files (all: all it has).")
+@click.option("--shard", default="0/1", metavar="I/N", show_default=True,
+              help="Prepare input files I, I+N, I+2N, ... (one host of N).")
+@click.option("--workers", type=int, default=0,
+              help="Input files prepared side by side (default: one per core).")
+@click.option("--shard-mb", type=float, default=64.0, show_default=True,
+              help="Size of each TFRecord shard written, in MB: shards are what input "
+                   "workers divide among themselves.")
+def command(cfg: ExperimentConfig, args: SimpleNamespace) -> int:
+    shard = _shard(args.shard)
+    from tfapp.data import sources
+    from tfapp.data.prepare import prepare
+
+    task = get_task(cfg.task)
+    files = task.input_files(cfg)
+    if args.split != "all":
+        if args.split not in files:
+            raise ConfigError(f"--split {args.split}: the config gives no "
+                              f"data.{args.split}_files")
+        files = {args.split: files[args.split]}
+    spec, out = task.row_spec(cfg), args.out.rstrip("/")
+    overrides, waiting = [], []
+    for split, pattern in files.items():
+        what = f"data.{split}_files"
+        paths = [pattern] if cfg.data.format == "tfds" else \
+            sources.resolve_files(pattern, what)
+        started = time.time()
+        manifest = prepare(paths, f"{out}/{split}", spec, mode=cfg.data.on_bad_rows,
+                           split=split, shard=shard, workers=args.workers,
+                           shard_bytes=int(args.shard_mb * (1 << 20)),
+                           progress=lambda line: print(line, flush=True))
+        seconds = time.time() - started
+        if manifest is None:
+            waiting.append(split)
+            print(f"{split}: this host's files are done ({args.shard}); the manifest is "
+                  "written when every host's are", flush=True)
+            continue
+        bad = manifest.bad_rows.get("count", 0)
+        print(f"{split}: {manifest.rows} rows in {len(manifest.shards)} shard(s) from "
+              f"{len(manifest.sources)} file(s) -> {out}/{split}"
+              + (f"; {bad} bad row(s) skipped" if bad else "")
+              + (f" ({manifest.rows / seconds:,.0f} rows/s)" if seconds > 0.5 else ""),
+              flush=True)
+        overrides.append(f"data.{split}_files={out}/{split}")
+    if overrides and not waiting:
+        print("train on it with: " + " ".join(overrides))
+    return 0
+
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = cli.config_parser(
-        "python -m tfapp.prepare",
-        "Prepare the config's data files once into TFRecord shards and a manifest per split "
-        "(OUT/train, OUT/validation, OUT/test), read as the task reads them. Train on them "
-        "with data.train_files=OUT/train (printed at the end): no pass over the data before "
-        "the first step, each worker reads its own shards, a resumed run skips whole shards.")
-    parser.add_argument("--out", required=True, metavar="DIR",
-                        help="folder to write (local or gs://); a rerun resumes it")
-    parser.add_argument("--split", choices=("train", "validation", "test", "all"),
-                        default="all", help="which split's files (default: all it has)")
-    parser.add_argument("--shard", default="0/1", metavar="I/N",
-                        help="prepare input files I, I+N, I+2N, ... (one host of N)")
-    parser.add_argument("--workers", type=int, default=0,
-                        help="input files prepared side by side (default: one per core)")
-    parser.add_argument("--shard-mb", type=float, default=64.0,
-                        help="size of each TFRecord shard written (default 64 MB): shards are "
-                             "what input workers divide among themselves")
-
-    def check(args: argparse.Namespace) -> None:  # --print-config checks them too
-        _shard(args.shard)
-        if args.shard_mb <= 0:
-            raise ConfigError(f"--shard-mb {args.shard_mb}: must be > 0")
-
-    def body(cfg: ExperimentConfig, args: argparse.Namespace) -> int:
-        shard = _shard(args.shard)
-        from tfapp.data import sources
-        from tfapp.data.prepare import prepare
-
-        task = get_task(cfg.task)
-        files = task.input_files(cfg)
-        if args.split != "all":
-            if args.split not in files:
-                raise ConfigError(f"--split {args.split}: the config gives no "
-                                  f"data.{args.split}_files")
-            files = {args.split: files[args.split]}
-        spec, out = task.row_spec(cfg), args.out.rstrip("/")
-        overrides, waiting = [], []
-        for split, pattern in files.items():
-            what = f"data.{split}_files"
-            paths = [pattern] if cfg.data.format == "tfds" else \
-                sources.resolve_files(pattern, what)
-            started = time.time()
-            manifest = prepare(paths, f"{out}/{split}", spec, mode=cfg.data.on_bad_rows,
-                               split=split, shard=shard, workers=args.workers,
-                               shard_bytes=int(args.shard_mb * (1 << 20)),
-                               progress=lambda line: print(line, flush=True))
-            seconds = time.time() - started
-            if manifest is None:
-                waiting.append(split)
-                print(f"{split}: this host's files are done ({args.shard}); the manifest is "
-                      "written when every host's are", flush=True)
-                continue
-            bad = manifest.bad_rows.get("count", 0)
-            print(f"{split}: {manifest.rows} rows in {len(manifest.shards)} shard(s) from "
-                  f"{len(manifest.sources)} file(s) -> {out}/{split}"
-                  + (f"; {bad} bad row(s) skipped" if bad else "")
-                  + (f" ({manifest.rows / seconds:,.0f} rows/s)" if seconds > 0.5 else ""),
-                  flush=True)
-            overrides.append(f"data.{split}_files={out}/{split}")
-        if overrides and not waiting:
-            print("train on it with: " + " ".join(overrides))
-        return 0
-
-    return cli.run_config_command(parser, argv, body, check=check)
+    return cli.run(command, argv, "python -m tfapp.prepare")
 
 
 if __name__ == "__main__":

@@ -14,12 +14,12 @@ See docs/hub.md.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import cli
@@ -27,55 +27,10 @@ from tfapp.config import ConfigError, ExperimentConfig, MaskedLmConfig, load_con
 from tfapp.tasks import get_task
 from tfapp.tasks.mlm.task import hub_module_dir
 
+import click
+
 _D = MaskedLmConfig()
 _STEPS, _LOG_EVERY = 1000, 100
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m tfapp.pretrain",
-        description="Continue masked-LM pretraining (15% of tokens chosen, 80/10/10 "
-                    "[MASK]/random/kept, optional whole-word masking) of a BERT Hub module on "
-                    "a text corpus, inside the resolved distribution strategy, and export the "
-                    "adapted encoder as a new TF-Hub module pair. TensorBoard: mlm_loss, "
-                    "masked_accuracy under the run directory's logs/.")
-    p.add_argument("--corpus", nargs="+", required=True, metavar="FILE",
-                   help="paths or globs, local or gs://, .gz read too: text files (one text "
-                        "per line), .csv/.tsv (see --text-column), .jsonl or .tfrecord")
-    p.add_argument("--text-column", default="text",
-                   help="column (csv/tsv) or key (jsonl) holding the text (default: text)")
-    p.add_argument("--hub", required=True, metavar="HUB_DIR",
-                   help="module to adapt: a directory from build-bert/convert/pretrain, or "
-                        "builtin:tiny")
-    p.add_argument("--out", required=True, metavar="NEW_HUB_DIR", help="output directory (new)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing --out, and train a finished run of it again")
-    p.add_argument("--steps", type=int, default=_STEPS,
-                   help=f"optimizer steps, rounded up to whole --log-every (trainer.max_steps; "
-                        f"default {_STEPS})")
-    p.add_argument("--batch-size", type=int, default=_D.data.batch_size,
-                   help=f"sequences per replica per step (data.batch_size; default "
-                        f"{_D.data.batch_size})")
-    p.add_argument("--seq-length", type=int, default=0,
-                   help="tokens per sequence (data.seq_length; default: the module's default "
-                        "length)")
-    p.add_argument("--mask-rate", type=float, default=_D.mlm.mask_rate,
-                   help=f"share of tokens predicted (mlm.mask_rate; default {_D.mlm.mask_rate})")
-    p.add_argument("--whole-word-masking", action="store_true",
-                   help="mask whole words (all their ## pieces) together (mlm.whole_word)")
-    p.add_argument("--max-predictions", type=int, default=_D.mlm.max_predictions,
-                   help="most predicted tokens per sequence (mlm.max_predictions; default: "
-                        "enough for nearly all)")
-    p.add_argument("--log-every", type=int, default=_LOG_EVERY,
-                   help=f"steps per TensorBoard point (trainer.eval_every_steps; default "
-                        f"{_LOG_EVERY})")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of shuffling and masking (runtime.seed; default 0)")
-    p.add_argument("overrides", nargs="*", metavar="key=value",
-                   help="any config key, e.g. optimizer.learning_rate=1e-4 "
-                        "runtime.strategy=mirrored output_dir=runs name=adapt")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    return p
 
 
 _OVERRIDE = re.compile(r"^[a-z_]+(\.[a-z_]+)*=")
@@ -88,7 +43,7 @@ def _module_seq_length(hub: str) -> int:
     return int(meta.get("default_seq_length", 128))
 
 
-def _config(args: argparse.Namespace) -> ExperimentConfig:
+def _config(args: SimpleNamespace) -> ExperimentConfig:
     """The masked-LM run the flags describe (flags checked first)."""
 
     for name in ("steps", "batch_size", "log_every"):
@@ -110,17 +65,61 @@ def _config(args: argparse.Namespace) -> ExperimentConfig:
         f"mlm.overwrite={args.overwrite}", *args.overrides])
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    # Flags may come between the overrides (`--out DIR key=value --steps 10 key=value`).
-    args = _parser().parse_intermixed_args(argv)
-    # `--corpus a.txt runtime.strategy=mirrored`: nargs="+" swallows the trailing overrides;
-    # hand back those that look like key=value and are not files.
-    for item in list(args.corpus):
+@cli.command(
+    "pretrain",
+    """Continue masked-LM pretraining of a BERT Hub module on a text corpus.
+
+    15% of tokens chosen, 80/10/10 [MASK]/random/kept, optional whole-word masking;
+    inside the resolved distribution strategy; the adapted encoder is exported as a new
+    TF-Hub module pair, used as model.hub_handle=NEW_HUB_DIR. The flags are shorthands for
+    task=mlm config keys, and the run goes through the same training loop as tfapp train
+    (run directory output_dir/name with params.yaml, status.json, TensorBoard logs: mlm_loss
+    and masked_accuracy, backups; rerunning resumes). Any other override (runtime.*,
+    optimizer.*, trainer.*, tracking.*) applies as there. See docs/hub.md.""")
+@click.option("--corpus", multiple=True, required=True, metavar="FILE",
+              help="Paths or globs, local or gs://, .gz read too: text files (one text per "
+                   "line), .csv/.tsv (see --text-column), .jsonl or .tfrecord; several may "
+                   "follow one --corpus.")
+@click.option("--text-column", default="text", show_default=True,
+              help="Column (csv/tsv) or key (jsonl) holding the text.")
+@click.option("--hub", required=True, metavar="HUB_DIR",
+              help="Module to adapt: a directory from build-bert/convert/pretrain, or "
+                   "builtin:tiny.")
+@click.option("--out", required=True, metavar="NEW_HUB_DIR", help="Output directory (new).")
+@click.option("--overwrite", is_flag=True,
+              help="Replace an existing --out, and train a finished run of it again.")
+@click.option("--steps", type=int, default=_STEPS, show_default=True,
+              help="Optimizer steps, rounded up to whole --log-every (trainer.max_steps).")
+@click.option("--batch-size", type=int, default=_D.data.batch_size, show_default=True,
+              help="Sequences per replica per step (data.batch_size).")
+@click.option("--seq-length", type=int, default=0,
+              help="Tokens per sequence (data.seq_length; default: the module's default "
+                   "length).")
+@click.option("--mask-rate", type=float, default=_D.mlm.mask_rate, show_default=True,
+              help="Share of tokens predicted (mlm.mask_rate).")
+@click.option("--whole-word-masking", is_flag=True,
+              help="Mask whole words (all their ## pieces) together (mlm.whole_word).")
+@click.option("--max-predictions", type=int, default=_D.mlm.max_predictions,
+              help="Most predicted tokens per sequence (mlm.max_predictions; default: "
+                   "enough for nearly all).")
+@click.option("--log-every", type=int, default=_LOG_EVERY, show_default=True,
+              help="Steps per TensorBoard point (trainer.eval_every_steps).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of shuffling and masking (runtime.seed).")
+@click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
+def command(args: SimpleNamespace) -> int:
+    # `--corpus a.txt b.txt runtime.strategy=mirrored`: the files after the first arrive
+    # among the arguments; those that look like key=value and are not files are overrides.
+    args.corpus = list(args.corpus)
+    overrides = []
+    for item in args.overrides:
         if _OVERRIDE.match(item) and not Path(item).exists():
-            args.corpus.remove(item)
-            args.overrides.append(item)
-    cli.setup_logging(args.verbose)
+            overrides.append(item)
+        else:
+            args.corpus.append(item)
+    args.overrides = overrides
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
+    argv = click.get_current_context().meta.get("tfapp.argv")
 
     def body() -> int:
         cfg = _config(args)
@@ -135,6 +134,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     return cli.run_main(body, resume=lambda: cli.resume_line(
         "tfapp.pretrain", argv, _config(args).run_dir))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return cli.run(command, argv, "python -m tfapp.pretrain")
 
 
 if __name__ == "__main__":

@@ -12,15 +12,17 @@ tensorboard.dev was shut down on 2024-01-01; this is what replaces it:
 
 from __future__ import annotations
 
-import argparse
 import re
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 from tfapp import cli
 from tfapp.tracking import report
+
+import click
 
 REPORT_NAME = "tfapp_report.html"
 
@@ -32,24 +34,6 @@ def report_path(out: str, runs: list[Path]) -> Path:
         # A folder is where the user wants the report, not a file to replace.
         return Path(out) / REPORT_NAME if Path(out).is_dir() else Path(out)
     return runs[0] / "report.html" if len(runs) == 1 else Path(REPORT_NAME)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m tfapp.share",
-        description="Write one self-contained HTML report of runs (or a tuner search "
-                    "directory) and sync their offline W&B runs, or print how to.")
-    parser.add_argument("runs", nargs="+", metavar="RUN_DIR",
-                        help="run directories (output_dir/name) or folders holding runs")
-    parser.add_argument("--out", default="",
-                        help="report file, or an existing folder to write "
-                             f"{REPORT_NAME} into (default: RUN_DIR/report.html for one "
-                             f"run, ./{REPORT_NAME} for several)")
-    parser.add_argument("--no-profile", action="store_true",
-                        help="leave profile summaries out (they take a few seconds each)")
-    parser.add_argument("--no-sync", action="store_true",
-                        help="never upload to W&B, only print the wandb sync commands")
-    return parser
 
 
 def sync_wandb(run_dir: Path, upload: bool) -> list[str]:
@@ -74,21 +58,36 @@ def sync_wandb(run_dir: Path, upload: bool) -> list[str]:
     return lines
 
 
+@cli.command(
+    "share",
+    """Write one self-contained HTML report of runs and sync their offline W&B runs.
+
+    RUN_DIR: run directories (output_dir/name), a tuner search directory, or folders
+    holding runs. The report (no server, no requests to other hosts) has run summaries,
+    configs, metric curves, a comparison of several runs or of a search's trials, confusion
+    matrices, generator samples and profile summaries. Offline W&B runs are uploaded with
+    wandb sync when an API key is available, else the command is printed.""")
+@click.argument("runs", nargs=-1, required=True, metavar="RUN_DIR...")
+@click.option("--out", default="",
+              help=f"Report file, or an existing folder to write {REPORT_NAME} into "
+                   f"(default: RUN_DIR/report.html for one run, ./{REPORT_NAME} for several).")
+@click.option("--no-profile", is_flag=True,
+              help="Leave profile summaries out (they take a few seconds each).")
+@click.option("--no-sync", is_flag=True,
+              help="Never upload to W&B, only print the wandb sync commands.")
+def command(args: SimpleNamespace) -> int:
+    runs = report.find_runs(list(args.runs))
+    out = report_path(args.out, runs)
+    for run in runs:
+        for line in sync_wandb(run, upload=not args.no_sync):
+            print(line)
+    path = report.write_report(runs, out, with_profile=not args.no_profile)
+    print(f"report ({len(runs)} run{'s' if len(runs) > 1 else ''}): {path.resolve()}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    cli.setup_logging()
-
-    def body() -> int:
-        runs = report.find_runs(args.runs)
-        out = report_path(args.out, runs)
-        for run in runs:
-            for line in sync_wandb(run, upload=not args.no_sync):
-                print(line)
-        path = report.write_report(runs, out, with_profile=not args.no_profile)
-        print(f"report ({len(runs)} run{'s' if len(runs) > 1 else ''}): {path.resolve()}")
-        return 0
-
-    return cli.run_main(body)
+    return cli.run(command, argv, "python -m tfapp.share")
 
 
 if __name__ == "__main__":

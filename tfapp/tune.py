@@ -8,10 +8,10 @@ an interrupted search. See docs/tuning.md.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp import cli
@@ -19,6 +19,8 @@ from tfapp.atomic import write_text
 from tfapp.config import ConfigError, ExperimentConfig, load_config, to_yaml
 from tfapp.run_layout import aside_path
 from tfapp.tasks import get_task
+
+import click
 
 
 def _same_but_max_trials(cfg: ExperimentConfig) -> str:
@@ -56,41 +58,42 @@ def _check_same_search(cfg: ExperimentConfig, role: str, start_over: bool) -> No
         write_text(stored, current)  # workers may read it at any moment
 
 
+@cli.command(
+    "tune",
+    """Search hyperparameters: the config's tune.space, with KerasTuner.
+
+    Each trial trains the config with the sampled values. Writes oracle state, trials,
+    results.csv/json and best_params.yaml into output_dir/name; re-running continues a
+    stopped search. See docs/tuning.md.""",
+    config=True, resume_module="tfapp.tune", search=True)
+@click.option("--start-over", "--overwrite", "start_over", is_flag=True,
+              help="Start a new search: the search directory is moved to "
+                   "NAME.old-<date>-<time> beside it (nothing is deleted).")
+@click.option("--chief", is_flag=True,
+              help="Distributed: serve the oracle (run no trials) at --oracle.")
+@click.option("--worker", metavar="ID",
+              help="Distributed: run trials for the chief at --oracle as worker ID (one "
+                   "process per ID).")
+@click.option("--oracle", metavar="HOST:PORT",
+              help="Distributed: the chief's address, HOST:PORT or PORT (default "
+                   "127.0.0.1:8000, this machine only; the chief refuses any other address "
+                   "unless TFAPP_ORACLE_TOKEN holds a secret, which every worker then sends).")
+@click.option("--top", type=int, default=10, metavar="N", show_default=True,
+              help="Trials shown in the results table.")
+def command(cfg: ExperimentConfig, args: SimpleNamespace) -> int:
+    if not cfg.tune.space:
+        raise ConfigError("tune.space is empty: declare what to search, e.g. "
+                          "tune.space={optimizer.learning_rate: {type: float, min: 1e-4, "
+                          "max: 1e-2, sampling: log}} (see configs/classifier_tune.yaml)")
+    from tfapp.tuning import distributed
+
+    role = distributed.configure(args.chief, args.worker, args.oracle)
+    _check_same_search(cfg, role, args.start_over)
+    return _search(cfg, role, args.top)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = cli.config_parser(
-        "python -m tfapp.tune",
-        "Search the config's tune.space with KerasTuner; each trial trains the config with "
-        "the sampled values. Writes oracle state, trials, results.csv/json and "
-        "best_params.yaml into output_dir/name; re-running continues a stopped search.")
-    parser.add_argument("--start-over", "--overwrite", dest="start_over",
-                        action="store_true",
-                        help="start a new search: the search directory is moved to "
-                             "NAME.old-<date>-<time> beside it (nothing is deleted)")
-    parser.add_argument("--chief", action="store_true",
-                        help="distributed: serve the oracle (run no trials) at --oracle")
-    parser.add_argument("--worker", metavar="ID",
-                        help="distributed: run trials for the chief at --oracle as worker ID "
-                             "(one process per ID)")
-    parser.add_argument("--oracle", metavar="HOST:PORT",
-                        help="distributed: the chief's address, HOST:PORT or PORT (default "
-                             "127.0.0.1:8000, this machine only; the chief refuses any other "
-                             "address unless TFAPP_ORACLE_TOKEN holds a secret, which every "
-                             "worker then sends)")
-    parser.add_argument("--top", type=int, default=10, metavar="N",
-                        help="trials shown in the results table (default 10)")
-
-    def body(cfg: ExperimentConfig, args: argparse.Namespace) -> int:
-        if not cfg.tune.space:
-            raise ConfigError("tune.space is empty: declare what to search, e.g. "
-                              "tune.space={optimizer.learning_rate: {type: float, min: 1e-4, "
-                              "max: 1e-2, sampling: log}} (see configs/classifier_tune.yaml)")
-        from tfapp.tuning import distributed
-
-        role = distributed.configure(args.chief, args.worker, args.oracle)
-        _check_same_search(cfg, role, args.start_over)
-        return _search(cfg, role, args.top)
-
-    return cli.run_config_command(parser, argv, body, resume_module="tfapp.tune", search=True)
+    return cli.run(command, argv, "python -m tfapp.tune")
 
 
 # The longest a worker waits for the chief to answer before saying so (and exiting).

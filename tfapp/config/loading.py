@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -166,28 +167,32 @@ def _task_of(loaded: dict, overrides: dict) -> type[ExperimentConfig]:
     return config_class(DEFAULT_TASK)
 
 
-def load_config(path: str | os.PathLike | None = None,
+def load_config(path: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
                 overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
-    """Defaults, then the YAML file at ``path``, then ``key=value`` overrides; validated
-    against the class of the task they name."""
-    loaded = _read_yaml(path) if path is not None else {}
+    """Defaults, then the YAML file at ``path`` (several: merged in order, a later file's
+    keys win), then ``key=value`` overrides; validated against the class of the task they
+    name. Unless a file sets ``name``, it is the first file's stem (the experiment; later
+    files adjust it)."""
+    paths = [] if path is None else [path] if isinstance(path, str | os.PathLike) else path
+    files = [(p, _read_yaml(p)) for p in paths]
     parsed = _parse_overrides(list(overrides)) if overrides else None
     given = OmegaConf.to_container(parsed, resolve=False) if parsed is not None else {}
-    schema = _task_of(loaded, given)
+    named = {k: v for _, loaded in files for k, v in loaded.items() if k == "task"}
+    schema = _task_of(named, given)
     cfg = OmegaConf.structured(schema)
-    if path is not None:
+    for index, (p, loaded) in enumerate(files):
         loaded = _drop_other_tasks_defaults(loaded, schema(), _every_tasks_defaults())
-        _check_groups(loaded, str(path), schema())
-        check_known(loaded, str(path), schema)
+        _check_groups(loaded, str(p), schema())
+        check_known(loaded, str(p), schema)
         try:
             cfg = OmegaConf.merge(cfg, loaded)
         except oc_errors.OmegaConfBaseException as err:
-            raise translate(err, str(path), schema) from None
+            raise translate(err, str(p), schema) from None
         except RecursionError:  # a YAML alias inside what it names: {epochs: *a} under &a
-            raise ConfigError(f"{path}: a YAML alias (*name) refers to a mapping or list "
+            raise ConfigError(f"{p}: a YAML alias (*name) refers to a mapping or list "
                               "that contains it; write the values out") from None
-        if not loaded.get("name"):
-            cfg.name = Path(path).stem
+        if index == 0 and not loaded.get("name"):
+            cfg.name = Path(p).stem
     if parsed is not None:
         _check_groups(given, "command-line override", schema())
         check_known(given, "command-line override", schema)

@@ -18,80 +18,109 @@ tokenizer_config.json) into the same pair of modules (see docs/hub.md).
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
 import time
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from tfapp.cli import run_main, setup_logging
+from tfapp import cli
 from tfapp.config import ConfigError
 from tfapp.hub.builder import BuildParams, build_bert_hub, read_corpus
 from tfapp.hub.convert import convert_hf_bert
 from tfapp.hub.handles import resolve_hub_handle
 from tfapp.models.bert_config import BertConfig
 
+import click
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tfapp.hub",
-                                     description="Build, convert and resolve TF-Hub BERT modules.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    b = sub.add_parser("build-bert", help="random-init BERT + WordPiece vocab -> TF-Hub modules",
-                       description="Learn a WordPiece vocab from a corpus, build a randomly "
-                                   "initialised BERT and export OUT/encoder (reusable "
-                                   "SavedModel), OUT/preprocessor, OUT/vocab.txt and "
-                                   "OUT/tfapp_hub.json.")
-    b.add_argument("--corpus", nargs="+", required=True, metavar="FILE",
-                   help="paths or globs, local or gs://, .gz read too: text files (one text "
-                        "per line), .csv/.tsv (see --text-column), .jsonl or .tfrecord")
-    b.add_argument("--text-column", default="text",
-                   help="column (csv/tsv) or key (jsonl) holding the text (default: text)")
-    b.add_argument("--out", required=True, metavar="DIR", help="output directory (new)")
-    b.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    b.add_argument("--layers", type=int, default=2, help="transformer layers (default 2)")
-    b.add_argument("--hidden", type=int, default=128, help="hidden width (default 128)")
-    b.add_argument("--heads", type=int, default=2, help="attention heads (default 2)")
-    b.add_argument("--intermediate", type=int, default=256,
-                   help="feed-forward width (default 256)")
-    b.add_argument("--max-positions", type=int, default=512,
-                   help="longest sequence the position embedding covers (default 512)")
-    b.add_argument("--vocab-size", type=int, default=4000,
-                   help="target WordPiece vocab size; small corpora give fewer (default 4000)")
-    b.add_argument("--lower-case", action=argparse.BooleanOptionalAction, default=True,
-                   help="lower-case and strip accents: an uncased model (default: on)")
-    b.add_argument("--seed", type=int, default=0, help="weight initialisation seed (default 0)")
-    b.add_argument("--dropout", type=float, default=0.1,
-                   help="dropout inside the encoder while fine-tuning (default 0.1)")
-    b.add_argument("--seq-length", type=int, default=128,
-                   help="default sequence length of the preprocessor (default 128)")
-    b.add_argument("--quiet", action="store_true", help="print only errors")
-
-    c = sub.add_parser("convert", help="Hugging Face BERT checkpoint -> TF-Hub modules",
-                       description="Convert a Hugging Face BERT checkpoint directory "
-                                   "(config.json, model.safetensors, vocab.txt, "
-                                   "tokenizer_config.json) into the same OUT/encoder + "
-                                   "OUT/preprocessor pair build-bert writes. Reads safetensors "
-                                   "only: pickle checkpoints (pytorch_model.bin) are refused.")
-    c.add_argument("--from", dest="src", required=True, metavar="DIR",
-                   help="Hugging Face checkpoint directory (save_pretrained layout)")
-    c.add_argument("--out", required=True, metavar="DIR", help="output directory (new)")
-    c.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    c.add_argument("--lower-case", action=argparse.BooleanOptionalAction, default=None,
-                   help="override the casing read from tokenizer_config.json")
-    c.add_argument("--seq-length", type=int, default=None,
-                   help="default sequence length of the preprocessor (default: 128, or the "
-                        "model's max_position_embeddings if shorter)")
-    c.add_argument("--quiet", action="store_true", help="print only errors")
-
-    r = sub.add_parser("resolve", help="print the encoder and preprocessor a handle resolves to")
-    r.add_argument("handle", help="builtin:tiny, a local directory, a URL or gs:// path")
-    return parser
+CORPUS_HELP = ("Paths or globs, local or gs://, .gz read too: text files (one text per line), "
+               ".csv/.tsv (see --text-column), .jsonl or .tfrecord; several may follow one "
+               "--corpus.")
 
 
-def _build(args: argparse.Namespace) -> int:
+@click.group("hub", cls=cli.Group, help="""Build, convert and resolve TF-Hub BERT modules.
+
+    `build-bert` learns a WordPiece vocab and builds a random-init BERT, `convert` turns a
+    Hugging Face BERT checkpoint into the same pair of modules, `resolve` prints what a
+    handle resolves to. See docs/hub.md.""")
+def group() -> None:
+    # SavedModel writes log "Assets written to ..." at INFO for every module; not news.
+    logging.getLogger("tensorflow").setLevel(logging.WARNING)
+
+
+def _corpus(args: SimpleNamespace) -> list[str]:
+    """--corpus a b c: click's options take one value each; the files after the first
+    arrive as the command's arguments."""
+    return [*args.corpus, *args.more_corpus]
+
+
+@group.add_command
+@cli.command("build-bert", """Random-init BERT + WordPiece vocab -> TF-Hub modules.
+
+    Learns a WordPiece vocab from a corpus, builds a randomly initialised BERT and exports
+    OUT/encoder (reusable SavedModel), OUT/preprocessor, OUT/vocab.txt and
+    OUT/tfapp_hub.json.""")
+@click.option("--corpus", multiple=True, required=True, metavar="FILE", help=CORPUS_HELP)
+@click.argument("more_corpus", nargs=-1, metavar="[FILE]...")
+@click.option("--text-column", default="text", show_default=True,
+              help="Column (csv/tsv) or key (jsonl) holding the text.")
+@click.option("--out", required=True, metavar="DIR", help="Output directory (new).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out.")
+@click.option("--layers", type=int, default=2, show_default=True, help="Transformer layers.")
+@click.option("--hidden", type=int, default=128, show_default=True, help="Hidden width.")
+@click.option("--heads", type=int, default=2, show_default=True, help="Attention heads.")
+@click.option("--intermediate", type=int, default=256, show_default=True,
+              help="Feed-forward width.")
+@click.option("--max-positions", type=int, default=512, show_default=True,
+              help="Longest sequence the position embedding covers.")
+@click.option("--vocab-size", type=int, default=4000, show_default=True,
+              help="Target WordPiece vocab size; small corpora give fewer.")
+@click.option("--lower-case/--no-lower-case", default=True, show_default=True,
+              help="Lower-case and strip accents: an uncased model.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Weight initialisation seed.")
+@click.option("--dropout", type=float, default=0.1, show_default=True,
+              help="Dropout inside the encoder while fine-tuning.")
+@click.option("--seq-length", type=int, default=128, show_default=True,
+              help="Default sequence length of the preprocessor.")
+def build_bert(args: SimpleNamespace) -> int:
+    return _build(args)
+
+
+@group.add_command
+@cli.command("convert", """Hugging Face BERT checkpoint -> TF-Hub modules.
+
+    Converts a Hugging Face BERT checkpoint directory (config.json, model.safetensors,
+    vocab.txt, tokenizer_config.json) into the same OUT/encoder + OUT/preprocessor pair
+    build-bert writes. Reads safetensors only: pickle checkpoints (pytorch_model.bin) are
+    refused.""")
+@click.option("--from", "src", required=True, metavar="DIR",
+              help="Hugging Face checkpoint directory (save_pretrained layout).")
+@click.option("--out", required=True, metavar="DIR", help="Output directory (new).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out.")
+@click.option("--lower-case/--no-lower-case", default=None,
+              help="Override the casing read from tokenizer_config.json.")
+@click.option("--seq-length", type=int, default=None,
+              help="Default sequence length of the preprocessor (default: 128, or the "
+                   "model's max_position_embeddings if shorter).")
+def convert(args: SimpleNamespace) -> int:
+    return _convert(args)
+
+
+@group.add_command
+@cli.command("resolve", "Print the encoder and preprocessor a handle resolves to.")
+@click.argument("handle")
+def resolve(args: SimpleNamespace) -> int:
+    """HANDLE: builtin:tiny, a local directory, a URL or gs:// path."""
+    return _resolve(args)
+
+
+command = group
+
+
+def _build(args: SimpleNamespace) -> int:
 
     # Named by their flags here (the model's own checks name BertConfig fields).
     for flag in ("layers", "hidden", "heads", "intermediate", "max_positions", "vocab_size",
@@ -112,7 +141,7 @@ def _build(args: argparse.Namespace) -> int:
     params = BuildParams(bert, lower_case=args.lower_case, seed=args.seed,
                          seq_length=args.seq_length)
     start = time.monotonic()
-    texts = read_corpus(args.corpus, text_column=args.text_column)
+    texts = read_corpus(_corpus(args), text_column=args.text_column)
     out = build_bert_hub(texts, args.out, params, overwrite=args.overwrite)
     if not args.quiet:
         meta = json.loads((out / "tfapp_hub.json").read_text(encoding="utf-8"))
@@ -126,7 +155,7 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _convert(args: argparse.Namespace) -> int:
+def _convert(args: SimpleNamespace) -> int:
 
     start = time.monotonic()
     out = convert_hf_bert(args.src, args.out, lower_case=args.lower_case,
@@ -144,7 +173,7 @@ def _convert(args: argparse.Namespace) -> int:
     return 0
 
 
-def _resolve(args: argparse.Namespace) -> int:
+def _resolve(args: SimpleNamespace) -> int:
 
     encoder, preprocessor = resolve_hub_handle(args.handle)
     print(f"encoder: {encoder}")
@@ -153,12 +182,7 @@ def _resolve(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    setup_logging()
-    # SavedModel writes log "Assets written to ..." at INFO for every module; not news.
-    logging.getLogger("tensorflow").setLevel(logging.WARNING)
-    commands = {"build-bert": _build, "convert": _convert, "resolve": _resolve}
-    return run_main(lambda: commands[args.command](args))
+    return cli.run(group, argv, "python -m tfapp.hub")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,213 @@
+"""The command line (tfapp/cli.py): one click suite behind ``tfapp`` and ``python -m
+tfapp.X``, the same flags everywhere, layered configs that say where each value came from,
+whole help texts, shell completion, and a console script as quiet as ``python -m``."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import tfapp
+from tfapp import cli, console
+from tfapp.config import config_reference
+
+import click
+import pytest
+import yaml
+from conftest import REPO, run_python, subprocess_env
+
+#: every command a user runs -> the module ``python -m`` runs it as
+MODULES = {"train": "tfapp.train", "lr-find": "tfapp.lr_find", "tune": "tfapp.tune",
+           "prepare": "tfapp.prepare", "predict": "tfapp.predict",
+           "evaluate": "tfapp.evaluate", "generate": "tfapp.generate",
+           "pretrain": "tfapp.pretrain", "hub": "tfapp.hub.__main__", "share": "tfapp.share",
+           "profile": "tfapp.profile", "data-service": "tfapp.data_service",
+           "doctor": "tfapp.doctor"}
+
+
+def _leaf_commands() -> list[tuple[str, click.Command]]:
+    """(command path, click command) of every command a user runs, groups opened."""
+    import importlib
+
+    found = []
+    for name, module in MODULES.items():
+        cmd = importlib.import_module(module).command
+        if isinstance(cmd, click.Group):
+            found += [(f"{name} {sub}", c) for sub, c in cmd.commands.items()]
+        else:
+            found.append((name, cmd))
+    return found + [("completion", cli.completion)]
+
+
+def test_help_lists_every_command_and_version_prints_it():
+    proc = run_python(["-m", "tfapp.cli", "--help"], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    listed = re.findall(r"^  (\S+)  ", proc.stdout.split("Commands:")[1], flags=re.M)
+    assert sorted(listed) == sorted([*MODULES, "completion"])
+    assert {name: entry.module for name, entry in cli.COMMANDS.items()
+            if name != "completion"} == MODULES
+    proc = run_python(["-m", "tfapp.cli", "--version"], timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"tfapp {tfapp.__version__}"
+
+
+def test_every_command_takes_verbose_and_quiet():
+    for path, cmd in _leaf_commands():
+        flags = {opt for param in cmd.params for opt in getattr(param, "opts", [])}
+        assert {"-v", "--verbose", "-q", "--quiet"} <= flags, path
+
+
+def test_quiet_and_verbose_set_the_log_level(capsys):
+    import logging
+
+    root = logging.getLogger()
+    before = root.level
+    try:
+        for flag, level in (("-q", logging.WARNING), ("-v", logging.DEBUG),
+                            ("--quiet", logging.WARNING)):
+            assert cli.main(["train", "--print-config", flag]) == 0
+            assert root.level == level, flag
+    finally:
+        root.setLevel(before)
+    capsys.readouterr()
+
+
+def test_lr_find_and_lr_underscore_find_are_the_same_command(capsys):
+    assert cli.main(["lr-find", "--print-config", "trainer.epochs=2"]) == 0
+    dashed = capsys.readouterr().out
+    assert cli.main(["lr_find", "--print-config", "trainer.epochs=2"]) == 0
+    assert capsys.readouterr().out == dashed and "epochs: 2" in dashed
+    assert cli.main(["data_service", "--help"]) == 0
+    assert "--listen-all" in capsys.readouterr().out
+
+
+def test_python_m_runs_every_command_and_help_loads_no_tensorflow():
+    """Every module's --help, in one process: whole, and TensorFlow never imported."""
+    code = textwrap.dedent(f"""
+        import importlib, io, contextlib, sys
+        from tfapp import cli
+        for module in {sorted(set(MODULES.values()))!r}:
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                code = importlib.import_module(module).main(["--help"])
+            prog = "python -m " + module.removesuffix(".__main__")
+            assert code == 0 and out.getvalue().startswith("Usage: " + prog), module
+        print("tensorflow" in sys.modules)
+    """)
+    proc = run_python(["-c", code], timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "False"
+    # and a module run as a script (python -m) dispatches to the same command
+    proc = run_python(["-m", "tfapp.lr_find", "--print-config", "name=x"], timeout=120)
+    assert proc.returncode == 0 and yaml.safe_load(proc.stdout)["name"] == "x", proc.stderr
+
+
+def test_help_gives_each_config_key_its_whole_description(capsys):
+    assert cli.main(["train", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    docs = [(key, doc) for key, _, _, doc in config_reference() if ". " in doc]
+    assert len(docs) > 10  # descriptions of several sentences exist, so this checks something
+    for key, doc in docs:
+        assert " ".join(doc.split()) in text, key
+
+
+def _layers(tmp_path: Path) -> tuple[Path, Path]:
+    base = tmp_path / "base.yaml"
+    base.write_text("trainer:\n  epochs: 2\n  early_stopping_patience: 7\n"
+                    "data:\n  batch_size: 8\n")
+    local = tmp_path / "local.yaml"
+    local.write_text("trainer:\n  epochs: 5\n")
+    return base, local
+
+
+def test_repeated_configs_merge_in_order_later_wins(tmp_path, capsys):
+    base, local = _layers(tmp_path)
+    assert cli.main(["train", "--config", str(base), "--config", str(local),
+                     "--print-config", "data.seq_length=32"]) == 0
+    cfg = yaml.safe_load(capsys.readouterr().out)
+    assert cfg["trainer"]["epochs"] == 5  # the later file wins
+    assert cfg["trainer"]["early_stopping_patience"] == 7  # the earlier file's keys stay
+    assert cfg["data"]["batch_size"] == 8
+    assert cfg["data"]["seq_length"] == 32
+    assert cfg["name"] == "base"  # the run is named after the first file (the experiment)
+    # the other order: the base file's epochs win
+    assert cli.main(["train", "--config", str(local), "--config", str(base),
+                     "--print-config"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["trainer"]["epochs"] == 2
+
+
+def test_print_config_sources_names_where_each_value_came_from(tmp_path, capsys):
+    base, local = _layers(tmp_path)
+    argv = ["train", "--config", str(base), "--config", str(local), "--print-config",
+            "--sources", "data.seq_length=32"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    sources, groups = {}, []
+    for indent, key, source in re.findall(r"^( *)(\w+):(?: .*  # (.+))?$", out, flags=re.M):
+        groups = groups[:len(indent) // 2] + [key]
+        if source:
+            sources[".".join(groups)] = source
+    assert sources["trainer.epochs"] == str(local)
+    assert sources["trainer.early_stopping_patience"] == sources["data.batch_size"] == str(base)
+    assert sources["data.seq_length"] == "override"
+    assert sources["optimizer.learning_rate"] == "default"
+    assert set(sources) == {key for key, *_ in config_reference()}  # every key, once
+    assert sources["name"] == f"{base} (its file name)"
+    # still the same YAML: the comments change nothing
+    assert cli.main(argv[:-2] + ["data.seq_length=32"]) == 0
+    assert yaml.safe_load(out) == yaml.safe_load(capsys.readouterr().out)
+
+
+def test_shell_completion_script_and_completions():
+    proc = run_python(["-m", "tfapp.cli", "completion", "bash"], timeout=120)
+    assert proc.returncode == 0 and "_TFAPP_COMPLETE=bash_complete" in proc.stdout
+    env = subprocess_env(_TFAPP_COMPLETE="bash_complete", COMP_WORDS="tfapp lr",
+                         COMP_CWORD="1")
+    code = "from tfapp.cli import SUITE; SUITE.main(prog_name='tfapp')"
+    proc = run_python(["-c", code], env=env, timeout=120)
+    assert proc.stdout.split() == ["plain,lr-find"], proc.stdout + proc.stderr
+    env.update(COMP_WORDS="tfapp train --resume", COMP_CWORD="2")
+    proc = run_python(["-c", code], env=env, timeout=120)
+    assert proc.stdout.split() == ["plain,--resume-anyway"], proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["train", "--epochs", "3"], "no such option '--epochs'; config keys are key=value "
+                                 "arguments, e.g. trainer.epochs=...; see: tfapp train --help"),
+    (["hub"], "no command given; choose one of: build-bert, convert, resolve"),
+    (["train", "--sources"], "--sources goes with --print-config"),
+    (["train", "--start-over", "--resume-anyway"], "exclude each other"),
+])
+def test_bad_flags_are_one_line_and_exit_2(argv, fragment, capsys):
+    assert cli.main(argv) == cli.EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("tfapp: error: ") and fragment in err, err
+
+
+# A C++ log line of TensorFlow (absl's I0000/W0000 format, or TF 2.20's dated one).
+TF_LOG_LINE = re.compile(r"^([IWE]\d{4} |\d{4}-\d\d-\d\d [\d:.]+: [IWE] )")
+
+
+def _console_script() -> str:
+    """The installed ``tfapp`` entry point (pip's wrapper calling tfapp.cli:main)."""
+    script = shutil.which("tfapp", path=str(Path(sys.executable).parent))
+    if script is None:
+        pytest.skip("tfapp is not installed in this environment (pip install -e .)")
+    return script
+
+
+def test_the_console_script_is_as_quiet_as_python_m():
+    """``tfapp doctor`` (which imports TensorFlow) through the installed console script:
+    none of TensorFlow's C++ start-up notices reach stderr, as with ``python -m``."""
+    env = subprocess_env()
+    env.pop("TFAPP_TF_LOGS", None)
+    proc = __import__("subprocess").run([_console_script(), "doctor"], capture_output=True,
+                                        text=True, timeout=300, env=env, cwd=REPO)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]  # 1: doctor found a problem
+    assert "tensorflow" in proc.stdout.lower()  # it did look at TensorFlow
+    noise = [line for line in proc.stderr.splitlines()
+             if TF_LOG_LINE.match(line) or re.search(console.NOISE, line)]
+    assert noise == [], proc.stderr[-2000:]
+    assert "oneDNN custom operations" not in proc.stderr and "cuInit" not in proc.stderr
