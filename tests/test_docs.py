@@ -7,14 +7,14 @@ import importlib
 import re
 
 from tfapp import cli
-from tfapp.config import config_reference
+from tfapp.config import TASKS, config_reference
 
 import click
 import yaml
 from conftest import REPO
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-KEYS = {key for key, *_ in config_reference()}
+KEYS = {key for task in TASKS for key, *_ in config_reference(task)}  # any task's
 GROUPS = sorted({key.split(".")[0] for key in KEYS if "." in key})
 
 #: dotted names in the docs that look like config keys and are something else
