@@ -46,6 +46,7 @@ COMMANDS = {
     "profile": "tfapp.profile",
     "share": "tfapp.share",
     "doctor": "tfapp.doctor",
+    "export-hf": "tfapp.export_hf",
 }
 
 
