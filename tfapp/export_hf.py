@@ -292,6 +292,8 @@ def export_run_to_hf(run_dir: str | Path, out: str | Path, *,
     with atomic_directory(out, overwrite=overwrite) as tmp:
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         save_weights(weights, tmp / "model.safetensors")
+        # safetensors writes 0600; give it the mode our other files got (the umask's).
+        (tmp / "model.safetensors").chmod((tmp / "config.json").stat().st_mode & 0o777)
         write_tokenizer(tmp, vocab_file, lower_case=lower_case, max_length=seq_length)
         (tmp / CARD_FILE).write_text(text, encoding="utf-8")
     return out
