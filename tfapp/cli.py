@@ -70,11 +70,12 @@ COMMANDS = {
     "share": Entry("tfapp.share", "Write an HTML report of runs and sync their W&B runs."),
     "profile": Entry("tfapp.profile", "Capture and summarise a running job's profile."),
     "data-service": Entry("tfapp.data_service", "Start a tf.data service for tfapp pipelines."),
+    "export-hf": Entry("tfapp.export_hf", "Write a classifier or NER run as a HF checkpoint."),
     "doctor": Entry("tfapp.doctor", "Say what tfapp sees here and what it would do."),
     "completion": Entry("tfapp.cli", "Print the shell completion script for bash, zsh or fish."),
 }
 #: other spellings that run the same command (the module names' underscores)
-ALIASES = {"lr_find": "lr-find", "data_service": "data-service"}
+ALIASES = {"lr_find": "lr-find", "data_service": "data-service", "export_hf": "export-hf"}
 
 
 # Modules that come with TensorFlow's extra ([cpu], [gpu], or the TPU recipe), not with tfapp.
