@@ -54,7 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--text-column")
     parser.add_argument("--text-pair-column")
     parser.add_argument("--label-column")
-    parser.add_argument("--format", choices=("auto", "csv", "tsv", "jsonl", "text", "tfrecord"))
+    parser.add_argument("--format", choices=("auto", "csv", "tsv", "jsonl", "text", "tfrecord",
+                                             "conll"),
+                        help="the files' format; each kind of export takes those it reads "
+                             "(NER: auto, conll, jsonl) and refuses the rest")
     parser.add_argument("--on-bad-rows", choices=("fail", "skip"),
                         help="a row that cannot be read: stop (fail), or leave it out and "
                              "count it (skip); default: the run's data.on_bad_rows")
