@@ -7,6 +7,6 @@ UNUSED = (
     "data.labels", "data.tag_column", "data.tag_scheme",
     "data.text_pair_column", "data.label_column", "data.multi_label", "data.label_separator",
     "data.seq_length", "model.hub_handle", "model.hub_preprocessor", "model.trainable",
-    "model.pooling", "mlm", "data.test_files", "data.test_split", "data.class_weight",
+    "model.pooling", "mlm", "data.class_weight",
     "model.label_smoothing",
 )
