@@ -1,7 +1,9 @@
-"""Evaluate an exported classifier on a labelled file (or a tagger on a tagged one).
+"""Evaluate an exported classifier on a labelled file (a tagger on a tagged one, a
+generator on text: perplexity and token accuracy).
 
     python -m tfapp.evaluate --model runs/classifier --data test.csv
     python -m tfapp.evaluate --model runs/ner --data test.conll
+    python -m tfapp.evaluate --model runs/generator --data test.txt
 Columns, format and label handling default to the run's own params.yaml; override them
 with --text-column / --text-pair-column / --label-column / --format.
 """
