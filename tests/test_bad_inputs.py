@@ -243,8 +243,10 @@ ROWS = [
      "not a tfapp generator export"),
     ("predict-given-generator", "tfapp.predict", ["--model", "{fake_generator}", "hello"],
      "not a tfapp classifier export"),
-    ("evaluate-given-generator", "tfapp.evaluate",
-     ["--model", "{fake_generator}", "--data", "{good}"], "not a tfapp classifier export"),
+    # evaluate takes a generator export too: this one is found, then named as damaged
+    ("evaluate-generator-export-damaged", "tfapp.evaluate",
+     ["--model", "{fake_generator}", "--data", "{good}"],
+     "the generator export {fake_generator} is damaged (variables/variables.index is missing)"),
     # a damaged export (SETUP damages the row's copy of the run): one line naming it
     ("predict-export-pb-truncated", "tfapp.predict", ["--model", "{run}", "hello"],
      "the classifier export {run}/export is damaged (OSError: Cannot parse file"),

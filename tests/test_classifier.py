@@ -187,6 +187,105 @@ def test_predict_and_evaluate_commands(trained, labelled, tmp_path):
     assert "bad.csv" in proc.stderr and "sideways" in proc.stderr and "Traceback" not in proc.stderr
 
 
+# Run first in a fresh interpreter: tfapp is installed in the venv (an editable install
+# that `python -I` still finds), so a finder refusing it makes the process one without
+# tfapp; the assertion proves it.
+NO_TFAPP = """import sys
+class _NoTfapp:
+    def find_spec(self, name, path=None, target=None):
+        if name == "tfapp" or name.startswith("tfapp."):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+sys.meta_path.insert(0, _NoTfapp())
+try:
+    import tfapp
+except ModuleNotFoundError:
+    pass
+else:
+    raise SystemExit("tfapp is importable")
+"""
+SERVING_DOC = REPO / "docs" / "serving.md"
+
+
+def _doc_block(fence: str, after: str) -> str:
+    """The first ``fence`` code block of docs/serving.md after the heading ``after``."""
+    return SERVING_DOC.read_text().split(after, 1)[1].split(f"```{fence}\n", 1)[1].split(
+        "```", 1)[0]
+
+
+def _for_run(block: str, run_dir: Path) -> str:
+    """A doc block pointed at this run's export and at TEXTS."""
+    for doc, here in (("runs/classifier/export", str(run_dir / "export")),
+                      ('["a fine film", "dull and far too long"]', json.dumps(TEXTS))):
+        assert doc in block, doc
+        block = block.replace(doc, here)
+    return block
+
+
+def _predict_json(run_dir: Path) -> list[dict]:
+    proc = run_python(["-m", "tfapp.predict", "--model", str(run_dir), "--json", *TEXTS])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return [json.loads(line) for line in proc.stdout.strip().splitlines()]
+
+
+@pytest.mark.slow
+def test_serving_doc_python_runs_without_tfapp_and_matches_predict(trained, tmp_path):
+    """docs/serving.md's Python block, in a process where tfapp cannot be imported, gives
+    what `tfapp predict` gives; the signature is the one the doc's REST section states."""
+    code = NO_TFAPP + _for_run(_doc_block("python", "## From Python"), trained.run_dir) + (
+        "sig = serve.structured_input_signature[1]\n"
+        "import json\n"
+        "print(json.dumps({'labels': labels, 'p': probabilities.tolist(),"
+        " 'names': label_names, 'modules': sorted(m for m in sys.modules"
+        " if m == 'tfapp' or m.startswith('tfapp.')),"
+        " 'inputs': {k: [v.dtype.name, v.shape.as_list()] for k, v in sig.items()},"
+        " 'outputs': {k: [v.dtype.name, v.shape.as_list()]"
+        " for k, v in serve.structured_outputs.items()}}))\n")
+    env = subprocess_env()
+    env.pop("PYTHONPATH")
+    proc = run_python(["-I", "-c", code], env=env, cwd=tmp_path, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["modules"] == []
+    assert got["inputs"] == {"text": ["string", [None]]}
+    assert got["outputs"] == {"label": ["string", [None]],
+                              "probabilities": ["float32", [None, 2]]}
+    # The TensorFlow Text ops the doc names are in the graph (why the import is needed).
+    graph = (trained.run_dir / "export" / "saved_model.pb").read_bytes()
+    for op in ("CaseFoldUTF8", "NormalizeUTF8", "RegexSplitWithOffsets",
+               "WordpieceTokenizeWithOffsets", "TFText>RoundRobinTrim"):
+        assert f"`{op}`" in SERVING_DOC.read_text() and op.encode() in graph, op
+    rows = _predict_json(trained.run_dir)
+    assert got["labels"] == [r["label"] for r in rows]
+    np.testing.assert_allclose(got["p"], [[r["probabilities"][n] for n in got["names"]]
+                                          for r in rows], atol=1e-6)
+
+
+@pytest.mark.slow
+def test_saved_model_cli_needs_tensorflow_text_and_the_doc_wrapper_works(trained, tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    export = str(trained.run_dir / "export")
+    cli = Path(sys.executable).parent / "saved_model_cli"
+    plain = subprocess.run([str(cli if cli.exists() else shutil.which("saved_model_cli")),
+                            "run", "--dir", export, "--tag_set", "serve", "--signature_def",
+                            "serving_default", "--input_exprs", 'text=["x"]'],
+                           capture_output=True, text=True, timeout=300, env=subprocess_env(),
+                           cwd=tmp_path)
+    assert plain.returncode != 0
+    assert "Op type not registered 'CaseFoldUTF8'" in plain.stderr, plain.stderr[-2000:]
+    command = _for_run(_doc_block("bash", "## `saved_model_cli run`"), trained.run_dir)
+    assert command.startswith("python -c ")
+    wrapped = subprocess.run(command.replace("python -c ", f"{sys.executable} -c ", 1),
+                             shell=True, capture_output=True, text=True, timeout=300,
+                             env=subprocess_env(), cwd=tmp_path)
+    assert wrapped.returncode == 0, wrapped.stderr[-2000:]
+    printed = wrapped.stdout.split("Result for output key label:")[1].split("Result")[0]
+    labels = [part.split("'")[0] for part in printed.split("b'")[1:]]  # [b'x' b'y']
+    assert labels == [r["label"] for r in _predict_json(trained.run_dir)]
+
+
 @pytest.mark.parametrize("override,fragment", [
     ("model.hub_handle=/no/such/encoder", "/no/such/encoder"),
     ("data.label_column=stars", "stars"),

@@ -40,13 +40,38 @@ def test_errors_in_process(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_train_then_generate_from_the_command_line(tmp_path, capsys):
+    # A test file: the export is scored on it at the end of training, then by evaluate.
+    corpus = (REPO / "tfapp" / "demo" / "generator_corpus.txt").read_text().splitlines()
+    test_file = tmp_path / "test.txt"
+    test_file.write_text("\n".join(["# a comment line data.drop_regex drops", *corpus[-40:],
+                                    "!!!"]) + "\n")  # empty once punctuation is stripped
     train = run_python(["-m", "tfapp.train", "--config", "configs/generator_local.yaml",
-                        f"output_dir={tmp_path}"], timeout=400)
+                        f"output_dir={tmp_path}", f"data.test_files={test_file}"], timeout=600)
     assert train.returncode == 0, train.stderr[-3000:]
     run_dir = tmp_path / "generator_local"
     assert "exported model:  " + str(run_dir / "export") in train.stdout
     assert "sample (greedy): " in train.stdout
     assert (run_dir / "vocab.txt").is_file() and (run_dir / "logs" / "samples").is_dir()
+
+    # The test report: every window of the 40 lines (each has <= 30 words, so at most
+    # 31 windows and 8 target tokens a window), pooled perplexity and token accuracy.
+    report = json.loads((run_dir / "test_report.json").read_text())
+    assert report["texts"] == 40 and 40 < report["examples"] <= 40 * 31
+    assert report["examples"] < report["tokens"] <= 8 * report["examples"]
+    vocabulary = (run_dir / "vocab.txt").read_text().splitlines()
+    # better than a uniform guess over the vocabulary (its perplexity is the vocab size)
+    assert 1 < report["perplexity"] < len(vocabulary) and 0 < report["token_accuracy"] < 1
+    assert report["perplexity"] == pytest.approx(math.exp(report["cross_entropy"]))
+    assert "test report:\nperplexity " in train.stdout
+    # evaluate on the export reproduces it: the same examples scored by the same function.
+    proc = run_python(["-m", "tfapp.evaluate", "--model", str(run_dir), "--data",
+                       str(test_file), "--json"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout)
+    assert got == pytest.approx(report), (got, report)
+    proc = run_python(["-m", "tfapp.evaluate", "--model", str(run_dir), "--data",
+                       str(test_file), "--format", "conll"])
+    one_line_error(proc, "--format conll: CoNLL files hold tagged words")
 
     # Prompts from stdin, several samples each, JSON lines.
     proc = subprocess.run(
@@ -90,6 +115,9 @@ def test_train_then_generate_from_the_command_line(tmp_path, capsys):
                       if line.startswith("| validation |"))
     assert abs(float(perplexity.split("|")[3]) - math.exp(record["value"])) < 0.05 * math.exp(
         record["value"])  # perplexity = exp(loss), averaged per batch by Keras
+    test_row = next(line for line in card.split("## Metrics")[1].splitlines()
+                    if line.startswith("| test |"))
+    assert f"{report['perplexity']:.4f}" in test_row, test_row
     snippet = card.split("```python\n")[1].split("```")[0]
     namespace: dict = {}
     exec(snippet.replace("PATH_TO_THIS_FOLDER", str(run_dir / "export")), namespace)  # noqa: S102

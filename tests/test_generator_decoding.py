@@ -291,3 +291,27 @@ def test_serving_copy_follows_the_trained_weights(trained):
     fresh = TextGenerator(copy, inputs.vocabulary, context_words=4)
     same = fresh.greedy(tf.constant(["the red fox"]), tf.constant(10))["text"].numpy()
     assert same[0].decode() == "jumps over the lazy dog"
+
+
+def test_score_pools_tokens_as_the_keras_metrics_do(trained):
+    """The export's score function (the test report, evaluate) gives, on the corpus, the
+    perplexity and token accuracy Keras's val_* metrics give on the same windows."""
+    from tfapp.data import text_lines
+    from tfapp.models import seq2seq
+    from tfapp.tasks.generator.scores import generator_report
+    from tfapp.tasks.generator.serving import score_in_batches
+
+    _, model, generator, _ = trained
+    report = generator_report(score_in_batches(generator.score, CORPUS))
+    windows = text_lines.continuation_windows(
+        text_lines.word_ids(generator.table, tf.constant(CORPUS)), 4, 6)
+    logits = model({"encoder_ids": windows["encoder_ids"],
+                    "decoder_ids": windows["decoder_ids"]}, training=False)
+    perplexity, accuracy = seq2seq.Perplexity(), seq2seq.MaskedTokenAccuracy()
+    for metric in (perplexity, accuracy):
+        metric.update_state(windows["labels"], logits)
+    assert report["texts"] == 4 and report["examples"] == 4 * 9
+    assert report["tokens"] == int(tf.math.count_nonzero(windows["labels"]))
+    assert report["perplexity"] == pytest.approx(float(perplexity.result()), rel=1e-5)
+    assert report["token_accuracy"] == pytest.approx(float(accuracy.result()), abs=1e-6)
+    assert report["token_accuracy"] > 0.9  # memorised: a scoring bug would not reach it

@@ -83,13 +83,30 @@ def test_predict_and_evaluate_commands(trained):
     proc = run_python(["-m", "tfapp.evaluate", "--model", str(trained.run_dir), "--data",
                        str(test_file), "--json"])
     assert proc.returncode == 0, proc.stderr[-2000:]
-    # The export (raw text in, entities out) scores the test file exactly as the run's
-    # test report (the Keras model on word pieces) did: both read the same tags.
+    # The export scores the test file exactly as the run's test report (the Keras model on
+    # word pieces) did: the same words, the same raw tags, one token accuracy, seqeval's
+    # strict and default modes.
     expected = json.loads((trained.run_dir / "test_report.json").read_text())
     got = json.loads(proc.stdout)
-    assert got["f1"] == pytest.approx(expected["f1"])
+    assert got["mode"] == expected["mode"] == "seqeval strict IOB2"
+    for key in ("f1", "precision", "recall", "token_accuracy", "sentences", "entities"):
+        assert got[key] == pytest.approx(expected[key]), key
+    assert got["default_mode"] == pytest.approx(expected["default_mode"])
     for kind, scores in expected["per_type"].items():
         assert got["per_type"][kind] == pytest.approx(scores), kind
+    # CoNLL named as such; a format an NER export cannot read is refused in one line.
+    proc = run_python(["-m", "tfapp.evaluate", "--model", str(trained.run_dir), "--data",
+                       str(test_file), "--format", "conll", "--json"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["token_accuracy"] == pytest.approx(
+        expected["token_accuracy"])
+    for flags, fragment in ((["--format", "csv"], "--format csv: an NER export reads tagged"),
+                            (["--label-column", "y"], "--label-column: an NER export reads")):
+        proc = run_python(["-m", "tfapp.evaluate", "--model", str(trained.run_dir), "--data",
+                           str(test_file), *flags])
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert proc.stderr.strip().splitlines()[-1].startswith("tfapp: error: " + fragment), \
+            proc.stderr
 
 
 @pytest.mark.slow

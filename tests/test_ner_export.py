@@ -64,11 +64,11 @@ def test_entities_and_character_offsets(vocab_file, seq_length, tmp_path):
     again = loaded.signatures["serving_default"](text=tf.constant(TEXTS[:1]))
     assert [e["text"] for e in entities({k: v.numpy() for k, v in again.items()}, 0)] == \
         ["Zoë Müller", "Oslo"]
+    # Words as a tagged file has them: each word's raw tag, lind's stray I-LOC kept.
+    tagged = loaded.signatures["tag_words"](
+        words=tf.constant([["Bruno", "lind", "visits"], ["Oslo", "", ""]]),
+        num_words=tf.constant([3, 1]))
+    assert tagged["tag"].numpy().astype(str).tolist() == [["B-PER", "I-LOC", "O"],
+                                                          ["B-LOC", "", ""]]
+    assert tagged["tag_score"].numpy()[0].tolist() == pytest.approx([0.6] * 3)
 
-
-def test_word_tags_from_entities():
-    from tfapp.tasks.ner.serving import word_tags
-
-    words = ["Zoë", "Müller", "visits", "Oslo", "."]
-    found = [{"type": "PER", "start": 0, "end": 10}, {"type": "LOC", "start": 18, "end": 22}]
-    assert word_tags(words, found) == ["B-PER", "I-PER", "O", "B-LOC", "O"]

@@ -75,9 +75,14 @@ def test_entity_report_hand_computed():
         {"precision": 0.5, "recall": 0.5, "f1": 0.5, "support": 2})
     assert r["per_type"]["ORG"] == pytest.approx(
         {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1})
+    # seqeval's default mode opens an entity at a stray I- (sentence 3's ORG is found,
+    # sentence 4's B-ORG still spurious): 3 right of 6 predicted, 6 gold
+    assert r["mode"] == "seqeval strict IOB2"
+    assert r["default_mode"] == pytest.approx({"precision": 0.5, "recall": 0.5, "f1": 0.5})
     text = format_entity_report(r)
     assert text.splitlines()[1].split() == ["LOC", "0.500", "0.500", "0.500", "2"]
-    assert "F1 0.3636" in text
+    assert "F1 0.3636 (seqeval strict IOB2)" in text
+    assert "entity F1 0.5000 in seqeval's default mode" in text
 
 
 def test_entity_report_bioes_data():

@@ -1,7 +1,9 @@
-"""Evaluate an exported classifier on a labelled file (or a tagger on a tagged one).
+"""Evaluate an exported classifier on a labelled file (a tagger on a tagged one, a
+generator on text: perplexity and token accuracy).
 
     python -m tfapp.evaluate --model runs/classifier --data test.csv
     python -m tfapp.evaluate --model runs/ner --data test.conll
+    python -m tfapp.evaluate --model runs/generator --data test.txt
 Columns, format and label handling default to the run's own params.yaml; override them
 with --text-column / --text-pair-column / --label-column / --format.
 """
@@ -54,8 +56,10 @@ def _print(evaluation: Evaluation, *, as_json: bool) -> int:
 @click.option("--text-column", help="Default: the run's data.text_column.")
 @click.option("--text-pair-column", help="Default: the run's data.text_pair_column.")
 @click.option("--label-column", help="Default: the run's data.label_column.")
-@click.option("--format", type=click.Choice(["auto", "csv", "tsv", "jsonl", "text", "tfrecord"]),
-              help="Default: the run's data.format.")
+@click.option("--format",
+              type=click.Choice(["auto", "csv", "tsv", "jsonl", "text", "tfrecord", "conll"]),
+              help="The files' format (default: the run's data.format); each kind of export "
+                   "takes those it reads (NER: auto, conll, jsonl) and refuses the rest.")
 @click.option("--on-bad-rows", type=click.Choice(["fail", "skip"]),
               help="A row that cannot be read: stop (fail), or leave it out and count it "
                    "(skip); default: the run's data.on_bad_rows.")

@@ -323,12 +323,13 @@ class GeneratorData:
         return split.source(self.counts[split.name])
 
 
-def resolve_demo(cfg: GeneratorDataConfig) -> tuple[str, str]:
-    """(train, validation) file specs, ``demo`` mapped to the shipped corpus or pairs."""
+def resolve_demo(cfg: GeneratorDataConfig) -> tuple[str, str, str]:
+    """(train, validation, test) file specs, ``demo`` mapped to the shipped corpus or
+    pairs."""
     demo = str(DEMO_PAIRS if cfg.example_shape == "pairs" else DEMO_CORPUS)
-    train = demo if cfg.train_files.strip() == "demo" else cfg.train_files
-    validation = demo if cfg.validation_files.strip() == "demo" else cfg.validation_files
-    return train, validation
+    train, validation, test = (demo if spec.strip() == "demo" else spec for spec in (
+        cfg.train_files, cfg.validation_files, cfg.test_files))
+    return train, validation, test
 
 
 def build_vocabulary(texts: list[str] | tf.data.Dataset, vocab_size: int) -> list[str]:
@@ -351,6 +352,20 @@ def _split_lines(split: SplitData, cfg: GeneratorDataConfig) -> tf.data.Dataset:
     source = split.source()
     lines = _cleaned_lines(split, cfg, 1024)
     return stream.eval_stream(source, stream.partition(source, 0, 1, 0), lines)
+
+
+def split_texts(split: SplitData, cfg: GeneratorDataConfig) -> tuple[list[str], list[str] | None]:
+    """The cleaned texts of ``split`` as its examples are made of them, in file order:
+    (lines, None) for continuation, (sources, targets) for pairs."""
+    texts: list[str] = []
+    targets: list[str] | None = [] if cfg.example_shape == "pairs" else None
+    for batch in _split_lines(split, cfg).as_numpy_iterator():
+        if targets is None:
+            texts += [t.decode("utf-8") for t in batch["text"]]
+        else:
+            texts += [t.decode("utf-8") for t in batch["source"]]
+            targets += [t.decode("utf-8") for t in batch["target"]]
+    return texts, targets
 
 
 def _count(split: SplitData, cfg: GeneratorDataConfig, table) -> dict[str, Any]:
@@ -397,8 +412,9 @@ def build_generator_data(cfg: GeneratorDataConfig, *, seed: int, vocab_path: Pat
     """Prepare (or reuse) the splits, adapt the vocabulary on the training lines (or read
     a resumed run's ``vocab_path``), and count the examples of each file."""
     drop_matcher(cfg.drop_regex)  # a bad pattern is one line before any data is read
-    train_spec, val_spec = resolve_demo(cfg)
-    prepared = prepared_splits(train_spec, val_spec, "", generator_rows(cfg), cfg, seed=seed)
+    train_spec, val_spec, test_spec = resolve_demo(cfg)
+    prepared = prepared_splits(train_spec, val_spec, test_spec, generator_rows(cfg), cfg,
+                               seed=seed)
     prepared.check_held_out(cfg, "pairs" if cfg.example_shape == "pairs" else "lines")
     if vocab_path is not None and keep_vocab and Path(vocab_path).is_file():
         vocabulary = load_vocabulary(vocab_path)
@@ -422,15 +438,17 @@ def build_generator_data(cfg: GeneratorDataConfig, *, seed: int, vocab_path: Pat
         # The opening words of a few held-out lines, and the empty prompt (a line opening).
         data.sample_prompts = ["", *(" ".join(b["text"].decode("utf-8").split()[:2])
                                      for b in first)]
-    val = counted.get("validation", {})
+    val, test = counted.get("validation", {}), counted.get("test", {})
     data.info = {"vocab_size": len(vocabulary), "example_shape": cfg.example_shape,
                  "context_words": cfg.context_words, "target_words": cfg.target_words,
                  "texts": counted["train"]["texts"], "validation_texts": val.get("texts", 0),
+                 "test_texts": test.get("texts", 0),
                  "unk_rate": counted["train"]["unk_rate"]}
-    log.info("generator data: %d %s -> %d examples (validation %d -> %d), vocabulary %d",
-             data.info["texts"], "pairs" if cfg.example_shape == "pairs" else "lines",
-             data.size(prepared.train), val.get("texts", 0), data.size(prepared.validation),
-             len(vocabulary))
+    log.info("generator data: %d %s -> %d examples (validation %d -> %d, test %d -> %d), "
+             "vocabulary %d", data.info["texts"],
+             "pairs" if cfg.example_shape == "pairs" else "lines", data.size(prepared.train),
+             val.get("texts", 0), data.size(prepared.validation), test.get("texts", 0),
+             data.size(prepared.test), len(vocabulary))
     return data
 
 

@@ -198,6 +198,16 @@ def _token_losses(y_true: tf.Tensor, y_pred: tf.Tensor) -> tuple[tf.Tensor, tf.T
     return ce * mask, mask
 
 
+def token_scores(y_true: tf.Tensor, y_pred: tf.Tensor
+                 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """(cross-entropy, is-a-token, argmax-is-right) of each target position, each
+    ``[batch, target_words]`` float32 and 0 at padding: the sums the loss, ``Perplexity``
+    and ``MaskedTokenAccuracy`` average, for scoring an export's test split."""
+    losses, mask = _token_losses(y_true, y_pred)
+    right = tf.equal(tf.argmax(y_pred, axis=-1, output_type=tf.int32), tf.cast(y_true, tf.int32))
+    return losses, mask, tf.cast(right, tf.float32) * mask
+
+
 class MaskedSequenceLoss(tf.keras.losses.Loss):
     """Mean cross-entropy over non-padding target tokens (label 0 is ignored).
 

@@ -84,6 +84,10 @@ class LoadedClassifier(ExportedModel):
         from tfapp.data.sources import BadRowReport, LabelVocab, encode_examples, read_examples
         from tfapp.training.metrics import classification_report, format_report
 
+        if flags.get("format") == "conll":
+            raise ConfigError("--format conll: CoNLL files hold tagged words (an NER "
+                              "export's input); a classifier reads csv, tsv, jsonl, text or "
+                              "tfrecord files")
         data = load_config(params).data if params.is_file() else ClassifierDataConfig()
         for key in ("text_column", "text_pair_column", "label_column", "format",
                     "on_bad_rows"):

@@ -1,14 +1,50 @@
 """The generator's export behind ``tfapp.serving.ExportFormat``: its marker
 (``generator.json``: the decoding settings it allows and defaults to), loading (the
 SavedModel's ``generate``/``greedy``/``sample``/``beam_search``, which ``tfapp.generate``
-calls) and the facts its model card shows. No TensorFlow at import.
+calls, and ``score``, which ``evaluate`` calls) and the facts its model card shows. No
+TensorFlow at import.
+
+``score_in_batches`` is how per-text score sums come out of an export's ``score``
+function, at the end of training (the test report) and in ``evaluate`` alike.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-from tfapp.serving import GENERATE, ExportedModel, ExportFormat, load_export
+from tfapp.config import ConfigError, load_config
+from tfapp.errors import DataError
+from tfapp.serving import (
+    BATCH,
+    EVALUATE,
+    GENERATE,
+    Evaluation,
+    ExportedModel,
+    ExportFormat,
+    load_export,
+)
+from tfapp.tasks.generator.scores import format_generator_report, generator_report
+
+import numpy as np
+
+
+def score_in_batches(score: Callable, texts: list[str], targets: list[str] | None = None
+                     ) -> dict[str, np.ndarray]:
+    """Per-text sums (``cross_entropy``, ``tokens``, ``correct``, ``examples``) of
+    ``score(texts)`` or, for pairs, ``score(texts, targets)``, ``BATCH`` texts per call."""
+    import tensorflow as tf
+
+    parts: dict[str, list[np.ndarray]] = {}
+    for start in range(0, len(texts), BATCH):
+        args = [tf.constant(texts[start:start + BATCH], tf.string)]
+        if targets is not None:
+            args.append(tf.constant(targets[start:start + BATCH], tf.string))
+        for name, value in score(*args).items():
+            parts.setdefault(name, []).append(value.numpy())
+    return {name: np.concatenate(values) for name, values in parts.items()}
 
 
 class LoadedGenerator(ExportedModel):
@@ -17,12 +53,58 @@ class LoadedGenerator(ExportedModel):
     def __init__(self, model: str | os.PathLike):
         super().__init__(*load_export(model, FORMAT))
 
+    def evaluate(self, files: str, params: Path, flags: dict[str, Any]) -> Evaluation:
+        """Perplexity and token accuracy on text ``files`` (lines, or source/target pairs
+        as the run read them: its columns, format and data.drop_regex; ``flags`` may set
+        the text column, the format and the bad-row mode), scored by the export's
+        ``score`` as the run's test report was."""
+        from tfapp.data.splits import prepared_splits
+        from tfapp.data.text_lines import generator_rows, split_texts
+
+        if "score" not in self.module.signatures:
+            raise ConfigError(f"--model {self.path}: this generator export has no score "
+                              "signature (exported before generators were evaluated); "
+                              f"export it again ({FORMAT.train_hint})")
+        data = (load_config(params) if params.is_file()
+                else load_config(None, [f"task={FORMAT.task}"])).data
+        data.example_shape = self.metadata.get("example_shape", data.example_shape)
+        pairs = data.example_shape == "pairs"
+        refused = {"text_pair_column": "--text-pair-column", "label_column": "--label-column"}
+        if pairs:
+            refused["text_column"] = "--text-column"
+        for key, flag in refused.items():
+            if flags.get(key) is not None:
+                raise ConfigError(f"{flag}: a generator export reads "
+                                  + ("source/target pairs (the run's data.source_column and "
+                                     "data.target_column)" if pairs else "text lines "
+                                     "(--text-column for a column of CSV/JSONL rows)")
+                                  + "; leave it out")
+        if flags.get("format") == "conll":
+            raise ConfigError("--format conll: CoNLL files hold tagged words (an NER "
+                              "export's input); a generator reads text, csv, tsv, jsonl or "
+                              "tfrecord files")
+        for key in ("text_column", "format", "on_bad_rows"):
+            if flags.get(key) is not None:
+                setattr(data, key, flags[key])
+        # All of --data is scored: no held-out fractions carved from it.
+        data.validation_files = data.test_files = ""
+        data.validation_split = data.test_split = 0.0
+        prepared = prepared_splits(files, "", "", generator_rows(data), data, seed=0,
+                                   what="--data")
+        texts, targets = split_texts(prepared.train, data)
+        if not texts:
+            raise DataError(f"--data: no text left in '{files}' after cleaning (the run's "
+                            "data.drop_regex and columns)")
+        score = self.module.score_pairs if pairs else self.module.score_lines
+        result = generator_report(score_in_batches(score, texts, targets))
+        return Evaluation(result, prepared.report, format_generator_report)
+
 
 class GeneratorExport(ExportFormat):
     task = "generator"
     marker = "generator.json"
     train_hint = "train with task=generator and trainer.export=true"
-    serves = frozenset({GENERATE})
+    serves = frozenset({GENERATE, EVALUATE})
 
     def load(self, model: str | os.PathLike) -> LoadedGenerator:
         return LoadedGenerator(model)

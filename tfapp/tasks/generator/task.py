@@ -25,15 +25,19 @@ from pathlib import Path
 from typing import Any
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from tfapp.atomic import write_text
 from tfapp.config import GenerationConfig
 from tfapp.data import text_lines
 from tfapp.data.pipeline import distribute
+from tfapp.data.splits import SplitData
 from tfapp.data.stream import start_at, steps_per_pass
 from tfapp.model_card import CARD_FILE, ModelCard, vocabulary_scripts
 from tfapp.models import decoding, seq2seq
-from tfapp.tasks.generator.serving import FORMAT
+from tfapp.tasks.generator.scores import SUMMARY, format_generator_report, generator_report
+from tfapp.tasks.generator.serving import FORMAT, score_in_batches
 from tfapp.training.callbacks import history_row
 from tfapp.training.task import Inputs, Task, TaskOutput
+from tfapp.training.tb_logging import log_scalars
 
 import tensorflow as tf
 
@@ -52,12 +56,17 @@ class TextGenerator(tf.Module):
         switch those filters off (plain temperature sampling).
       beam_search(prompts, max_length, length_penalty): ``generation.num_beams`` beams.
     ``max_length`` may not exceed ``generation.max_length`` (the decoding buffer size).
+    And, given ``target_words``, the ``score`` signature (``score_lines(texts)`` for
+    continuation, ``score_pairs(sources, targets)`` for pairs): the examples training
+    made of each text, scored by teacher forcing; per text the sums ``cross_entropy``,
+    ``tokens``, ``correct`` (argmax right) and ``examples``, float32 ``[B]``, from which
+    the test report's perplexity and token accuracy come (``tfapp.tasks.generator.scores``).
     """
 
     def __init__(self, model: seq2seq.Seq2Seq, vocabulary: list[str], *, context_words: int,
                  keep: str = "last", strip_punctuation: bool = True,
                  generation: GenerationConfig | None = None,
-                 jit_compile: bool | None = None):
+                 jit_compile: bool | None = None, target_words: int | None = None):
         super().__init__(name="text_generator")
         gen = generation or GenerationConfig()
         # Only the variables are tracked (what the SavedModel must hold); tracking the Keras
@@ -68,12 +77,15 @@ class TextGenerator(tf.Module):
         self.table = text_lines.vocabulary_table(vocabulary)
         self._vocabulary = tf.constant(vocabulary)
         self.context_words, self.keep, self.strip = context_words, keep, strip_punctuation
+        self.target_words = target_words
         self.generation = gen
         self.max_length = gen.max_length
         # JSON, not a dict attribute: tf.Module would try to track a dict's contents.
         self.meta_json = json.dumps({
             "max_length": gen.max_length, "num_beams": gen.num_beams,
             "context_words": context_words, "keep": keep, "strip_punctuation": strip_punctuation,
+            "example_shape": "pairs" if keep == "first" else "continuation",
+            "target_words": target_words,
             "defaults": {k: getattr(gen, k) for k in ("method", "temperature", "top_k", "top_p",
                                                       "num_beams", "length_penalty",
                                                       "max_length", "seed")}})
@@ -144,9 +156,45 @@ class TextGenerator(tf.Module):
     def beam_search(self, prompts, max_length, length_penalty):
         return self._run(self._beam, prompts, max_length, length_penalty=length_penalty)
 
+    def _score(self, windows: dict, texts: tf.Tensor) -> dict:
+        """Per-text sums of the token scores of ``windows`` (of ``texts`` texts)."""
+        logits = self.model({"encoder_ids": windows["encoder_ids"],
+                             "decoder_ids": windows["decoder_ids"]}, training=False)
+        losses, mask, right = seq2seq.token_scores(windows["labels"], logits)
+        per_example = {"cross_entropy": tf.reduce_sum(losses, axis=1),
+                       "tokens": tf.reduce_sum(mask, axis=1),
+                       "correct": tf.reduce_sum(right, axis=1),
+                       "examples": tf.ones_like(mask[:, 0])}
+        return {name: tf.math.unsorted_segment_sum(x, windows["line"], texts)
+                for name, x in per_example.items()}
+
+    def _ids(self, texts: tf.Tensor) -> tf.RaggedTensor:
+        return text_lines.word_ids(self.table, text_lines.standardize(texts, self.strip))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
+    def score_lines(self, texts):
+        windows = text_lines.continuation_windows(self._ids(texts), self.context_words,
+                                                  self.target_words)
+        return self._score(windows, tf.shape(texts, out_type=tf.int64)[0])
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sources"),
+                                  tf.TensorSpec([None], tf.string, name="targets")])
+    def score_pairs(self, sources, targets):
+        windows = text_lines.pair_windows(self._ids(sources), self._ids(targets),
+                                          self.context_words, self.target_words)
+        return self._score(windows, tf.shape(sources, out_type=tf.int64)[0])
+
+    @property
+    def score(self):
+        """The scoring function of this generator's example shape."""
+        return self.score_pairs if self.keep == "first" else self.score_lines
+
     def signatures(self) -> dict:
-        return {"serving_default": self.generate, "generate": self.generate,
-                "greedy": self.greedy, "sample": self.sample, "beam_search": self.beam_search}
+        out = {"serving_default": self.generate, "generate": self.generate,
+               "greedy": self.greedy, "sample": self.sample, "beam_search": self.beam_search}
+        if self.target_words is not None:
+            out["score"] = self.score
+        return out
 
 
 def serving_copy(model: seq2seq.Seq2Seq, context_words: int, target_words: int,
@@ -217,6 +265,7 @@ class GeneratorInputs(Inputs):
 
     vocabulary: list[str] = field(default_factory=list)
     sample_prompts: list[str] = field(default_factory=list)
+    test: SplitData | None = None
 
 
 class GeneratorTask(Task):
@@ -224,8 +273,9 @@ class GeneratorTask(Task):
 
     @classmethod
     def input_files(cls, cfg) -> dict[str, str]:
-        train, validation = text_lines.resolve_demo(cfg.data)
-        return {k: v for k, v in (("train", train), ("validation", validation)) if v}
+        files = zip(("train", "validation", "test"), text_lines.resolve_demo(cfg.data),
+                    strict=True)
+        return {k: v for k, v in files if v}
 
     @classmethod
     def row_spec(cls, cfg):
@@ -257,7 +307,8 @@ class GeneratorTask(Task):
             num_validation_examples=n_val,
             # A distributed dataset has no known size: fit needs the step count.
             validation_steps=math.ceil(n_val / global_batch) if n_val else None,
-            vocabulary=data.vocabulary, sample_prompts=data.sample_prompts)
+            vocabulary=data.vocabulary, sample_prompts=data.sample_prompts,
+            test=data.splits.test if data.size(data.splits.test) else None)
 
     def build_model(self, inputs: GeneratorInputs) -> seq2seq.Seq2Seq:
         # The fused LSTM recompiles every step under XLA; unfused cells do not.
@@ -286,26 +337,53 @@ class GeneratorTask(Task):
         out.lines = [f"sample ({self.cfg.generation.method}): "
                      f"{(p + ' ' + t.decode('utf-8')).strip()}"
                      for p, t in zip(inputs.sample_prompts, texts, strict=True)]
+        test = self._test_report(model, generator, inputs, out) if inputs.test else None
         if self.cfg.trainer.export:
-            card = self._card(inputs, details=FORMAT.describe(json.loads(generator.meta_json)))
+            card = self._card(inputs, details=FORMAT.describe(json.loads(generator.meta_json)),
+                              test=test)
             out.paths["exported"] = export_generator(generator, self.layout.export,
                                                      card=card.render())
         return out
 
-    def _card(self, inputs: GeneratorInputs, *, details: dict[str, str]) -> ModelCard:
+    def _test_report(self, model: Any, generator: TextGenerator, inputs: GeneratorInputs,
+                     out: TaskOutput) -> dict:
+        """The test split scored by the export's own ``score`` function (what ``evaluate``
+        calls on an export): ``test_report.json``, the printed lines and ``test_*``; the
+        report."""
+        texts, targets = text_lines.split_texts(inputs.test, self.cfg.data)
+        report = generator_report(score_in_batches(generator.score, texts, targets))
+        out.paths["test_report"] = write_text(self.layout.test_report,
+                                              json.dumps(report, indent=1))
+        out.lines += ["test report:", format_generator_report(report)]
+        scores = {k: report[k] for k in SUMMARY}
+        out.metrics.update({f"test_{k}": v for k, v in scores.items()})
+        if self.cfg.tracking.tensorboard and self.runtime.is_chief:
+            log_scalars(self.layout.task_logs("test"),
+                        int(model.optimizer.iterations.numpy()), scores)
+        return report
+
+    def _card(self, inputs: GeneratorInputs, *, details: dict[str, str],
+              test: dict | None = None) -> ModelCard:
         d, m, g = self.cfg.data, self.cfg.model, self.cfg.generation
         best = self.layout.best()
         row = history_row(self.layout.history, best["epoch"]) if best else {}
         metrics = {split: {k.removeprefix("val_"): v for k, v in row.items()
                            if k.startswith("val_") == (split == "validation")}
                    for split in ("train", "validation")} if row else {}
+        if test:
+            metrics["test"] = {k: test[k] for k in SUMMARY}
         examples = {"train": inputs.num_train_examples}
         if inputs.num_validation_examples:
             examples["validation"] = inputs.num_validation_examples
+        if test:
+            examples["test"] = test["examples"]
         demo = d.train_files.strip() == "demo"
         files = {"train": "the demo corpus shipped with tfapp" if demo else f"`{d.train_files}`",
                  "validation": f"`{d.validation_files}`" if d.validation_files
                  else f"{d.validation_split:g} of train (seeded)"}
+        if test:
+            files["test"] = (f"`{d.test_files}`" if d.test_files
+                             else f"{d.test_split:g} of train (seeded)")
         usage = "\n".join([
             "```bash", 'python -m tfapp.generate --model PATH_TO_THIS_FOLDER "a prompt"', "```",
             "", "```python", "import tensorflow as tf", "",
@@ -340,4 +418,4 @@ class GeneratorTask(Task):
         return TextGenerator(copy, inputs.vocabulary, context_words=d.context_words,
                              keep="first" if d.example_shape == "pairs" else "last",
                              strip_punctuation=d.strip_punctuation,
-                             generation=self.cfg.generation)
+                             generation=self.cfg.generation, target_words=d.target_words)

@@ -13,6 +13,13 @@ most entities of any string in the batch:
 * ``entity_score`` [n, E] float32: the mean probability of the entity's words' tags;
 * ``num_entities`` [n] int32: how many of the E columns are real.
 
+``tag_words(words, num_words)`` (the ``tag_words`` signature) tags text already split
+into words, as tagged files are: ``words`` [n, W] string (row i's first ``num_words[i]``
+are its words, the rest padding), and returns each word's raw tag (``tag`` [n, W]
+string: the argmax at its first word piece, no IOB2 repair, "" past ``num_words``) and
+that tag's probability (``tag_score`` [n, W] float32). It is how ``evaluate`` scores an
+export: the words and tags the training reports scored, word for word.
+
 Like the classifier's export it reloads with ``tensorflow`` and ``tensorflow_text`` only.
 """
 
@@ -98,6 +105,13 @@ class NerServing(tf.Module):
                           initializer=init)
         return tf.transpose(ids)
 
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.string, name="words"),
+                                  tf.TensorSpec([None], tf.int32, name="num_words")])
+    def tag_words(self, words: tf.Tensor, num_words: tf.Tensor) -> dict[str, tf.Tensor]:
+        tags, scores = self._word_tags(tf.RaggedTensor.from_tensor(words, lengths=num_words))
+        return {"tag": tf.gather(self.tag_names, tags).to_tensor(""),
+                "tag_score": scores.to_tensor(0.0)}
+
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def serve(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
         words, begins, ends = split_words(text)
@@ -154,6 +168,7 @@ def export_ner(serving: NerServing, export_dir: str | os.PathLike, *, metadata: 
                card: str = "") -> Path:
     """The serving SavedModel, its metadata and its model card (``README.md``)."""
     return FORMAT.write(serving, export_dir,
-                        signatures={"serving_default": serving.serve.get_concrete_function()},
+                        signatures={"serving_default": serving.serve.get_concrete_function(),
+                                    "tag_words": serving.tag_words.get_concrete_function()},
                         metadata=metadata, files={CARD_FILE: card} if card else None)
 

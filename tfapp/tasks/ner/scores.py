@@ -1,56 +1,70 @@
-"""Entity-level precision, recall and F1 (seqeval's strict mode) and token accuracy.
+"""Entity-level precision, recall and F1 by seqeval, and token accuracy (no TensorFlow).
 
-An entity counts as found when its type, first word and last word all match a gold
-entity (``tags.spans``). Overall scores are micro averages over entities; per type, the
-same within that type. Token accuracy is the share of words whose IOB2 tag is right.
-No TensorFlow; the reference is seqeval's ``classification_report(mode="strict",
-scheme=IOB2)``, which tfapp does not depend on.
+The headline scores are seqeval's strict IOB2 mode (``mode="strict", scheme=IOB2``): an
+entity counts as found when its type, first word and last word all match a gold entity,
+and an ``I-`` tag without its ``B-`` starts nothing (``tfapp.data.tags.spans`` reads tags
+the same way). Overall scores are micro averages over entities; per type, the same within
+that type. Beside them, ``default_mode`` holds seqeval's default (conlleval) mode, in which
+a stray ``I-`` opens an entity: the figure Hugging Face's ``run_ner`` prints, for
+comparison only.
+
+Token accuracy is the share of words whose predicted tag equals the gold one, both as the
+model tags them (its argmax at each word's first word piece, before any IOB2 repair):
+seqeval's ``accuracy_score``, as ``run_ner`` reports it. The training reports and
+``evaluate`` both score those raw word tags, so they print the same numbers.
 """
 
 from __future__ import annotations
 
-from tfapp.data.tags import spans
+import warnings
+
+#: how the headline entity scores are counted, as the reports name it
+MODE = "seqeval strict IOB2"
 
 
-def _prf(tp: int, n_pred: int, n_gold: int) -> tuple[float, float, float]:
-    p = tp / n_pred if n_pred else 0.0
-    r = tp / n_gold if n_gold else 0.0
-    return p, r, (2 * p * r / (p + r) if p + r else 0.0)
+def _seqeval_report(gold: list[list[str]], pred: list[list[str]], strict: bool) -> dict:
+    """seqeval's ``classification_report`` as a dict (per type, and ``micro avg``)."""
+    import numpy as np
+    from seqeval.metrics import classification_report
+    from seqeval.scheme import IOB2
+
+    mode = {"mode": "strict", "scheme": IOB2} if strict else {}
+    # No entity at all leaves the macro average an empty mean (a numpy warning); the micro
+    # average, the one used, is 0 then.
+    with warnings.catch_warnings(), np.errstate(invalid="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return classification_report(gold, pred, output_dict=True, zero_division=0, **mode)
+
+
+def _scores(row: dict) -> dict:
+    return {"precision": float(row["precision"]), "recall": float(row["recall"]),
+            "f1": float(row["f1-score"])}
 
 
 def entity_report(gold: list[list[str]], pred: list[list[str]]) -> dict:
     """Scores of predicted IOB2 tag sentences ``pred`` against ``gold`` (same lengths).
 
-    Returns ``{"precision", "recall", "f1", "token_accuracy", "sentences", "entities",
-    "per_type": {type: {"precision", "recall", "f1", "support"}}}`` (support: gold
-    entities of that type).
+    Returns ``{"precision", "recall", "f1", "mode", "default_mode": {"precision",
+    "recall", "f1"}, "token_accuracy", "sentences", "entities", "per_type": {type:
+    {"precision", "recall", "f1", "support"}}}`` (support: gold entities of that type;
+    the unprefixed scores are strict, ``mode`` says so).
     """
     if len(gold) != len(pred):
         raise ValueError(f"{len(gold)} gold sentences but {len(pred)} predicted")
-    tp: dict[str, int] = {}
-    n_gold: dict[str, int] = {}
-    n_pred: dict[str, int] = {}
     right = words = 0
     for g, p in zip(gold, pred, strict=True):
         if len(g) != len(p):
             raise ValueError(f"a sentence of {len(g)} gold tags has {len(p)} predicted")
         words += len(g)
         right += sum(a == b for a, b in zip(g, p, strict=True))
-        gs, ps = set(spans(g)), set(spans(p))
-        for kind, *_ in gs:
-            n_gold[kind] = n_gold.get(kind, 0) + 1
-        for kind, *_ in ps:
-            n_pred[kind] = n_pred.get(kind, 0) + 1
-        for kind, *_ in gs & ps:
-            tp[kind] = tp.get(kind, 0) + 1
-    per_type = {}
-    for kind in sorted(set(n_gold) | set(n_pred)):
-        p, r, f = _prf(tp.get(kind, 0), n_pred.get(kind, 0), n_gold.get(kind, 0))
-        per_type[kind] = {"precision": p, "recall": r, "f1": f, "support": n_gold.get(kind, 0)}
-    p, r, f = _prf(sum(tp.values()), sum(n_pred.values()), sum(n_gold.values()))
-    return {"precision": p, "recall": r, "f1": f,
+    strict = _seqeval_report(gold, pred, strict=True)
+    per_type = {kind: {**_scores(row), "support": int(row["support"])}
+                for kind, row in sorted(strict.items()) if not kind.endswith(" avg")}
+    return {**_scores(strict["micro avg"]), "mode": MODE,
+            "default_mode": _scores(_seqeval_report(gold, pred, strict=False)["micro avg"]),
             "token_accuracy": right / words if words else 0.0,
-            "sentences": len(gold), "entities": sum(n_gold.values()), "per_type": per_type}
+            "sentences": len(gold), "entities": int(strict["micro avg"]["support"]),
+            "per_type": per_type}
 
 
 def format_entity_report(report: dict) -> str:
@@ -61,6 +75,10 @@ def format_entity_report(report: dict) -> str:
         lines.append(f"{name:<{width}}  {c['precision']:9.3f}  {c['recall']:6.3f}  "
                      f"{c['f1']:5.3f}  {c['support']:7d}")
     lines.append(f"entity precision {report['precision']:.4f}  recall {report['recall']:.4f}  "
-                 f"F1 {report['f1']:.4f}  token accuracy {report['token_accuracy']:.4f}  "
-                 f"({report['sentences']} sentences, {report['entities']} entities)")
+                 f"F1 {report['f1']:.4f} ({report.get('mode', MODE)})  token accuracy "
+                 f"{report['token_accuracy']:.4f}  ({report['sentences']} sentences, "
+                 f"{report['entities']} entities)")
+    if "default_mode" in report:
+        lines.append(f"entity F1 {report['default_mode']['f1']:.4f} in seqeval's default "
+                     "mode (a stray I- opens an entity; what Hugging Face run_ner prints)")
     return "\n".join(lines)

@@ -3,9 +3,9 @@
 files) and the facts its model card shows. No TensorFlow at import.
 
 ``LoadedTagger(model).entities(texts)`` calls the export's ``serving_default`` in
-batches. ``word_tags`` turns its entities (character spans) back into one IOB2 tag per
-word of a tagged sentence, so ``evaluate`` scores an export with the training scores
-(``tfapp.tasks.ner.scores``) whatever way the export split the joined words.
+batches; ``evaluate`` calls its ``tag_words`` on the words of tagged files, so it scores
+the export as the run's test report scored the model: the same words, the same raw tags,
+the same scores (``tfapp.tasks.ner.scores``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tfapp.config import load_config
+from tfapp.config import ConfigError, load_config
 from tfapp.serving import (
     BATCH,
     EVALUATE,
@@ -66,15 +66,49 @@ class LoadedTagger(ExportedModel):
                       for e in found]
         return lines
 
+    def tag_words(self, sentences: list[list[str]]) -> list[list[str]]:
+        """Each word's raw tag (the export's ``tag_words``: what the training reports
+        score), ``BATCH`` sentences per call."""
+        import tensorflow as tf
+
+        if "tag_words" not in self.module.signatures:
+            raise ConfigError(f"--model {self.path}: this NER export has no tag_words "
+                              "signature (exported before evaluate scored the words as "
+                              f"training does); export it again ({FORMAT.train_hint})")
+        tag = self.module.signatures["tag_words"]
+        out: list[list[str]] = []
+        for start in range(0, len(sentences), BATCH):
+            batch = sentences[start:start + BATCH]
+            width = max((len(s) for s in batch), default=0)
+            words = tf.constant([s + [""] * (width - len(s)) for s in batch], tf.string,
+                                shape=[len(batch), width])
+            tags = tag(words=words, num_words=tf.constant([len(s) for s in batch],
+                                                          tf.int32))["tag"].numpy()
+            out += [[t.decode() for t in row[:len(s)]] for row, s in zip(tags, batch,
+                                                                         strict=True)]
+        return out
+
     def evaluate(self, files: str, params: Path, flags: dict[str, Any]) -> Evaluation:
-        """Entity scores on tagged CoNLL/JSONL ``files`` (the run's data.tag_column,
-        data.tag_scheme and data.format; ``flags`` may set the format and bad-row mode)."""
+        """Entity scores and token accuracy on tagged CoNLL/JSONL ``files`` (the run's
+        data.tag_column, data.tag_scheme and data.format; ``flags`` may set the format and
+        bad-row mode), counted as the run's test report counts them: the file's own words
+        tagged by the model (``tag_words``), scored by ``tfapp.tasks.ner.scores``."""
         from tfapp.data.sources import BadRowReport
         from tfapp.data.tagged import keep_known_tags, read_tagged
 
+        for key, flag in (("text_column", "--text-column"),
+                          ("text_pair_column", "--text-pair-column"),
+                          ("label_column", "--label-column")):
+            if flags.get(key) is not None:
+                raise ConfigError(f"{flag}: an NER export reads words and tags, not columns "
+                                  "(CoNLL: the run's data.tag_column; JSONL: the keys tokens "
+                                  "and tags); leave it out")
         data = (load_config(params) if params.is_file()
                 else load_config(None, [f"task={FORMAT.task}"])).data
-        if flags.get("format") in ("auto", "jsonl"):  # the tagged formats evaluate names
+        if flags.get("format") is not None:
+            if flags["format"] not in TAGGED_FORMATS:
+                raise ConfigError(f"--format {flags['format']}: an NER export reads tagged "
+                                  f"files: {', '.join(TAGGED_FORMATS)}")
             data.format = flags["format"]
         if flags.get("on_bad_rows") is not None:
             data.on_bad_rows = flags["on_bad_rows"]
@@ -82,10 +116,8 @@ class LoadedTagger(ExportedModel):
         raw = read_tagged(files, data, split="test", mode=data.on_bad_rows, report=report)
         sentences = keep_known_tags(raw, self.tag_names, split="test", mode=data.on_bad_rows,
                                     report=report, known_from="the model's")
-        found = self.entities([" ".join(s.words) for s in sentences])
         result = entity_report([s.tags for s in sentences],
-                               [word_tags(s.words, f)
-                                for s, f in zip(sentences, found, strict=True)])
+                               self.tag_words([list(s.words) for s in sentences]))
         return Evaluation(result, report, format_entity_report)
 
 
@@ -108,18 +140,6 @@ class NerExport(ExportFormat):
 
 FORMAT = NerExport()
 
+#: the ``--format`` values evaluate takes for a tagger (those ``data.format`` allows)
+TAGGED_FORMATS = ("auto", "conll", "jsonl")
 
-def word_tags(words: list[str], found: list[dict]) -> list[str]:
-    """IOB2 tags of ``words`` (joined by single spaces when served) from the entities
-    ``found`` in that text: a word starting where an entity starts is ``B-``, one starting
-    inside it ``I-``, any other ``O``."""
-    tags, position = [], 0
-    for word in words:
-        tag = "O"
-        for e in found:
-            if e["start"] <= position < e["end"]:
-                tag = ("B-" if position == e["start"] else "I-") + e["type"]
-                break
-        tags.append(tag)
-        position += len(word) + 1
-    return tags
