@@ -33,8 +33,8 @@ from tfapp.errors import DataError
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-__all__ = ["BertPreprocessor", "FastBertPacker", "make_bert_preprocess_fn", "pack_segments",
-           "FEATURE_KEYS", "vocab_tokens"]
+__all__ = ["BertPreprocessor", "FastBertPacker", "PackInputs", "make_bert_preprocess_fn",
+           "pack_segments", "FEATURE_KEYS", "vocab_tokens"]
 
 FEATURE_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
 
@@ -44,12 +44,15 @@ _SPECIAL = {"padding_id": "[PAD]", "unknown_id": "[UNK]", "start_of_sequence_id"
 
 def pack_segments(segments: list[tf.RaggedTensor], seq_length: int | tf.Tensor, *,
                   start_of_sequence_id: int, end_of_segment_id: int,
-                  padding_id: int) -> dict[str, tf.Tensor]:
+                  padding_id: int, double_separator: bool = False) -> dict[str, tf.Tensor]:
     """Pack 1-2 token segments into fixed-length BERT inputs (the official packing rule).
 
     Each segment is ``[batch, (tokens)]`` or ``[batch, (words), (wordpieces)]``. Segments are
     trimmed round-robin to ``seq_length - (num_segments + 1)`` tokens (room for ``[CLS]`` and
     one ``[SEP]`` per segment), combined, and padded with ``padding_id``.
+
+    ``double_separator``: RoBERTa's (XLM-R's) layout instead, ``<s> a </s></s> b </s>``
+    (one more separator, so room for ``2 * num_segments`` specials) with every type id 0.
     """
     if not isinstance(segments, list | tuple):
         segments = [segments]
@@ -57,12 +60,18 @@ def pack_segments(segments: list[tf.RaggedTensor], seq_length: int | tf.Tensor, 
         raise ValueError(f"bert_pack_inputs takes 1 or 2 segments, got {len(segments)}")
     segments = [s.merge_dims(1, -1) if s.shape.rank > 2 else s for s in segments]
     segments = [tf.cast(s, tf.int32) for s in segments]
-    budget = seq_length - (len(segments) + 1)
+    budget = seq_length - (2 * len(segments) if double_separator else len(segments) + 1)
     trimmed = tf_text.RoundRobinTrimmer(max_seq_length=budget).trim(segments)
+    if double_separator and len(trimmed) == 2:
+        first = trimmed[0]
+        end = tf.fill([first.nrows(), 1], tf.cast(end_of_segment_id, first.dtype))
+        trimmed = [tf.concat([first, tf.RaggedTensor.from_tensor(end)], axis=1), trimmed[1]]
     combined, type_ids = tf_text.combine_segments(
         trimmed, start_of_sequence_id=start_of_sequence_id, end_of_segment_id=end_of_segment_id)
     word_ids, _ = tf_text.pad_model_inputs(combined, seq_length, pad_value=padding_id)
     type_ids, mask = tf_text.pad_model_inputs(type_ids, seq_length, pad_value=0)
+    if double_separator:
+        type_ids = tf.zeros_like(type_ids)
     # pad_model_inputs loses the static shape; state it (batch, seq_length) as tf-models does.
     shape = tf.stack([segments[0].nrows(out_type=tf.int32), tf.cast(seq_length, tf.int32)])
     return {
@@ -101,7 +110,7 @@ class _Tokenize(tf.Module):
         return out
 
 
-class _PackInputs(tf.Module):
+class PackInputs(tf.Module):
     """``pre.bert_pack_inputs(segments, seq_length=N)`` with an overridable default length.
 
     The traced function lives on the instance (a closure over the default), mirroring
@@ -110,11 +119,12 @@ class _PackInputs(tf.Module):
     accepts any length.
     """
 
-    def __init__(self, default_seq_length: int, special_ids: dict[str, int]):
+    def __init__(self, default_seq_length: int, special_ids: dict[str, int],
+                 double_separator: bool = False):
         super().__init__(name="bert_pack_inputs")
         ids = dict(start_of_sequence_id=special_ids["start_of_sequence_id"],
                    end_of_segment_id=special_ids["end_of_segment_id"],
-                   padding_id=special_ids["padding_id"])
+                   padding_id=special_ids["padding_id"], double_separator=double_separator)
 
         @tf.function(autograph=False)
         def call(inputs, seq_length=default_seq_length):
@@ -183,7 +193,7 @@ class BertPreprocessor(tf.Module):
         self.vocab_file = tf.saved_model.Asset(str(vocab_file))
         self.do_lower_case = tf.Variable(bool(lower_case), trainable=False, name="do_lower_case")
         self.tokenize = _Tokenize(self.vocab_file, lower_case, special)
-        self.bert_pack_inputs = _PackInputs(self.seq_length, special)
+        self.bert_pack_inputs = PackInputs(self.seq_length, special)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def __call__(self, strings: tf.Tensor) -> dict[str, tf.Tensor]:

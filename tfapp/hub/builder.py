@@ -54,7 +54,9 @@ class BuildParams:
     seq_length: int = 128
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        # bert through BertConfig.to_dict: it leaves out the unset embedding_size, so the
+        # builtin modules' cache keys did not change when that field was added.
+        return json.dumps({**asdict(self), "bert": self.bert.to_dict()}, sort_keys=True)
 
 
 def read_corpus(files: Sequence[str | os.PathLike], text_column: str = "text", *,

@@ -160,30 +160,53 @@ def check_out_dir(out_dir: str | os.PathLike, overwrite: bool) -> None:
                           "choose another --out")
 
 
+def _export_sentencepiece_preprocessor(model_file: Path, export_dir: Path,
+                                       default_seq_length: int) -> int:
+    """XLM-R's SentencePiece preprocessor at ``export_dir``; returns its vocabulary size."""
+    from tfapp.data.sentencepiece_preprocess import SentencepiecePreprocessor
+
+    pre = SentencepiecePreprocessor(model_file, seq_length=default_seq_length)
+    _save(pre, export_dir)
+    return pre.vocab_size
+
+
 def export_bert_modules(encoder: BertEncoder, vocab_file: str | os.PathLike,
                         out_dir: str | os.PathLike, *, lower_case: bool,
                         default_seq_length: int = 128, overwrite: bool = False,
-                        extra_metadata: dict[str, Any] | None = None) -> Path:
+                        extra_metadata: dict[str, Any] | None = None,
+                        sentencepiece: bool = False) -> Path:
     """Write OUT/encoder, OUT/preprocessor, OUT/vocab.txt and OUT/tfapp_hub.json.
 
+    ``sentencepiece``: ``vocab_file`` is an XLM-R SentencePiece model instead, copied to
+    OUT/sentencepiece.bpe.model, and the preprocessor is
+    ``tfapp.data.sentencepiece_preprocess.SentencepiecePreprocessor`` (same interface).
     The whole OUT directory appears at once (atomic rename), so a concurrent reader
     sees either nothing or the complete pair of modules.
     """
     out_dir = Path(out_dir)
     check_out_dir(out_dir, overwrite)
     with atomic_directory(out_dir, overwrite=overwrite) as tmp:
-        shutil.copyfile(vocab_file, tmp / "vocab.txt")
-        export_encoder(encoder, tmp / "encoder", vocab_file=str(tmp / "vocab.txt"),
-                       lower_case=lower_case)
-        export_preprocessor(tmp / "vocab.txt", tmp / "preprocessor", lower_case=lower_case,
-                            default_seq_length=default_seq_length)
-        vocab_size = sum(1 for _ in open(tmp / "vocab.txt", encoding="utf-8"))
+        if sentencepiece:
+            tokenizer = {"tokenizer": "sentencepiece",
+                         "sentencepiece_model": "sentencepiece.bpe.model"}
+            shutil.copyfile(vocab_file, tmp / "sentencepiece.bpe.model")
+            export_encoder(encoder, tmp / "encoder", lower_case=lower_case)
+            vocab_size = _export_sentencepiece_preprocessor(
+                tmp / "sentencepiece.bpe.model", tmp / "preprocessor", default_seq_length)
+        else:
+            tokenizer = {"vocab_file": "vocab.txt"}
+            shutil.copyfile(vocab_file, tmp / "vocab.txt")
+            export_encoder(encoder, tmp / "encoder", vocab_file=str(tmp / "vocab.txt"),
+                           lower_case=lower_case)
+            export_preprocessor(tmp / "vocab.txt", tmp / "preprocessor", lower_case=lower_case,
+                                default_seq_length=default_seq_length)
+            vocab_size = sum(1 for _ in open(tmp / "vocab.txt", encoding="utf-8"))
         metadata = {
             "format": METADATA_FORMAT,
             "kind": "bert",
             "encoder": "encoder",
             "preprocessor": "preprocessor",
-            "vocab_file": "vocab.txt",
+            **tokenizer,
             "vocab_size": vocab_size,
             "lower_case": bool(lower_case),
             "default_seq_length": int(default_seq_length),

@@ -25,7 +25,7 @@ HF_PREFIX = "hf:"
 # onnx/, ...) is left on the Hub.
 HF_FILES = ["config.json", "model.safetensors", "model.safetensors.index.json",
             "model-*.safetensors", "vocab.txt", "tokenizer_config.json", "tokenizer.json",
-            "special_tokens_map.json"]
+            "special_tokens_map.json", "sentencepiece.bpe.model"]  # the last: XLM-R's
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 

@@ -19,6 +19,8 @@ stable name independent of the Keras instance name (``named_weights()``), e.g.
 ``embeddings/word_embeddings``, ``layer_0/attention/query/kernel``,
 ``layer_0/attention_output/kernel``, ``layer_0/intermediate/kernel``,
 ``pooler/kernel``. ``hf_weight_name`` gives the Hugging Face name of each.
+With ``BertConfig.embedding_size`` set (ELECTRA), the embeddings are that wide and a
+dense ``embeddings/projection`` maps them to hidden_size (ELECTRA's ``embeddings_project``).
 
 Mixed precision: layers compute in the policy's compute dtype; the attention
 softmax and LayerNorm statistics run in float32 so bfloat16/float16 stay stable.
@@ -148,7 +150,8 @@ def _activation(name: str):
 
 
 class BertEmbeddings(tf.keras.layers.Layer):
-    """word + position + token-type embeddings, then LayerNorm and dropout."""
+    """word + position + token-type embeddings, then LayerNorm and dropout (and, with
+    ``cfg.embedding_size`` set, a dense projection to hidden_size)."""
 
     def __init__(self, cfg: BertConfig, init: _Initializers | None = None, **kwargs):
         super().__init__(**kwargs)
@@ -159,17 +162,20 @@ class BertEmbeddings(tf.keras.layers.Layer):
         self.layer_norm = tf.keras.layers.LayerNormalization(
             epsilon=cfg.layer_norm_epsilon, name="layer_norm")
         self.dropout = tf.keras.layers.Dropout(cfg.dropout, name="dropout")
+        # Only when configured, so a BERT draws its initializer seeds exactly as before.
+        self.projection = None if cfg.embedding_size is None else tf.keras.layers.Dense(
+            cfg.hidden_size, kernel_initializer=self._init(), name="projection")
 
     def build(self, input_shape) -> None:
         cfg = self.cfg
+        width = cfg.embedding_width
         self.word_embeddings = self.add_weight(
-            "word_embeddings", shape=(cfg.vocab_size, cfg.hidden_size),
-            initializer=self._init())
+            "word_embeddings", shape=(cfg.vocab_size, width), initializer=self._init())
         self.position_embeddings = self.add_weight(
-            "position_embeddings", shape=(cfg.max_position_embeddings, cfg.hidden_size),
+            "position_embeddings", shape=(cfg.max_position_embeddings, width),
             initializer=self._init())
         self.token_type_embeddings = self.add_weight(
-            "token_type_embeddings", shape=(cfg.type_vocab_size, cfg.hidden_size),
+            "token_type_embeddings", shape=(cfg.type_vocab_size, width),
             initializer=self._init())
         super().build(input_shape)
 
@@ -183,10 +189,16 @@ class BertEmbeddings(tf.keras.layers.Layer):
         x += self.position_embeddings[tf.newaxis, :seq_len, :]
         # One-hot matmul instead of a gather: the type vocabulary is tiny, and this is
         # the TPU-friendly form (no dynamic gather on the hot path).
-        x += tf.matmul(tf.one_hot(type_ids, self.cfg.type_vocab_size, dtype=x.dtype),
-                       tf.cast(self.token_type_embeddings, x.dtype))
+        if self.cfg.type_vocab_size == 1:
+            # One segment type (RoBERTa, DistilBERT): every token gets its row, whatever
+            # type id the packer gave a second segment -- as the model saw in training.
+            x += tf.cast(self.token_type_embeddings, x.dtype)
+        else:
+            x += tf.matmul(tf.one_hot(type_ids, self.cfg.type_vocab_size, dtype=x.dtype),
+                           tf.cast(self.token_type_embeddings, x.dtype))
         x = self.layer_norm(x)
-        return self.dropout(x, training=training)
+        x = self.dropout(x, training=training)
+        return x if self.projection is None else self.projection(x)
 
 
 class BertSelfAttention(tf.keras.layers.Layer):
@@ -357,6 +369,9 @@ def hf_weight_name(stable_name: str) -> tuple[str, bool]:
 
     Dense kernels are [in, out] here and [out, in] in PyTorch, hence the transpose flag.
     """
+    if stable_name.startswith("embeddings/projection/"):  # ELECTRA's embeddings_project
+        param = stable_name.split("/")[2]
+        return f"embeddings_project.{_HF_PARAM[param]}", param == "kernel"
     if stable_name.startswith("embeddings/"):
         rest = stable_name.split("/", 1)[1]
         if rest.startswith("layer_norm/"):

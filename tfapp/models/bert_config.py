@@ -36,6 +36,10 @@ class BertConfig:
       initializer_range: stddev of the truncated-normal weight initialiser.
       layer_norm_epsilon: LayerNorm epsilon (1e-12 in the original BERT).
       activation: feed-forward activation: gelu (exact, erf), gelu_approx (tanh) or relu.
+      embedding_size: width of the embeddings when it differs from hidden_size (ELECTRA):
+        a dense layer projects the normalised embeddings to hidden_size. None (the default,
+        BERT) has no projection and is left out of ``to_dict``, so the configs, metadata
+        and cache keys of every existing module stay what they were.
     """
 
     vocab_size: int
@@ -50,6 +54,7 @@ class BertConfig:
     initializer_range: float = 0.02
     layer_norm_epsilon: float = 1e-12
     activation: str = "gelu"
+    embedding_size: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads",
@@ -63,6 +68,9 @@ class BertConfig:
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"BertConfig.{name} must be in [0, 1), got "
                                  f"{getattr(self, name)}")
+        if self.embedding_size is not None and int(self.embedding_size) < 1:
+            raise ValueError(f"BertConfig.embedding_size must be >= 1 or None, got "
+                             f"{self.embedding_size}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"BertConfig.activation='{self.activation}' is unknown; choose one "
                              f"of: {', '.join(ACTIVATIONS)}")
@@ -71,8 +79,16 @@ class BertConfig:
     def head_size(self) -> int:
         return self.hidden_size // self.num_heads
 
+    @property
+    def embedding_width(self) -> int:
+        """Width of the word/position/type embeddings (hidden_size unless projected)."""
+        return self.embedding_size or self.hidden_size
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if d["embedding_size"] is None:  # BERT: the dict every module written so far holds
+            del d["embedding_size"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BertConfig:
@@ -86,6 +102,9 @@ class BertConfig:
         per_layer = 4 * (h * h + h) + 2 * 2 * h + (h * i + i) + (i * h + h)
         total = self.num_layers * per_layer + h * h + h  # + pooler
         if include_embeddings:
+            e = self.embedding_width
             total += (self.vocab_size + self.max_position_embeddings
-                      + self.type_vocab_size) * h + 2 * h
+                      + self.type_vocab_size) * e + 2 * e
+            if self.embedding_size is not None:
+                total += e * h + h  # the projection to hidden_size
         return total

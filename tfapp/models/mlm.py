@@ -31,8 +31,10 @@ class MaskedLMHead(tf.keras.layers.Layer):
         cfg = encoder.cfg
         self.cfg = cfg
         self.embeddings = encoder.embeddings  # tied: the projection reads its word table
+        # To the embedding width: the tied projection reads the word table (ELECTRA's is
+        # narrower than hidden_size, as its generator head's transform is).
         self.dense = tf.keras.layers.Dense(
-            cfg.hidden_size, activation=_activation(cfg.activation),
+            cfg.embedding_width, activation=_activation(cfg.activation),
             kernel_initializer=tf.keras.initializers.TruncatedNormal(
                 stddev=cfg.initializer_range), name="transform")
         self.layer_norm = tf.keras.layers.LayerNormalization(

@@ -110,6 +110,10 @@ class MaskedLMTask(Task):
         if self.cfg.mlm.output:  # a folder of other files: refused now, not after training
             check_out_dir(self.output, m.overwrite)
         root, preprocessor, meta = hub_module_dir(cfg.model.hub_handle)
+        if meta.get("tokenizer") == "sentencepiece":  # masking reads a WordPiece vocab.txt
+            raise ConfigError(f"model.hub_handle: {cfg.model.hub_handle} tokenizes with "
+                              "SentencePiece (XLM-RoBERTa); pretrain (masked LM) takes WordPiece "
+                              "modules only (BERT, DistilBERT, ELECTRA, build-bert's)")
         bert_cfg = BertConfig.from_dict(meta["bert_config"])
         seq_length = d.seq_length
         if not 3 <= seq_length <= bert_cfg.max_position_embeddings:
