@@ -69,7 +69,9 @@ class RuntimeConfig:
       cpu_devices: split the host CPU into this many logical devices before TensorFlow starts
         (0 = leave as is). With strategy=mirrored it simulates several replicas on one CPU.
       precision: Keras mixed-precision policy. auto = mixed_bfloat16 on TPU, mixed_float16 on
-        GPUs older than Ampere and mixed_bfloat16 on newer ones, float32 on CPU.
+        GPUs older than Ampere and mixed_bfloat16 on newer ones; on a CPU mixed_bfloat16
+        where it has native bfloat16 (avx512_bf16 or amx_bf16 flag), else float32. The run
+        header and doctor say why; float32 keeps float32 everywhere.
       seed: seed for Python, NumPy and TensorFlow (keras.utils.set_random_seed).
       deterministic: enable TensorFlow op determinism (slower; reproducible runs). A
         fine-tuned Hub BERT then runs as tfapp's native encoder (builtin: and tfapp-exported

@@ -23,7 +23,7 @@ import tfapp
 from tfapp import compat, tpu_vm
 from tfapp.cachedir import cache_dir, cache_problem, unwritable_reason
 from tfapp.compat import TESTED_VERSIONS, parse_version
-from tfapp.runtime import Runtime, TFConfigError, choose_precision, choose_strategy, read_tf_config
+from tfapp.runtime import Runtime, TFConfigError, choose_strategy, precision_choice, read_tf_config
 
 EXIT_PROBLEM = 1
 PACKAGES = ("tensorflow", "tensorflow-tpu", "tensorflow-cpu", "tf-keras", "tensorflow-text",
@@ -227,13 +227,14 @@ def _describe_tensorflow(report: Report, tf, distributions: list[str], hint: str
                                        tpu_hint=hint)
         reason += " (TF_CONFIG left out: it is malformed)"
     device_kind = "TPU" if kind == "tpu" else "GPU" if gpus else "CPU"
-    precision = choose_precision("auto", device_kind, capability)
+    precision, precision_reason = precision_choice("auto", device_kind, capability)
     rt = Runtime(strategy=None, kind=kind, reason=reason, num_replicas=0,
                  precision=precision, device_kind=device_kind)
     report.plan = {"strategy": kind, "why": reason + (
                        " -- if the TPU cluster resolver connects; doctor does not initialise "
                        "the TPU" if kind == "tpu" else ""),
                    "device": device_kind, "precision": precision,
+                   "precision_reason": precision_reason,
                    "jit_compile": rt.default_jit_compile(None),
                    "jit_compile_hub_finetune": rt.default_jit_compile(
                        None, recompiles_under_xla=True)}
@@ -306,6 +307,7 @@ def render(report: Report) -> str:
                      f"auto -> {_fmt(p['jit_compile'])} "
                      f"({_fmt(p['jit_compile_hub_finetune'])} when fine-tuning a restored "
                      "TF-Hub encoder)")
+        lines.append(f"  precision: {p['precision_reason']}")
     lines.append("")
     for name, info in report.caches.items():
         state = {True: "writable", False: "NOT writable", None: "remote, not checked"}[
