@@ -228,6 +228,70 @@ def test_online_without_a_key_runs_offline_and_never_prompts(tmp_path, monkeypat
     assert wandb_run.start(cfg, tmp_path, is_chief=False) is None
 
 
+def _run_record(records: list):
+    (run,) = [r for r in records if r.WhichOneof("record_type") == "run"]
+    return run.run
+
+
+def test_wandb_honours_the_wandb_environment_variables(tmp_path):
+    """WANDB_PROJECT, _ENTITY, _RUN_GROUP, _TAGS, _NAME, _DIR, _MODE are read (by wandb
+    itself) where the config does not set the key; a key set in the config wins."""
+    from tfapp.config import load_config
+    from tfapp.tracking import wandb_run
+
+    # A fresh process: wandb reads its variables once, at its first setup in a process.
+    elsewhere = tmp_path / "wandb_dir"
+    elsewhere.mkdir()
+    env = subprocess_env(WANDB_PROJECT="env-project", WANDB_ENTITY="env-team",
+                         WANDB_RUN_GROUP="env-group", WANDB_TAGS="nightly,gpu",
+                         WANDB_NAME="env-name", WANDB_DIR=str(elsewhere),
+                         WANDB_MODE="offline", NETRC=str(tmp_path / "no-netrc"))
+    env.pop("WANDB_API_KEY", None)
+    script = ("import sys; from pathlib import Path; from tfapp.config import load_config; "
+              "from tfapp.tracking import wandb_run; "
+              "cfg = load_config(None, ['tracking.wandb.enabled=true', "
+              "'tracking.wandb.tags=[mine]', 'output_dir=' + sys.argv[1], 'name=envrun']); "
+              "t = wandb_run.start(cfg, Path(sys.argv[1]) / 'envrun'); print(t.mode); "
+              "t.finish()")
+    proc = run_python(["-c", script, str(tmp_path)], env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["offline"]  # from WANDB_MODE
+    run = _run_record(_wandb_records(elsewhere))  # WANDB_DIR, not the run directory
+    assert (run.project, run.entity, run.run_group, run.display_name) == (
+        "env-project", "env-team", "env-group", "env-name")
+    assert list(run.tags) == ["mine", "nightly", "gpu"]
+    assert not (tmp_path / "envrun" / "wandb").exists()
+
+    # Config keys beat the variables; without either, tfapp's defaults.
+    env = {"WANDB_MODE": "disabled", "WANDB_PROJECT": "env-project"}
+    cfg = load_config(None, ["tracking.wandb.enabled=true", "tracking.wandb.mode=offline",
+                             "tracking.wandb.project=cfg-project", f"output_dir={tmp_path}",
+                             "name=cfgrun"])
+    args = wandb_run.init_args(cfg, tmp_path / "cfgrun", env=env)
+    assert (args["project"], args["mode"]) == ("cfg-project", "offline")
+    assert wandb_run.init_args(cfg, tmp_path, env={})["dir"] == str(tmp_path)
+    bare = load_config(None, ["tracking.wandb.enabled=true", "name=bare"])
+    assert {k: v for k, v in wandb_run.init_args(bare, tmp_path, env={}).items()} == {
+        "project": "tfapp", "entity": None, "name": "bare", "group": None, "tags": None,
+        "dir": str(tmp_path), "mode": "offline"}
+    assert wandb_run.init_args(bare, tmp_path, env=env)["mode"] == "disabled"
+    assert wandb_run.start(bare, tmp_path) is None  # conftest's WANDB_MODE=disabled, auto
+
+
+def test_wandb_names_a_search_trial_after_the_trial(tmp_path):
+    from tfapp.config import load_config
+    from tfapp.tracking import wandb_run
+
+    trial = load_config(None, ["tracking.wandb.enabled=true",
+                               "tracking.wandb.tags=[search:lr]",
+                               f"output_dir={tmp_path}/lr/trial_03", "name=run_0"])
+    args = wandb_run.init_args(trial, tmp_path, env={})
+    assert (args["name"], args["group"]) == ("trial_03", "lr")
+    repeat = load_config(None, ["tracking.wandb.enabled=true", "tracking.wandb.tags=[search:lr]",
+                                f"output_dir={tmp_path}/lr/trial_03", "name=run_1"])
+    assert wandb_run.init_args(repeat, tmp_path, env={})["name"] == "trial_03/run_1"
+
+
 def test_share_report_is_self_contained_and_renders(classifier_run, tmp_path):
     """Two runs (the tracked one and a copy) -> one HTML file: comparison, curves, confusion
     matrix, profile summary, configs; nothing fetched from anywhere; a headless Chromium

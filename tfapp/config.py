@@ -346,18 +346,19 @@ class WandbConfig:
 
     Attributes:
       enabled: log this run to W&B.
-      project: W&B project name.
-      entity: W&B team or user ("" = the key's default).
-      mode: online needs WANDB_API_KEY; offline writes locally for `wandb sync`; disabled.
-        Without a key an online request falls back to offline (never prompts).
-      tags: tags attached to the run.
+      project: W&B project name ("" = WANDB_PROJECT, else tfapp).
+      entity: W&B team or user ("" = WANDB_ENTITY, else the key's default).
+      mode: online needs WANDB_API_KEY; offline writes locally for `wandb sync`; disabled;
+        auto = WANDB_MODE, else offline. Without a key an online request falls back to
+        offline (never prompts).
+      tags: tags attached to the run (WANDB_TAGS adds to them).
       sync_tensorboard: also upload the TensorBoard event files.
     """
 
     enabled: bool = False
-    project: str = "tfapp"
+    project: str = ""
     entity: str = ""
-    mode: str = choices("online", "offline", "disabled", default="offline")
+    mode: str = choices("auto", "online", "offline", "disabled", default="auto")
     tags: list[str] = field(default_factory=list)
     sync_tensorboard: bool = True
 
