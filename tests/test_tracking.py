@@ -91,6 +91,46 @@ def test_tensorboard_scalars_graph_hparams_and_confusion_matrix(classifier_run):
     assert tf.image.decode_png(png).shape[-1] == 4
     assert (classifier_run / "confusion_matrix.png").read_bytes()[:4] == b"\x89PNG"
 
+    # The export's test metrics overlay the train and validation curves: Keras's tag
+    # names, run logs/test, at the epoch the exported weights are from.
+    test = _events(logs / "test")
+    best = json.loads((classifier_run / "checkpoints" / "best.json").read_text())
+    report = json.loads((classifier_run / "test_report.json").read_text())
+    for name in ("accuracy", "auc", "macro_f1"):
+        assert f"epoch_{name}" in validation.Tags()["tensors"]
+        (point,) = test.Tensors(f"epoch_{name}")
+        assert point.step == best["epoch"] - 1
+        assert float(tf.make_ndarray(point.tensor_proto)) == pytest.approx(report[name])
+
+
+def test_confusion_matrices_are_the_exported_models_and_agree_with_the_reports(
+        classifier_run):
+    for split, png in (("validation", "confusion_matrix.png"),
+                       ("test", "confusion_matrix_test.png")):
+        report = json.loads((classifier_run / f"{split}_report.json").read_text())
+        matrix = report["confusion_matrix"]
+        supports = [c["support"] for c in report["per_class"].values()]
+        assert [sum(row) for row in matrix] == supports
+        correct = sum(matrix[i][i] for i in range(len(matrix)))
+        assert correct / report["examples"] == pytest.approx(report["accuracy"])
+        recalls = [c["recall"] for c in report["per_class"].values()]
+        assert [matrix[i][i] / max(1, sum(matrix[i])) for i in range(len(matrix))] == \
+            pytest.approx(recalls)
+        assert (classifier_run / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_end_of_a_run_says_where_the_profile_is_and_why_its_precision(classifier_run):
+    printed = (classifier_run / "train_stdout.txt").read_text()
+    from tfapp.tracking import profiler
+
+    session = profiler.find_sessions(classifier_run)[-1]
+    assert f"profile:         {session}" in printed
+    assert f"summary: python -m tfapp.profile summary {classifier_run}" in printed
+    header = json.loads((classifier_run / "run_header.json").read_text())
+    assert header["precision_reason"].startswith("auto: the CPU has")
+    assert f"{'precision:':21} {header['precision']} (auto: the CPU" in printed
+    assert "val_report_auc, test_auc: the exact ROC AUC" in printed  # which AUC is which
+
 
 def test_throughput_times_the_steps_after_the_first_call(tmp_path, monkeypatch):
     """Examples/s and step time from a scripted clock: the epoch's first call (tracing)
@@ -187,6 +227,10 @@ def test_wandb_offline_run_holds_config_metrics_summary_and_model(classifier_run
         epochs[best["epoch"] - 1]["epoch/val_accuracy"])
     test = json.loads((classifier_run / "test_report.json").read_text())
     assert float(summary["test_accuracy"]) == pytest.approx(test["accuracy"])
+    # One value per metric: no curve's last point under another name (epoch/val_accuracy,
+    # validation/epoch_accuracy: the last epoch's, not the exported model's).
+    accuracy_keys = sorted(k for k in summary if "accuracy" in k)
+    assert accuracy_keys == ["accuracy", "test_accuracy", "val_accuracy", "val_report_accuracy"]
 
     (artifact,) = by_kind["artifact"]
     assert artifact.artifact.type == "model"

@@ -165,11 +165,17 @@ def svg_chart(title: str, series: list[tuple[str, list[tuple[int, float]]]],
         fig = Figure(figsize=(width / 96, height / 96))  # SVG points are 1/72 inch
         ax = fig.add_subplot()
         for k, name, pts in series_k:
-            ax.plot(*zip(*pts, strict=True), marker="o", markersize=4, linewidth=1.5,
+            ax.plot(*zip(*pts, strict=True), marker="o", markersize=4 if len(pts) > 1 else 7,
+                    linewidth=1.5,
                     color=COLORS[k % len(COLORS)], label=name, gid=f"series-{k}")
         ax.set_title(title, fontsize=9, fontweight="bold")
         ax.set_xlabel(xlabel)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        xs = {x for _, _, pts in series_k for x, _ in pts}
+        if len(xs) == 1:  # one epoch: the point in the middle of whole-number ticks, not
+            (x,) = xs     # matplotlib's +-5% around it (0.945 ... 1.05)
+            ax.set_xlim(x - 1, x + 1)
+            ax.set_xticks([x - 1, x, x + 1])
         ax.grid(color="#eeeeee")
         ax.legend(frameon=False)
         fig.tight_layout(pad=0.4)
