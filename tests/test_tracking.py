@@ -363,7 +363,11 @@ def test_share_report_is_self_contained_and_renders(classifier_run, tmp_path):
     charts = page.split("<svg")[1:]
     assert all(_ticks_are_round(chart) for chart in charts)
     assert any('aria-label="learning rate"' in c for c in charts)
-    assert page.count("data:image/png;base64,") == 2  # each run's confusion matrix
+    # each run's confusion matrices, validation and test: the exported model's
+    assert page.count("data:image/png;base64,") == 4
+    assert "Confusion matrices (exported model, as in the reports)" in page
+    assert "Test report (exported model)" in page and "auc: exact ROC AUC" in page
+    assert "test (exported model)" in page  # the test point on the metric charts
     assert "waiting on input:" in page and "top ops by self time" in page
     assert "learning_rate: 0.001" in page  # the resolved config
     assert FAKE_KEY not in page
@@ -518,3 +522,90 @@ def test_share_out_an_existing_folder_writes_the_report_inside_it(tmp_path, caps
     assert "<html" in (folder / "tfapp_report.html").read_text()
     assert sorted(p.name for p in folder.iterdir()) == ["notes.txt", "tfapp_report.html"]
     assert (folder / "notes.txt").read_text() == "keep me"
+
+
+def _fake_search(root: Path) -> Path:
+    """A finished tuner search folder as tfapp.tune leaves it (trials with their runs,
+    results.json, search.yaml, best_params.yaml), without training anything."""
+    from tfapp.config import load_config, save_params, to_yaml
+    from tfapp.run_status import write_status
+
+    search = root / "lr_search"
+    cfg = load_config(None, ["name=lr_search", f"output_dir={root}", "tune.tuner=bayesian",
+                             "tune.objective=val_accuracy"])
+    search.mkdir(parents=True)
+    (search / "search.yaml").write_text(to_yaml(cfg))
+    trials = [("0", 1e-4, "cnn", 0.61), ("1", 3e-3, "rnn", 0.74), ("2", 5e-2, "cnn", 0.55),
+              ("3", 1e-3, "rnn", None)]
+    rows = []
+    for trial, lr, kind, score in trials:
+        run = search / f"trial_{trial}" / "run_0"
+        save_params(cfg, run)
+        write_status(run, "finished" if score is not None else "failed",
+                     metrics={"val_accuracy": score} if score is not None else None)
+        rows.append({"trial": trial, "status": "COMPLETED" if score is not None else "FAILED",
+                     "objective": score, "seconds": 12.0,
+                     "values": {"optimizer.learning_rate": lr, "model.kind": kind}})
+    # results.json lists them in KerasTuner's order, not sorted
+    (search / "results.json").write_text(json.dumps(
+        {"objective": "val_accuracy", "direction": "max", "trials": rows}))
+    (search / "best_params.yaml").write_text("# best\n" + to_yaml(cfg))
+    return search
+
+
+def test_share_on_a_search_folder_describes_the_search_and_writes_into_it(tmp_path, monkeypatch):
+    from tfapp import share
+
+    search = _fake_search(tmp_path / "runs")
+    monkeypatch.chdir(tmp_path)
+    assert share.main([str(search), "--no-sync", "--no-profile"]) == 0
+    assert not (tmp_path / "tfapp_report.html").exists()  # not into the current directory
+    page = (search / "report.html").read_text()
+    title = re.search(r"<h1>(.*?)</h1>", page).group(1)
+    assert title == "tfapp search lr_search: bayesian, val_accuracy (max)"
+    assert "run_0" not in title
+    assert "tuner <b>bayesian</b>" in page and "objective <b>val_accuracy</b>" in page
+    assert "higher is better" in page
+    table = page[page.index("<table class='trials'>"):]
+    table = table[:table.index("</table>")]
+    header = re.findall(r"<th>(.*?)</th>", table)
+    assert header[4:7] == ["val_accuracy (max)", "model.kind", "optimizer.learning_rate"]
+    rows = [re.findall(r"<td>(.*?)</td>", r) for r in re.findall(r"<tr[^>]*>(.*?)</tr>", table)]
+    # ranked best first; the failed trial last; each trial's values beside its score
+    assert [r[2] for r in rows[1:]] == ["trial_1", "trial_0", "trial_2", "trial_3"]
+    assert rows[1][4:7] == ["0.7400", "rnn", "0.003"]
+    assert rows[1][0] == "&#9733; best" and "<tr class='best'>" in table
+    assert [r[0] for r in rows[2:]] == ["", "", ""]
+    # score against each hyperparameter, the best ringed; the learning rate on log10
+    for key in ("model.kind", "optimizer.learning_rate"):
+        assert f'aria-label="val_accuracy vs {key}"' in page
+    assert "log10(optimizer.learning_rate)" in page
+    assert page.count('id="best"') == 2
+    assert "<a href='best_params.yaml'>best_params.yaml</a>" in page
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        message = "no chromium here (apt-get install chromium) for the rendering check"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message}; CI must have it (.ci/run installs it)")
+        pytest.skip(message)
+    shot = tmp_path / "search.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                    "--disable-dev-shm-usage", "--window-size=1200,1400",
+                    f"--screenshot={shot}", (search / "report.html").as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3)
+    assert (pixels == (0xFF, 0xF4, 0xD6)).all(axis=1).sum() > 500  # the best trial's row
+    assert (pixels == (0x1F, 0x77, 0xB4)).all(axis=1).sum() > 60  # the trials' dots
+    assert (pixels == (0xD6, 0x27, 0x28)).all(axis=1).sum() > 20  # the best one's ring
+
+
+def test_a_chart_of_one_epoch_has_whole_number_ticks_around_its_point():
+    from tfapp.tracking import report
+
+    svg = report.svg_chart("accuracy", [("train", [(1, 0.6517)]), ("validation", [(1, 0.68)])])
+    ticks = _ticks(svg)
+    assert ticks["x"] == [0.0, 1.0, 2.0] and _ticks_are_round(svg)

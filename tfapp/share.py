@@ -25,13 +25,18 @@ from tfapp.tracking import report
 REPORT_NAME = "tfapp_report.html"
 
 
-def report_path(out: str, runs: list[Path]) -> Path:
+def report_path(out: str, runs: list[Path], given: Sequence[str | Path] = ()) -> Path:
     """Where the report goes: ``--out`` (inside it when it is a folder), else the run's
-    report.html for one run, ./tfapp_report.html for several."""
+    report.html for one run, the folder's report.html when one folder holding runs (a
+    tuner search) was given, ./tfapp_report.html for several."""
     if out:
         # A folder is where the user wants the report, not a file to replace.
         return Path(out) / REPORT_NAME if Path(out).is_dir() else Path(out)
-    return runs[0] / "report.html" if len(runs) == 1 else Path(REPORT_NAME)
+    if len(runs) == 1:
+        return runs[0] / "report.html"
+    if len(given) == 1 and Path(given[0]).is_dir():
+        return Path(given[0]) / "report.html"
+    return Path(REPORT_NAME)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run directories (output_dir/name) or folders holding runs")
     parser.add_argument("--out", default="",
                         help="report file, or an existing folder to write "
-                             f"{REPORT_NAME} into (default: RUN_DIR/report.html for one "
-                             f"run, ./{REPORT_NAME} for several)")
+                             f"{REPORT_NAME} into (default: report.html in the run or the "
+                             f"search folder given, ./{REPORT_NAME} for several)")
     parser.add_argument("--no-profile", action="store_true",
                         help="leave profile summaries out (they take a few seconds each)")
     parser.add_argument("--no-sync", action="store_true",
@@ -80,11 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         runs = report.find_runs(args.runs)
-        out = report_path(args.out, runs)
+        out = report_path(args.out, runs, args.runs)
         for run in runs:
             for line in sync_wandb(run, upload=not args.no_sync):
                 print(line)
-        path = report.write_report(runs, out, with_profile=not args.no_profile)
+        # the paths as given: a search folder among them gets its search section
+        path = report.write_report(args.runs, out, with_profile=not args.no_profile)
         print(f"report ({len(runs)} run{'s' if len(runs) > 1 else ''}): {path.resolve()}")
         return 0
 
