@@ -256,7 +256,8 @@ def _wandb(env: Mapping[str, str]) -> dict:
         key = has_api_key()
     except ImportError:
         key = bool(env.get("WANDB_API_KEY"))
-    mode = env.get("WANDB_MODE") or "config (tracking.wandb.mode, default offline)"
+    mode = (f"{env['WANDB_MODE']} (WANDB_MODE; a tracking.wandb.mode in the config wins)"
+            if env.get("WANDB_MODE") else "tracking.wandb.mode (auto: WANDB_MODE, else offline)")
     return {"mode": mode, "api_key_set": key,
             "online_possible": key and env.get("WANDB_MODE") not in ("offline", "disabled")}
 
