@@ -180,7 +180,9 @@ def start(cfg: ExperimentConfig, run_dir: Path, is_chief: bool = True) -> WandbR
     run.define_metric("epoch/*", step_metric="epoch", summary="none")
     # The summary holds one value per metric, the exported model's (WandbRun.finish): not
     # also each curve's last point (the last epoch's, not the best) under other names.
-    for synced in ("train/*", "validation/*", "test/*"):
+    # (sync_tensorboard names some without their run: epoch_*, Keras's batch_* and
+    # evaluation_*_vs_iterations.)
+    for synced in ("train/*", "validation/*", "test/*", "epoch_*", "batch_*", "evaluation_*"):
         run.define_metric(synced, summary="none")
     log.info("W&B %s run '%s' in %s", mode, run.name, Path(run.dir).parent)
     return WandbRun(run, mode)
