@@ -423,3 +423,25 @@ def test_ema_averages_both_ways():
     assert compat.ema_averages(tf.keras.optimizers.SGD(0.5), [var]) is None  # no EMA
     with compat.public_path("ema_averages"):
         assert compat.ema_averages(opt, [var]) is None
+
+
+def test_deferred_train_graph_both_ways(tmp_path):
+    """Internal path: Keras's TensorBoard callback leaves the graph to the caller, who
+    writes it later (a graph in the events); public path: Keras keeps writing it itself."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    model = tf.keras.Sequential([tf.keras.Input([3]), tf.keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    model.fit(np.ones([8, 3], np.float32), np.ones([8, 1], np.float32), verbose=0)
+    callback = tf.keras.callbacks.TensorBoard(str(tmp_path), write_graph=True)
+    callback.set_model(model)
+    callback.on_train_begin()
+    with compat.public_path("deferred_train_graph"):
+        assert compat.defer_train_graph(callback) is None  # Keras still writes it
+    write = compat.defer_train_graph(callback)
+    assert write is not None and compat.defer_train_graph(callback) is None  # taken once
+    write()
+    callback.on_train_end()
+    acc = ea.EventAccumulator(str(tmp_path / "train"))
+    acc.Reload()
+    assert len(acc.Graph().node) > 5

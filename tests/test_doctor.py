@@ -18,7 +18,11 @@ def test_doctor_on_this_machine_reports_and_exits_0():
     out = proc.stdout
     assert "TensorFlow 2.2" in out and "tf.keras is tf-keras" in out
     assert "runtime.strategy=auto -> cpu (auto: no TPU or GPU found)" in out
-    assert "precision auto -> float32; jit_compile auto -> no" in out
+    from tfapp.runtime import precision_choice
+
+    policy, why = precision_choice("auto", "CPU", None)  # bfloat16 where the CPU has it
+    assert f"precision auto -> {policy}; jit_compile auto -> no" in out
+    assert f"precision: {why}" in out
     assert "oneDNN CPU kernels: on" in out
     assert "no problems found" in out
 

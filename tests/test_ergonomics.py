@@ -97,6 +97,17 @@ def test_bad_step_and_lr_settings(overrides, message):
         load_config(None, overrides)
 
 
+def test_lr_find_suggests_the_users_own_command_with_the_new_rate():
+    from tfapp.lr_find import suggested_command
+
+    assert suggested_command("configs/my run.yaml", [
+        "trainer.epochs=3", "optimizer.learning_rate=0.1", "name=x y"], 0.000312) == (
+        "python -m tfapp.train --config 'configs/my run.yaml' trainer.epochs=3 'name=x y' "
+        "optimizer.learning_rate=0.000312")
+    assert suggested_command(["a.yaml", "b.yaml"], [], 2e-5) == (
+        "python -m tfapp.train --config a.yaml --config b.yaml optimizer.learning_rate=2e-05")
+
+
 def test_learning_rate_is_a_float_or_auto(tmp_path):
     # PyYAML reads 1e-3 (no dot) as a string; it must still become a float.
     (tmp_path / "c.yaml").write_text("optimizer:\n  learning_rate: 1e-3\n")
@@ -278,8 +289,59 @@ def test_lr_find_cli_leaves_the_run_directory_alone(data_dir, tmp_path):
     assert json.loads(png.with_suffix(".json").read_text())["suggestion"] > 0
     assert not (tmp_path / "runs").exists()
 
+    # Without --output: the plot goes into the run directory, the suggested command keeps
+    # the user's overrides, and train still takes that directory as a new run.
+    overrides = _overrides(data_dir, tmp_path / "runs", "name=sweep",
+                           "optimizer.lr_find_steps=10", "optimizer.learning_rate=0.5",
+                           "model.units=12")
+    proc = run_python(["-m", "tfapp.lr_find", *overrides], timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "runs" / "sweep"
+    assert (run / "lr_range_test.png").read_bytes()[:4] == b"\x89PNG"
+    suggestion = json.loads((run / "lr_range_test.json").read_text())["suggestion"]
+    assert sorted(p.name for p in run.iterdir()) == ["lr_range_test.json", "lr_range_test.png"]
+    assert not list(tmp_path.glob("lr_*"))  # nothing in the current directory
+    (used,) = [line for line in proc.stdout.splitlines() if line.startswith("use it: ")]
+    from tfapp.lr_find import suggested_command
+
+    kept = [o for o in overrides if not o.startswith("optimizer.learning_rate=")]
+    assert used == "use it: " + suggested_command(None, kept, suggestion)
+    assert "model.units=12" in used and "optimizer.learning_rate=0.5" not in used
+    from tfapp.training.context import _check_is_a_run
+
+    _check_is_a_run(run)  # no "not a tfapp run directory" refusal
+
     bad = run_python(["-m", "tfapp.lr_find", "--output", str(tmp_path / "no" / "x.png")])
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [
         f"tfapp: error: --output {tmp_path / 'no' / 'x.png'}: folder {tmp_path / 'no'} does "
         "not exist"]
+
+
+def test_tfapp_callbacks_trigger_no_keras_slow_callback_warning(data_dir, tmp_path):
+    """Keras times the batch hooks of the first batches against the batch: tfapp's own
+    (the per-step learning rate for TensorBoard among them) must not make it warn that
+    ``on_train_batch_end`` is slow. A tiny CNN's batch takes milliseconds, so a summary
+    write per batch shows up here."""
+    import logging
+
+    from tfapp.training.driver import train
+
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    keep = Keep()
+    logging.getLogger("tensorflow").addHandler(keep)
+    try:
+        cfg = load_config(None, _overrides(data_dir, tmp_path, "name=quiet",
+                                           "trainer.epochs=1", "tracking.tensorboard=true"))
+        train(cfg, task=get_task(cfg.task))
+    finally:
+        logging.getLogger("tensorflow").removeHandler(keep)
+    assert not [r for r in records if "slow compared to the batch time" in r]
+    # ... and the learning rate of every optimizer step is still in TensorBoard.
+    lrs = _scalars(tmp_path / "quiet" / "logs" / "train", "learning_rate")
+    assert sorted(lrs) == list(range(N_TRAIN // BATCH))

@@ -110,6 +110,27 @@ def test_input_verdict_and_its_advice_on_fixed_numbers():
     assert "  - not input-bound: the pipeline keeps up" in text
 
 
+def test_one_verdict_per_capture_when_xprof_grouped_no_steps():
+    """The trace fallback measured the steps; xprof's own "no step" conclusion is a second,
+    contradicting verdict and stays out of the text (the report prints the same text)."""
+    summary = {"session": "S", "hosts": ["h"], "hardware": "CPU", "steps": 8,
+               "step_source": "keras step markers in the trace (xprof grouped no steps)",
+               "xprof_conclusion": "No step marker observed and hence the step time is "
+                                   "unknown. This may happen if (1) training steps are not "
+                                   "instrumented (e.g., if you are not using Keras)",
+               "step_time_ms": {"mean": 2.0, "median": 2.0, "min": 1.0, "max": 3.0},
+               "input_percent": 25.0, "input_bound": profiler.input_verdict(25.0),
+               "advice": [], "top_ops": []}
+    text = profiler.format_summary(summary)
+    assert "No step marker" not in text
+    assert [line for line in text.splitlines() if "input-bound" in line or "step marker"
+            in line.lower() and "from" not in line] == [
+        "waiting on input: 25.0% of step time -> HIGHLY input-bound"]
+    assert profiler.verdict(summary) in text
+    assert profiler.verdict({"warning": "no step markers"}) == (
+        "input-bound: unknown (no step markers)")
+
+
 def test_keras_step_marker_fallback_measures_the_wait_inside_each_step(monkeypatch):
     """The fallback's arithmetic on a fixed trace: IteratorGetNext time that overlaps a
     step counts toward that step only (microseconds in, milliseconds out)."""

@@ -5,7 +5,13 @@ from __future__ import annotations
 import json
 
 from tfapp.config import ConfigError
-from tfapp.runtime import choose_precision, choose_strategy, is_chief
+from tfapp.runtime import (
+    choose_precision,
+    choose_strategy,
+    cpu_flags,
+    is_chief,
+    precision_choice,
+)
 from tfapp.tpu_vm import tpu_hint
 
 import numpy as np
@@ -49,8 +55,27 @@ def test_precision_by_device():
     assert choose_precision("auto", "TPU", None) == "mixed_bfloat16"
     assert choose_precision("auto", "GPU", (7, 5)) == "mixed_float16"
     assert choose_precision("auto", "GPU", (9, 0)) == "mixed_bfloat16"
-    assert choose_precision("auto", "CPU", None) == "float32"
+    assert choose_precision("auto", "CPU", None, frozenset({"avx2", "fma"})) == "float32"
     assert choose_precision("mixed_bfloat16", "CPU", None) == "mixed_bfloat16"
+
+
+def test_auto_picks_bfloat16_on_cpus_with_native_bfloat16_and_says_why():
+    for flag in ("avx512_bf16", "amx_bf16"):
+        policy, why = precision_choice("auto", "CPU", None, frozenset({"avx2", flag}))
+        assert policy == "mixed_bfloat16" and flag in why and "runtime.precision=float32" in why
+    policy, why = precision_choice("auto", "CPU", None, frozenset({"avx2", "avx512f"}))
+    assert policy == "float32" and "no native bfloat16" in why
+    # float32 stays one key away, whatever the CPU
+    assert precision_choice("float32", "CPU", None, frozenset({"amx_bf16"})) == (
+        "float32", "set by runtime.precision")
+
+
+def test_cpu_flags_read_the_kernels_list(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx512_bf16 amx_tile\n\n"
+                    "processor\t: 1\nflags\t\t: fpu\n")
+    assert cpu_flags(str(info)) == {"fpu", "sse2", "avx512_bf16", "amx_tile"}
+    assert cpu_flags(str(tmp_path / "missing")) == frozenset()
 
 
 def test_chief_rules(monkeypatch):

@@ -94,6 +94,46 @@ def test_tensorboard_scalars_graph_hparams_and_confusion_matrix(classifier_run):
     assert tf.image.decode_png(png).shape[-1] == 4
     assert (classifier_run / "confusion_matrix.png").read_bytes()[:4] == b"\x89PNG"
 
+    # The export's test metrics overlay the train and validation curves: Keras's tag
+    # names, run logs/test, at the epoch the exported weights are from.
+    test = _events(logs / "test")
+    best = json.loads((classifier_run / "checkpoints" / "best.json").read_text())
+    report = json.loads((classifier_run / "test_report.json").read_text())
+    for name in ("accuracy", "auc", "macro_f1"):
+        assert f"epoch_{name}" in validation.Tags()["tensors"]
+        (point,) = test.Tensors(f"epoch_{name}")
+        assert point.step == best["epoch"] - 1
+        assert float(tf.make_ndarray(point.tensor_proto)) == pytest.approx(report[name])
+
+
+def test_confusion_matrices_are_the_exported_models_and_agree_with_the_reports(
+        classifier_run):
+    for split, png in (("validation", "confusion_matrix.png"),
+                       ("test", "confusion_matrix_test.png")):
+        report = json.loads((classifier_run / f"{split}_report.json").read_text())
+        matrix = report["confusion_matrix"]
+        supports = [c["support"] for c in report["per_class"].values()]
+        assert [sum(row) for row in matrix] == supports
+        correct = sum(matrix[i][i] for i in range(len(matrix)))
+        assert correct / report["examples"] == pytest.approx(report["accuracy"])
+        recalls = [c["recall"] for c in report["per_class"].values()]
+        assert [matrix[i][i] / max(1, sum(matrix[i])) for i in range(len(matrix))] == \
+            pytest.approx(recalls)
+        assert (classifier_run / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_end_of_a_run_says_where_the_profile_is_and_why_its_precision(classifier_run):
+    printed = (classifier_run / "train_stdout.txt").read_text()
+    from tfapp.tracking import profiler
+
+    session = profiler.find_sessions(classifier_run)[-1]
+    assert f"profile:         {session}" in printed
+    assert f"summary: python -m tfapp.profile summary {classifier_run}" in printed
+    header = json.loads((classifier_run / "run_header.json").read_text())
+    assert header["precision_reason"].startswith("auto: the CPU has")
+    assert f"{'precision:':21} {header['precision']} (auto: the CPU" in printed
+    assert "val_report_auc, test_auc: the exact ROC AUC" in printed  # which AUC is which
+
 
 @pytest.mark.parametrize("task", ["classifier", "generator", "ner", "mlm"])
 def test_hparams_hold_the_keys_of_the_run_task_only(task):
@@ -204,6 +244,10 @@ def test_wandb_offline_run_holds_config_metrics_summary_and_model(classifier_run
         epochs[best["epoch"] - 1]["epoch/val_accuracy"])
     test = json.loads((classifier_run / "test_report.json").read_text())
     assert float(summary["test_accuracy"]) == pytest.approx(test["accuracy"])
+    # One value per metric: no curve's last point under another name (epoch/val_accuracy,
+    # validation/epoch_accuracy: the last epoch's, not the exported model's).
+    accuracy_keys = sorted(k for k in summary if "accuracy" in k)
+    assert accuracy_keys == ["accuracy", "test_accuracy", "val_accuracy", "val_report_accuracy"]
 
     (artifact,) = by_kind["artifact"]
     assert artifact.artifact.type == "model"
@@ -245,6 +289,70 @@ def test_online_without_a_key_runs_offline_and_never_prompts(tmp_path, monkeypat
     assert wandb_run.start(cfg, tmp_path, is_chief=False) is None
 
 
+def _run_record(records: list):
+    (run,) = [r for r in records if r.WhichOneof("record_type") == "run"]
+    return run.run
+
+
+def test_wandb_honours_the_wandb_environment_variables(tmp_path):
+    """WANDB_PROJECT, _ENTITY, _RUN_GROUP, _TAGS, _NAME, _DIR, _MODE are read (by wandb
+    itself) where the config does not set the key; a key set in the config wins."""
+    from tfapp.config import load_config
+    from tfapp.tracking import wandb_run
+
+    # A fresh process: wandb reads its variables once, at its first setup in a process.
+    elsewhere = tmp_path / "wandb_dir"
+    elsewhere.mkdir()
+    env = subprocess_env(WANDB_PROJECT="env-project", WANDB_ENTITY="env-team",
+                         WANDB_RUN_GROUP="env-group", WANDB_TAGS="nightly,gpu",
+                         WANDB_NAME="env-name", WANDB_DIR=str(elsewhere),
+                         WANDB_MODE="offline", NETRC=str(tmp_path / "no-netrc"))
+    env.pop("WANDB_API_KEY", None)
+    script = ("import sys; from pathlib import Path; from tfapp.config import load_config; "
+              "from tfapp.tracking import wandb_run; "
+              "cfg = load_config(None, ['tracking.wandb.enabled=true', "
+              "'tracking.wandb.tags=[mine]', 'output_dir=' + sys.argv[1], 'name=envrun']); "
+              "t = wandb_run.start(cfg, Path(sys.argv[1]) / 'envrun'); print(t.mode); "
+              "t.finish()")
+    proc = run_python(["-c", script, str(tmp_path)], env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["offline"]  # from WANDB_MODE
+    run = _run_record(_wandb_records(elsewhere))  # WANDB_DIR, not the run directory
+    assert (run.project, run.entity, run.run_group, run.display_name) == (
+        "env-project", "env-team", "env-group", "env-name")
+    assert list(run.tags) == ["mine", "nightly", "gpu"]
+    assert not (tmp_path / "envrun" / "wandb").exists()
+
+    # Config keys beat the variables; without either, tfapp's defaults.
+    env = {"WANDB_MODE": "disabled", "WANDB_PROJECT": "env-project"}
+    cfg = load_config(None, ["tracking.wandb.enabled=true", "tracking.wandb.mode=offline",
+                             "tracking.wandb.project=cfg-project", f"output_dir={tmp_path}",
+                             "name=cfgrun"])
+    args = wandb_run.init_args(cfg, tmp_path / "cfgrun", env=env)
+    assert (args["project"], args["mode"]) == ("cfg-project", "offline")
+    assert wandb_run.init_args(cfg, tmp_path, env={})["dir"] == str(tmp_path)
+    bare = load_config(None, ["tracking.wandb.enabled=true", "name=bare"])
+    assert {k: v for k, v in wandb_run.init_args(bare, tmp_path, env={}).items()} == {
+        "project": "tfapp", "entity": None, "name": "bare", "group": None, "tags": None,
+        "dir": str(tmp_path), "mode": "offline"}
+    assert wandb_run.init_args(bare, tmp_path, env=env)["mode"] == "disabled"
+    assert wandb_run.start(bare, tmp_path) is None  # conftest's WANDB_MODE=disabled, auto
+
+
+def test_wandb_names_a_search_trial_after_the_trial(tmp_path):
+    from tfapp.config import load_config
+    from tfapp.tracking import wandb_run
+
+    trial = load_config(None, ["tracking.wandb.enabled=true",
+                               "tracking.wandb.tags=[search:lr]",
+                               f"output_dir={tmp_path}/lr/trial_03", "name=run_0"])
+    args = wandb_run.init_args(trial, tmp_path, env={})
+    assert (args["name"], args["group"]) == ("trial_03", "lr")
+    repeat = load_config(None, ["tracking.wandb.enabled=true", "tracking.wandb.tags=[search:lr]",
+                                f"output_dir={tmp_path}/lr/trial_03", "name=run_1"])
+    assert wandb_run.init_args(repeat, tmp_path, env={})["name"] == "trial_03/run_1"
+
+
 def test_share_report_is_self_contained_and_renders(classifier_run, tmp_path):
     """Two runs (the tracked one and a copy) -> one HTML file: comparison, curves, confusion
     matrix, profile summary, configs; nothing fetched from anywhere; a headless Chromium
@@ -272,7 +380,11 @@ def test_share_report_is_self_contained_and_renders(classifier_run, tmp_path):
     charts = page.split("<svg")[1:]
     assert all(_ticks_are_round(chart) for chart in charts)
     assert any('aria-label="learning rate"' in c for c in charts)
-    assert page.count("data:image/png;base64,") == 2  # each run's confusion matrix
+    # each run's confusion matrices, validation and test: the exported model's
+    assert page.count("data:image/png;base64,") == 4
+    assert "Confusion matrices (exported model, as in the reports)" in page
+    assert "Test report (exported model)" in page and "auc: exact ROC AUC" in page
+    assert "test (exported model)" in page  # the test point on the metric charts
     assert "waiting on input:" in page and "top ops by self time" in page
     assert "learning_rate: 0.001" in page  # the resolved config
     assert FAKE_KEY not in page
@@ -427,3 +539,90 @@ def test_share_out_an_existing_folder_writes_the_report_inside_it(tmp_path, caps
     assert "<html" in (folder / "tfapp_report.html").read_text()
     assert sorted(p.name for p in folder.iterdir()) == ["notes.txt", "tfapp_report.html"]
     assert (folder / "notes.txt").read_text() == "keep me"
+
+
+def _fake_search(root: Path) -> Path:
+    """A finished tuner search folder as tfapp.tune leaves it (trials with their runs,
+    results.json, search.yaml, best_params.yaml), without training anything."""
+    from tfapp.config import load_config, save_params, to_yaml
+    from tfapp.run_status import write_status
+
+    search = root / "lr_search"
+    cfg = load_config(None, ["name=lr_search", f"output_dir={root}", "tune.tuner=bayesian",
+                             "tune.objective=val_accuracy"])
+    search.mkdir(parents=True)
+    (search / "search.yaml").write_text(to_yaml(cfg))
+    trials = [("0", 1e-4, "cnn", 0.61), ("1", 3e-3, "rnn", 0.74), ("2", 5e-2, "cnn", 0.55),
+              ("3", 1e-3, "rnn", None)]
+    rows = []
+    for trial, lr, kind, score in trials:
+        run = search / f"trial_{trial}" / "run_0"
+        save_params(cfg, run)
+        write_status(run, "finished" if score is not None else "failed",
+                     metrics={"val_accuracy": score} if score is not None else None)
+        rows.append({"trial": trial, "status": "COMPLETED" if score is not None else "FAILED",
+                     "objective": score, "seconds": 12.0,
+                     "values": {"optimizer.learning_rate": lr, "model.kind": kind}})
+    # results.json lists them in KerasTuner's order, not sorted
+    (search / "results.json").write_text(json.dumps(
+        {"objective": "val_accuracy", "direction": "max", "trials": rows}))
+    (search / "best_params.yaml").write_text("# best\n" + to_yaml(cfg))
+    return search
+
+
+def test_share_on_a_search_folder_describes_the_search_and_writes_into_it(tmp_path, monkeypatch):
+    from tfapp import share
+
+    search = _fake_search(tmp_path / "runs")
+    monkeypatch.chdir(tmp_path)
+    assert share.main([str(search), "--no-sync", "--no-profile"]) == 0
+    assert not (tmp_path / "tfapp_report.html").exists()  # not into the current directory
+    page = (search / "report.html").read_text()
+    title = re.search(r"<h1>(.*?)</h1>", page).group(1)
+    assert title == "tfapp search lr_search: bayesian, val_accuracy (max)"
+    assert "run_0" not in title
+    assert "tuner <b>bayesian</b>" in page and "objective <b>val_accuracy</b>" in page
+    assert "higher is better" in page
+    table = page[page.index("<table class='trials'>"):]
+    table = table[:table.index("</table>")]
+    header = re.findall(r"<th>(.*?)</th>", table)
+    assert header[4:7] == ["val_accuracy (max)", "model.kind", "optimizer.learning_rate"]
+    rows = [re.findall(r"<td>(.*?)</td>", r) for r in re.findall(r"<tr[^>]*>(.*?)</tr>", table)]
+    # ranked best first; the failed trial last; each trial's values beside its score
+    assert [r[2] for r in rows[1:]] == ["trial_1", "trial_0", "trial_2", "trial_3"]
+    assert rows[1][4:7] == ["0.7400", "rnn", "0.003"]
+    assert rows[1][0] == "&#9733; best" and "<tr class='best'>" in table
+    assert [r[0] for r in rows[2:]] == ["", "", ""]
+    # score against each hyperparameter, the best ringed; the learning rate on log10
+    for key in ("model.kind", "optimizer.learning_rate"):
+        assert f'aria-label="val_accuracy vs {key}"' in page
+    assert "log10(optimizer.learning_rate)" in page
+    assert page.count('id="best"') == 2
+    assert "<a href='best_params.yaml'>best_params.yaml</a>" in page
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        message = "no chromium here (apt-get install chromium) for the rendering check"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message}; CI must have it (.ci/run installs it)")
+        pytest.skip(message)
+    shot = tmp_path / "search.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                    "--disable-dev-shm-usage", "--window-size=1200,1400",
+                    f"--screenshot={shot}", (search / "report.html").as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3)
+    assert (pixels == (0xFF, 0xF4, 0xD6)).all(axis=1).sum() > 500  # the best trial's row
+    assert (pixels == (0x1F, 0x77, 0xB4)).all(axis=1).sum() > 60  # the trials' dots
+    assert (pixels == (0xD6, 0x27, 0x28)).all(axis=1).sum() > 20  # the best one's ring
+
+
+def test_a_chart_of_one_epoch_has_whole_number_ticks_around_its_point():
+    from tfapp.tracking import report
+
+    svg = report.svg_chart("accuracy", [("train", [(1, 0.6517)]), ("validation", [(1, 0.68)])])
+    ticks = _ticks(svg)
+    assert ticks["x"] == [0.0, 1.0, 2.0] and _ticks_are_round(svg)

@@ -28,7 +28,7 @@ from tfapp import killpoints
 log = logging.getLogger("tfapp")
 
 __all__ = ["atomic_directory", "atomic_open", "read_state", "remove_leftovers", "save_model",
-           "write_text"]
+           "write_bytes", "write_text"]
 
 # The names this module writes under before a rename (atomic_open, atomic_directory).
 _LEFTOVER = re.compile(r"^\..+(\.tmp|\.tmp-\w+|\.old-[0-9a-f]{8})$")
@@ -66,6 +66,25 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
     with atomic_open(path) as fh:
         fh.write(text)
     return Path(path)
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Replace ``path`` with ``data`` (an image...), atomically, like ``write_text``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
 
 
 @contextlib.contextmanager

@@ -60,6 +60,11 @@ TOUCHES: dict[str, tuple[str, str, str]] = {
                        "the input pipeline is built: a resumed run's data resumes there",
                        "unknown: the resumed run reads its data from the start of a pass "
                        "(examples of the interrupted epoch are seen again)"),
+    "deferred_train_graph": ("tf_keras", "TensorBoard's train graph written at the first "
+                             "epoch end, outside the batches Keras times (no 'on_train_batch_"
+                             "end is slow' warning)",
+                             "Keras writes it after the first batch (and may warn that "
+                             "on_train_batch_end is slow)"),
     "ema_averages": ("tf_keras", "validation scores the averaged weights (optimizer.ema_decay)",
                      "validation scores the raw weights; the export still uses the average"),
     "tuner_debug": ("keras_tuner", "one line per failed trial instead of its traceback",
@@ -317,6 +322,28 @@ def is_functional_model(model: Any) -> bool:
             return bool(flag) and not own_step
         _missing("functional_model", AttributeError("no _is_graph_network"))
     return not own_step and bool(getattr(model, "inputs", None))
+
+
+def defer_train_graph(callback: Any) -> Callable[[], None] | None:
+    """Take the train-graph write out of the first batch end of Keras's ``TensorBoard``
+    callback (call after its ``on_train_begin``) and return what writes it, for the caller
+    to run later; None where Keras keeps writing it itself (public path, no graph asked).
+
+    Keras times the batch hooks of the first batches against the batches and warns that
+    ``on_train_batch_end`` is slow: the graph write (~0.25 s) alone makes it warn for any
+    model whose step takes less than a twentieth of that.
+    """
+    if not use_private("deferred_train_graph"):
+        return None
+    pending = getattr(callback, "_should_write_train_graph", None)
+    write = getattr(callback, "_write_keras_model_train_graph", None)
+    if pending is None or write is None:
+        _missing("deferred_train_graph", AttributeError("_should_write_train_graph"))
+        return None
+    if not pending:
+        return None
+    callback._should_write_train_graph = False
+    return write
 
 
 def step_backups_supported() -> bool:

@@ -23,7 +23,7 @@ import tfapp
 from tfapp import cli, compat, tpu_vm
 from tfapp.cachedir import cache_dir, cache_problem, unwritable_reason
 from tfapp.compat import TESTED_VERSIONS, parse_version
-from tfapp.runtime import Runtime, TFConfigError, choose_precision, choose_strategy, read_tf_config
+from tfapp.runtime import Runtime, TFConfigError, choose_strategy, precision_choice, read_tf_config
 
 import click
 
@@ -229,13 +229,14 @@ def _describe_tensorflow(report: Report, tf, distributions: list[str], hint: str
                                        tpu_hint=hint)
         reason += " (TF_CONFIG left out: it is malformed)"
     device_kind = "TPU" if kind == "tpu" else "GPU" if gpus else "CPU"
-    precision = choose_precision("auto", device_kind, capability)
+    precision, precision_reason = precision_choice("auto", device_kind, capability)
     rt = Runtime(strategy=None, kind=kind, reason=reason, num_replicas=0,
                  precision=precision, device_kind=device_kind)
     report.plan = {"strategy": kind, "why": reason + (
                        " -- if the TPU cluster resolver connects; doctor does not initialise "
                        "the TPU" if kind == "tpu" else ""),
                    "device": device_kind, "precision": precision,
+                   "precision_reason": precision_reason,
                    "jit_compile": rt.default_jit_compile(None),
                    "jit_compile_hub_finetune": rt.default_jit_compile(
                        None, recompiles_under_xla=True)}
@@ -257,7 +258,8 @@ def _wandb(env: Mapping[str, str]) -> dict:
         key = has_api_key()
     except ImportError:
         key = bool(env.get("WANDB_API_KEY"))
-    mode = env.get("WANDB_MODE") or "config (tracking.wandb.mode, default offline)"
+    mode = (f"{env['WANDB_MODE']} (WANDB_MODE; a tracking.wandb.mode in the config wins)"
+            if env.get("WANDB_MODE") else "tracking.wandb.mode (auto: WANDB_MODE, else offline)")
     return {"mode": mode, "api_key_set": key,
             "online_possible": key and env.get("WANDB_MODE") not in ("offline", "disabled")}
 
@@ -308,6 +310,7 @@ def render(report: Report) -> str:
                      f"auto -> {_fmt(p['jit_compile'])} "
                      f"({_fmt(p['jit_compile_hub_finetune'])} when fine-tuning a restored "
                      "TF-Hub encoder)")
+        lines.append(f"  precision: {p['precision_reason']}")
     lines.append("")
     for name, info in report.caches.items():
         state = {True: "writable", False: "NOT writable", None: "remote, not checked"}[

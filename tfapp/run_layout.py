@@ -71,6 +71,12 @@ class RunLayout:
         return self.root / "lr_find.png"
 
     @property
+    def lr_range_test_png(self) -> Path:
+        """``python -m tfapp.lr_find``'s plot (its numbers: the same name, .json); apart
+        from lr_find.json, which a resumed ``learning_rate=auto`` run reads its rate from."""
+        return self.root / "lr_range_test.png"
+
+    @property
     def lr_schedule_png(self) -> Path:
         return self.root / "lr_schedule.png"
 
@@ -151,7 +157,13 @@ class RunLayout:
 
     @property
     def confusion_matrix(self) -> Path:
+        """The exported model's confusion matrix on validation (as validation_report.json)."""
         return self.root / "confusion_matrix.png"
+
+    def confusion_matrix_for(self, split: str) -> Path:
+        """The exported model's confusion matrix on ``split`` (validation or test)."""
+        return self.confusion_matrix if split == "validation" else \
+            self.root / f"confusion_matrix_{split}.png"
 
     def task_logs(self, panel: str) -> Path:
         """A task's own TensorBoard writer (``validation`` images, generator ``samples``)."""

@@ -112,6 +112,7 @@ class Runtime:
     task_id: int | None = None
     config: RuntimeConfig | None = None  # what setup() was given
     input_pipelines: int = 1  # input pipelines distribute_datasets_from_function builds
+    precision_reason: str = ""  # why ``precision`` (precision_choice)
 
     def global_batch_size(self, per_replica: int) -> int:
         return per_replica * self.num_replicas
@@ -175,18 +176,54 @@ def choose_strategy(requested: str, *, env: Mapping[str, str], tpu_found: bool,
     return "cpu", "auto: no TPU or GPU found"
 
 
-def choose_precision(requested: str, device_kind: str, gpu_compute_capability: tuple | None
-                     ) -> str:
+#: /proc/cpuinfo flags of CPUs that run bfloat16 matmuls natively (oneDNN uses them):
+#: AVX512-BF16 (Cooper Lake, Zen 4 and later) and AMX (Sapphire Rapids and later).
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The CPU's feature flags as the kernel lists them (empty where there is no
+    /proc/cpuinfo, e.g. macOS: auto then keeps float32)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def precision_choice(requested: str, device_kind: str, gpu_compute_capability: tuple | None,
+                     flags: frozenset[str] | None = None) -> tuple[str, str]:
+    """(policy, why) for ``runtime.precision=requested``.
+
+    On a CPU, ``auto`` picks mixed_bfloat16 only where the CPU has native bfloat16 matmuls
+    (``BF16_CPU_FLAGS``): elsewhere bfloat16 is emulated and slower than float32.
+    ``flags`` (the CPU's, ``cpu_flags``) defaults to this machine's.
+    """
     if requested != "auto":
-        return requested
+        return requested, "set by runtime.precision"
     if device_kind == "TPU":
-        return "mixed_bfloat16"
+        return "mixed_bfloat16", "auto: TPU"
     if device_kind == "GPU":
         # Ampere (8.0) and newer run bfloat16 natively and need no loss scaling.
         if gpu_compute_capability and gpu_compute_capability[0] >= 8:
-            return "mixed_bfloat16"
-        return "mixed_float16"
-    return "float32"
+            return "mixed_bfloat16", (f"auto: GPU compute capability "
+                                      f"{'.'.join(map(str, gpu_compute_capability))} >= 8.0")
+        return "mixed_float16", "auto: GPU older than compute capability 8.0"
+    flags = cpu_flags() if flags is None else flags
+    native = [f for f in BF16_CPU_FLAGS if f in flags]
+    if native:
+        return "mixed_bfloat16", (f"auto: the CPU has native bfloat16 ({', '.join(native)}); "
+                                  "runtime.precision=float32 to keep float32")
+    return "float32", ("auto: the CPU has no native bfloat16 (no avx512_bf16 or amx_bf16 "
+                       "flag), where float32 is faster")
+
+
+def choose_precision(requested: str, device_kind: str, gpu_compute_capability: tuple | None,
+                     flags: frozenset[str] | None = None) -> str:
+    return precision_choice(requested, device_kind, gpu_compute_capability, flags)[0]
 
 
 def _split_cpu(tf, n: int) -> None:
@@ -280,11 +317,12 @@ def setup(cfg: RuntimeConfig, env: Mapping[str, str] | None = None) -> Runtime:
     if gpus:
         details = tf.config.experimental.get_device_details(gpus[0])
         capability = details.get("compute_capability")
-    precision = choose_precision(cfg.precision, device_kind, capability)
+    precision, precision_reason = precision_choice(cfg.precision, device_kind, capability)
     tf.keras.mixed_precision.set_global_policy(precision)
 
     rt = Runtime(strategy=strategy, kind=kind, reason=reason,
                  num_replicas=strategy.num_replicas_in_sync, precision=precision,
+                 precision_reason=precision_reason,
                  device_kind=device_kind, is_chief=is_chief(task_type, task_id),
                  task_type=task_type, task_id=task_id, config=cfg,
                  input_pipelines=pipelines)

@@ -27,13 +27,18 @@ import click
 REPORT_NAME = "tfapp_report.html"
 
 
-def report_path(out: str, runs: list[Path]) -> Path:
+def report_path(out: str, runs: list[Path], given: Sequence[str | Path] = ()) -> Path:
     """Where the report goes: ``--out`` (inside it when it is a folder), else the run's
-    report.html for one run, ./tfapp_report.html for several."""
+    report.html for one run, the folder's report.html when one folder holding runs (a
+    tuner search) was given, ./tfapp_report.html for several."""
     if out:
         # A folder is where the user wants the report, not a file to replace.
         return Path(out) / REPORT_NAME if Path(out).is_dir() else Path(out)
-    return runs[0] / "report.html" if len(runs) == 1 else Path(REPORT_NAME)
+    if len(runs) == 1:
+        return runs[0] / "report.html"
+    if len(given) == 1 and Path(given[0]).is_dir():
+        return Path(given[0]) / "report.html"
+    return Path(REPORT_NAME)
 
 
 def sync_wandb(run_dir: Path, upload: bool) -> list[str]:
@@ -70,18 +75,20 @@ def sync_wandb(run_dir: Path, upload: bool) -> list[str]:
 @click.argument("runs", nargs=-1, required=True, metavar="RUN_DIR...")
 @click.option("--out", default="",
               help=f"Report file, or an existing folder to write {REPORT_NAME} into "
-                   f"(default: RUN_DIR/report.html for one run, ./{REPORT_NAME} for several).")
+                   f"(default: report.html in the run or the search folder given, "
+                   f"./{REPORT_NAME} for several).")
 @click.option("--no-profile", is_flag=True,
               help="Leave profile summaries out (they take a few seconds each).")
 @click.option("--no-sync", is_flag=True,
               help="Never upload to W&B, only print the wandb sync commands.")
 def command(args: SimpleNamespace) -> int:
     runs = report.find_runs(list(args.runs))
-    out = report_path(args.out, runs)
+    out = report_path(args.out, runs, list(args.runs))
     for run in runs:
         for line in sync_wandb(run, upload=not args.no_sync):
             print(line)
-    path = report.write_report(runs, out, with_profile=not args.no_profile)
+    # the paths as given: a search folder among them gets its search section
+    path = report.write_report(list(args.runs), out, with_profile=not args.no_profile)
     print(f"report ({len(runs)} run{'s' if len(runs) > 1 else ''}): {path.resolve()}")
     return 0
 

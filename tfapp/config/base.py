@@ -34,7 +34,9 @@ class RuntimeConfig:
       cpu_devices: split the host CPU into this many logical devices before TensorFlow starts
         (0 = leave as is). With strategy=mirrored it simulates several replicas on one CPU.
       precision: Keras mixed-precision policy. auto = mixed_bfloat16 on TPU, mixed_float16 on
-        GPUs older than Ampere and mixed_bfloat16 on newer ones, float32 on CPU.
+        GPUs older than Ampere and mixed_bfloat16 on newer ones; on a CPU mixed_bfloat16
+        where it has native bfloat16 (avx512_bf16 or amx_bf16 flag), else float32. The run
+        header and doctor say why; float32 keeps float32 everywhere.
       seed: seed for Python, NumPy and TensorFlow (keras.utils.set_random_seed).
       deterministic: enable TensorFlow op determinism (slower; reproducible runs). A
         fine-tuned Hub BERT then runs as tfapp's native encoder (builtin: and tfapp-exported
@@ -160,18 +162,19 @@ class WandbConfig:
 
     Attributes:
       enabled: log this run to W&B.
-      project: W&B project name.
-      entity: W&B team or user ("" = the key's default).
-      mode: online needs WANDB_API_KEY; offline writes locally for `wandb sync`; disabled.
-        Without a key an online request falls back to offline (never prompts).
-      tags: tags attached to the run.
+      project: W&B project name ("" = WANDB_PROJECT, else tfapp).
+      entity: W&B team or user ("" = WANDB_ENTITY, else the key's default).
+      mode: online needs WANDB_API_KEY; offline writes locally for `wandb sync`; disabled;
+        auto = WANDB_MODE, else offline. Without a key an online request falls back to
+        offline (never prompts).
+      tags: tags attached to the run (WANDB_TAGS adds to them).
       sync_tensorboard: also upload the TensorBoard event files.
     """
 
     enabled: bool = False
-    project: str = "tfapp"
+    project: str = ""
     entity: str = ""
-    mode: str = choices("online", "offline", "disabled", default="offline")
+    mode: str = choices("auto", "online", "offline", "disabled", default="auto")
     tags: list[str] = field(default_factory=list)
     sync_tensorboard: bool = True
 

@@ -36,6 +36,16 @@ def input_verdict(input_percent: float) -> str:
     return "moderate" if input_percent >= MODERATELY_INPUT_BOUND else "no"
 
 
+def verdict(summary: dict[str, Any]) -> str:
+    """The one verdict line of a summary (the profile command, the share report and the
+    end of a profiled run all print this one): tfapp's measure by xprof's thresholds."""
+    if "input_percent" not in summary:
+        return f"input-bound: unknown ({summary.get('warning') or 'no steps measured'})"
+    word = {"high": "HIGHLY input-bound", "moderate": "MODERATELY input-bound",
+            "no": "not input-bound"}[summary["input_bound"]]
+    return f"waiting on input: {summary['input_percent']:.1f}% of step time -> {word}"
+
+
 def find_sessions(path: str | Path) -> list[Path]:
     """Capture session folders under ``path`` (a run directory or a logdir), oldest first."""
     path = Path(path)
@@ -254,12 +264,13 @@ def format_summary(s: dict[str, Any]) -> str:
                      f"median {st['median']:.1f} ms (min {st['min']:.1f}, max {st['max']:.1f})")
         if s.get("step_source", "xprof") != "xprof":
             lines.append(f"  (from {s['step_source']})")
-        verdict = {"high": "HIGHLY input-bound", "moderate": "MODERATELY input-bound",
-                   "no": "not input-bound"}[s["input_bound"]]
-        lines.append(f"waiting on input: {s['input_percent']:.1f}% of step time -> {verdict}")
     else:
         lines.append(f"steps measured: 0 ({s.get('warning', '')})")
-    if s.get("xprof_conclusion"):
+    lines.append(verdict(s))
+    # xprof's own conclusion is a second verdict: shown only where it measured the steps
+    # this one is computed from (with the trace fallback it says "no step", --json has it).
+    if s.get("xprof_conclusion") and s.get("step_source", "xprof") == "xprof" \
+            and "step_time_ms" in s:
         lines.append(f"xprof: {s['xprof_conclusion']}")
     lines.append("advice:")
     lines += [f"  - {a}" for a in s["advice"]]

@@ -14,6 +14,7 @@ import base64
 import html
 import io
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,8 @@ class RunData:
     samples: list[tuple[int, str]] = field(default_factory=list)
     report: dict | None = None
     test_report: dict | None = None
-    confusion_png: bytes | None = None
+    # split -> the exported model's confusion matrix (PNG), as in its report
+    confusion_png: dict[str, bytes] = field(default_factory=dict)
     profile: str = ""
     wandb: str = ""
 
@@ -70,9 +72,55 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
 
 
 def _label(run: Path, runs: list[Path]) -> str:
-    """Shortest distinguishing name: the folder, with its parent for tuner trials."""
+    """Shortest distinguishing name: the folder, with its parent for tuner trials
+    (``trial_N`` alone for a trial's only run, ``run_0``)."""
     names = [r.name for r in runs]
+    if run.parent.name.startswith("trial_") and run.name == "run_0" and not any(
+            r.parent == run.parent and r != run for r in runs):
+        return run.parent.name
     return run.name if names.count(run.name) == 1 else f"{run.parent.name}/{run.name}"
+
+
+@dataclass
+class SearchData:
+    """A tuner search folder: how it searched and every trial's values and score."""
+
+    path: Path
+    name: str
+    tuner: str
+    objective: str
+    direction: str  # max | min
+    trials: list[dict]  # results.json's rows, best first
+    best_params: Path | None = None
+    link: str = ""  # best_params.yaml relative to the report
+
+    @property
+    def keys(self) -> list[str]:
+        return sorted({k for t in self.trials for k in t.get("values", {})})
+
+    def ranked(self) -> list[dict]:
+        """Scored trials best first (the direction's way), then the others."""
+        scored = [t for t in self.trials if isinstance(t.get("objective"), int | float)]
+        scored.sort(key=lambda t: t["objective"], reverse=self.direction == "max")
+        return scored + [t for t in self.trials if t not in scored]
+
+
+def load_search(path: Path) -> SearchData | None:
+    """The search in ``path`` (``tfapp.tune``'s results.json and search.yaml), or None."""
+    results = read_state(path / "results.json", "search results")
+    if not results or "trials" not in results:
+        return None
+    import yaml
+
+    spec = path / "search.yaml"
+    config = (yaml.safe_load(spec.read_text()) or {}) if spec.is_file() else {}
+    best = path / "best_params.yaml"
+    return SearchData(path=path, name=str(config.get("name") or path.name),
+                      tuner=str((config.get("tune") or {}).get("tuner", "?")),
+                      objective=str(results.get("objective", "?")),
+                      direction=str(results.get("direction", "max")),
+                      trials=list(results["trials"]),
+                      best_params=best if best.is_file() else None)
 
 
 def load_run(run: Path, label: str, with_profile: bool = True) -> RunData:
@@ -81,8 +129,9 @@ def load_run(run: Path, label: str, with_profile: bool = True) -> RunData:
     data.status = read_status(run)
     data.report = read_state(layout.validation_report, "validation report")
     data.test_report = read_state(layout.test_report, "test report")
-    if layout.confusion_matrix.is_file():
-        data.confusion_png = layout.confusion_matrix.read_bytes()
+    for split in ("validation", "test"):
+        if layout.confusion_matrix_for(split).is_file():
+            data.confusion_png[split] = layout.confusion_matrix_for(split).read_bytes()
     logs = layout.logs
     if logs.is_dir():
         data.scalars, data.samples = _read_events(logs)
@@ -101,7 +150,7 @@ def _read_events(logs: Path):
     logging.getLogger("tensorboard").setLevel(logging.WARNING)  # per-file watcher lines
     scalars: dict[str, dict[str, list[tuple[int, float]]]] = {}
     samples: list[tuple[int, str]] = []
-    for sub in ("train", "validation", "samples"):
+    for sub in ("train", "validation", "test", "samples"):
         if not (logs / sub).is_dir():
             continue
         acc = ea.EventAccumulator(str(logs / sub), size_guidance={ea.TENSORS: 0})
@@ -165,11 +214,17 @@ def svg_chart(title: str, series: list[tuple[str, list[tuple[int, float]]]],
         fig = Figure(figsize=(width / 96, height / 96))  # SVG points are 1/72 inch
         ax = fig.add_subplot()
         for k, name, pts in series_k:
-            ax.plot(*zip(*pts, strict=True), marker="o", markersize=4, linewidth=1.5,
+            ax.plot(*zip(*pts, strict=True), marker="o", markersize=4 if len(pts) > 1 else 7,
+                    linewidth=1.5,
                     color=COLORS[k % len(COLORS)], label=name, gid=f"series-{k}")
         ax.set_title(title, fontsize=9, fontweight="bold")
         ax.set_xlabel(xlabel)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        xs = {x for _, _, pts in series_k for x, _ in pts}
+        if len(xs) == 1:  # one epoch: the point in the middle of whole-number ticks, not
+            (x,) = xs     # matplotlib's +-5% around it (0.945 ... 1.05)
+            ax.set_xlim(x - 1, x + 1)
+            ax.set_xticks([x - 1, x, x + 1])
         ax.grid(color="#eeeeee")
         ax.legend(frameon=False)
         fig.tight_layout(pad=0.4)
@@ -182,6 +237,110 @@ def svg_chart(title: str, series: list[tuple[str, list[tuple[int, float]]]],
                        f'aria-label="{html.escape(title)}" ', 1)
 
 
+def svg_scatter(title: str, points: list[tuple[Any, float]], best: tuple[Any, float] | None,
+                xlabel: str, ylabel: str, width: int = 340, height: int = 240) -> str:
+    """Score against one hyperparameter: a dot per trial, the best one ringed. Numbers
+    spanning 100x or more are drawn as log10 (round ticks); others (choices) as categories."""
+    if not points:
+        return ""
+    import matplotlib
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    xs = [x for x, _ in points]
+    numeric = all(isinstance(x, int | float) and not isinstance(x, bool) for x in xs)
+    log10 = numeric and min(xs) > 0 and max(xs) / min(xs) >= 100
+    categories = [] if numeric else sorted({str(x) for x in xs})
+
+    def place(x):
+        if not numeric:
+            return categories.index(str(x))
+        return float(np.log10(x)) if log10 else float(x)
+
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "tfapp",
+                                "font.size": 8, "axes.formatter.useoffset": False}):
+        fig = Figure(figsize=(width / 96, height / 96))
+        ax = fig.add_subplot()
+        ax.scatter([place(x) for x in xs], [y for _, y in points], s=40, color=COLORS[0],
+                   gid="trials")
+        if best is not None:
+            ax.scatter([place(best[0])], [best[1]], s=120, facecolors="none",
+                       edgecolors=COLORS[1], linewidths=2, label="best", gid="best")
+            ax.legend(frameon=False)
+        if categories:
+            ax.set_xticks(range(len(categories)), categories)
+            ax.set_xlim(-0.5, len(categories) - 0.5)
+        ax.set_title(title, fontsize=9, fontweight="bold")
+        ax.set_xlabel(f"log10({xlabel})" if log10 else xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(color="#eeeeee")
+        fig.tight_layout(pad=0.4)
+        buf = io.StringIO()
+        fig.savefig(buf, format="svg",
+                    metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+    svg = buf.getvalue()
+    svg = svg[svg.index("<svg"):]
+    return svg.replace("<svg ", f'<svg class="chart" role="img" '
+                       f'aria-label="{html.escape(title)}" ', 1)
+
+
+def search_section(search: SearchData, labels: dict[str, str]) -> str:
+    """The search: tuner, objective and direction, the trials ranked with their values
+    (best marked), score against each hyperparameter, the link to best_params.yaml."""
+    ranked = search.ranked()
+    keys = search.keys
+    best = ranked[0] if ranked and isinstance(ranked[0].get("objective"), int | float) else None
+    done = sum(1 for t in ranked if isinstance(t.get("objective"), int | float))
+    parts = [f"<h2>Search {html.escape(search.name)}</h2><p>tuner <b>"
+             f"{html.escape(search.tuner)}</b>, objective <b>{html.escape(search.objective)}"
+             f"</b> ({'higher' if search.direction == 'max' else 'lower'} is better: "
+             f"{html.escape(search.direction)}), {len(ranked)} trials, {done} scored"]
+    if best is not None:
+        parts.append(f"; best: trial_{html.escape(str(best['trial']))}, "
+                     f"{html.escape(search.objective)} {best['objective']:.4f}")
+    if search.link:
+        parts.append(f" &middot; best config: <a href='{html.escape(search.link)}'>"
+                     "best_params.yaml</a> (train it with <code>python -m tfapp.train "
+                     "--config best_params.yaml</code>)")
+    parts.append("</p>")
+    head = ["", "rank", "trial", "status", f"{search.objective} ({search.direction})",
+            *keys, "seconds"]
+    rows = []
+    for rank, t in enumerate(ranked, 1):
+        score = t.get("objective")
+        mark = "&#9733; best" if t is best else ""
+        cells = [mark, str(rank), html.escape(labels.get(str(t["trial"]),
+                                                         f"trial_{t['trial']}")),
+                 html.escape(str(t.get("status", "?"))),
+                 f"{score:.4f}" if isinstance(score, int | float) else "-",
+                 *(html.escape(_value(t.get("values", {}).get(k))) for k in keys),
+                 f"{t['seconds']:.0f}" if isinstance(t.get("seconds"), int | float) else "-"]
+        style = " class='best'" if t is best else ""
+        rows.append(f"<tr{style}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    parts.append("<div style='overflow-x:auto'><table class='trials'><tr>"
+                 + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
+                 + "".join(rows) + "</table></div>")
+    charts = []
+    for key in keys:
+        points = [(t["values"][key], float(t["objective"])) for t in ranked
+                  if isinstance(t.get("objective"), int | float) and key in t.get("values", {})]
+        charts.append(svg_scatter(
+            f"{search.objective} vs {key}", points,
+            (best["values"][key], float(best["objective"]))
+            if best is not None and key in best.get("values", {}) else None,
+            xlabel=key, ylabel=search.objective))
+    charts = [c for c in charts if c]
+    if charts:
+        parts.append("<div class='charts'>" + "".join(charts) + "</div>")
+    return "".join(parts)
+
+
+def _value(v: Any) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
 def _epoch_axis(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
     """Keras writes epoch scalars at step = epoch index; show epochs from 1."""
     return [(s + 1, v) for s, v in points]
@@ -189,12 +348,15 @@ def _epoch_axis(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
 
 def run_charts(run: RunData) -> list[str]:
     train, val = run.scalars.get("train", {}), run.scalars.get("validation", {})
+    test = run.scalars.get("test", {})  # one point: the exported model, at its epoch
     charts = []
     for tag in sorted(set(train) | set(val)):
         if tag in ("examples_per_second", "step_time_ms", "learning_rate", "steps_per_second"):
             continue
         charts.append(svg_chart(tag, [("train", _epoch_axis(train.get(tag, []))),
-                                      ("validation", _epoch_axis(val.get(tag, [])))]))
+                                      ("validation", _epoch_axis(val.get(tag, []))),
+                                      ("test (exported model)",
+                                       _epoch_axis(test.get(tag, [])))]))
     for tag in ("examples_per_second", "learning_rate"):
         if tag in train:
             charts.append(svg_chart(tag.replace("_", " "), [("train",
@@ -221,6 +383,7 @@ td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}th{background:#f5f5
 td:first-child,th:first-child{text-align:left}pre{background:#f7f7f7;padding:8px;
 overflow:auto;font-size:12px}.charts{display:flex;flex-wrap:wrap;gap:10px}
 svg.chart{background:#fff;border:1px solid #e3e3e3}.muted{color:#777}
+tr.best td{background:#fff4d6;font-weight:bold}figure{margin:0}
 """
 
 
@@ -233,9 +396,14 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def render(runs: list[RunData], title: str = "tfapp runs") -> str:
+def render(runs: list[RunData], title: str = "tfapp runs",
+           searches: list[SearchData] | None = None) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
              f"</title><style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
+    for search in searches or []:
+        labels = {r.path.parent.name.removeprefix("trial_"): r.name for r in runs
+                  if r.path.parent.parent == search.path}
+        parts.append(search_section(search, labels))
     if len(runs) > 1:
         keys = sorted({k for r in runs for k in r.metrics})
         parts.append("<h2>Comparison</h2>")
@@ -267,16 +435,22 @@ def render(runs: list[RunData], title: str = "tfapp runs") -> str:
                     if isinstance(report.get(k), int | float))
                 count = (f"{report['examples']} examples" if "examples" in report else
                          f"{report.get('sentences', '?')} sentences")
-                parts.append(f"<h3>{title}</h3><p>{html.escape(totals)} "
-                             f"({count})</p>" + _table(
+                auc = (f"<br><span class='muted'>auc: {html.escape(report['auc_method'])}; "
+                       "the curves' auc is Keras's approximation over 200 thresholds, so the "
+                       "two differ</span>" if report.get("auc_method") else "")
+                parts.append(f"<h3>{title} (exported model)</h3><p>{html.escape(totals)} "
+                             f"({count}){auc}</p>" + _table(
                                  ["entity" if "per_type" in report else "class", "precision",
                                   "recall", "f1", "support"],
                                  [[c, m["precision"], m["recall"], m["f1"], m["support"]]
                                   for c, m in per_class.items()]))
         if r.confusion_png:
-            data = base64.b64encode(r.confusion_png).decode()
-            parts.append("<h3>Confusion matrix (validation)</h3>"
-                         f"<img alt='confusion matrix' src='data:image/png;base64,{data}'>")
+            parts.append("<h3>Confusion matrices (exported model, as in the reports)</h3>"
+                         "<div class='charts'>" + "".join(
+                             f"<figure><img alt='{split} confusion matrix' src='data:image/png;"
+                             f"base64,{base64.b64encode(png).decode()}'><figcaption>{split}"
+                             "</figcaption></figure>" for split, png in r.confusion_png.items())
+                         + "</div>")
         if r.samples:
             step, text = r.samples[-1]
             rows = _markdown_table(text)
@@ -292,8 +466,19 @@ def render(runs: list[RunData], title: str = "tfapp runs") -> str:
 
 
 def write_report(paths: list[str | Path], out: str | Path, with_profile: bool = True) -> Path:
-    """Build the report of the runs at/under ``paths`` into ``out`` (written atomically)."""
+    """Build the report of the runs at/under ``paths`` into ``out`` (written atomically);
+    a tuner search folder among them gets its search section and names the report."""
     runs = find_runs(paths)
     data = [load_run(r, _label(r, runs), with_profile) for r in runs]
-    title = "tfapp: " + ", ".join(d.name for d in data[:4]) + (" ..." if len(data) > 4 else "")
-    return write_text(out, render(data, title))
+    searches = [s for s in (load_search(Path(p)) for p in paths) if s is not None]
+    for search in searches:
+        if search.best_params is not None:
+            search.link = os.path.relpath(search.best_params.resolve(),
+                                          Path(out).resolve().parent)
+    if len(searches) == 1 and len(paths) == 1:
+        s = searches[0]
+        title = f"tfapp search {s.name}: {s.tuner}, {s.objective} ({s.direction})"
+    else:
+        title = "tfapp: " + ", ".join(d.name for d in data[:4]) + (
+            " ..." if len(data) > 4 else "")
+    return write_text(out, render(data, title, searches))

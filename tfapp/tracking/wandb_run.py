@@ -17,6 +17,7 @@ import logging
 import netrc
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,49 @@ def has_api_key() -> bool:
         return netrc.netrc().authenticators(host.split("/")[0]) is not None
     except (OSError, netrc.NetrcParseError):
         return False
+
+
+#: what tfapp passes to wandb.init when neither the config nor the environment says
+DEFAULT_PROJECT, DEFAULT_MODE = "tfapp", "offline"
+
+
+def display_name(cfg: ExperimentConfig) -> str:
+    """The run's name in W&B: its name, but ``trial_N`` for a search trial (whose run
+    folder is ``trial_N/run_0``; ``trial_N/run_M`` for a repeat, tune.executions > 1)."""
+    trial = Path(cfg.output_dir).name
+    if any(t.startswith("search:") for t in cfg.tracking.wandb.tags) and \
+            trial.startswith("trial_"):
+        return trial if cfg.name == "run_0" else f"{trial}/{cfg.name}"
+    return cfg.name
+
+
+def init_args(cfg: ExperimentConfig, run_dir: Path,
+              env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """wandb.init's project, entity, name, group, tags, dir and requested mode.
+
+    Precedence, for each: a ``tracking.wandb`` key set in the config, then the WANDB_*
+    variable (left for wandb.init to read itself: tfapp passes None), then tfapp's
+    default (project tfapp, mode offline, the run's name, one group per search, the run
+    directory). Tags add up: the config's, then WANDB_TAGS (comma-separated).
+    """
+    env = os.environ if env is None else env
+    w = cfg.tracking.wandb
+
+    def unless_env(var: str, default: Any) -> Any:
+        return None if env.get(var) else default
+
+    # Tuner trials carry a "search:NAME" tag (tfapp.tuning): one W&B group per search.
+    group = next((t.split(":", 1)[1] for t in w.tags if t.startswith("search:")), None)
+    tags = list(w.tags) + [t.strip() for t in env.get("WANDB_TAGS", "").split(",")
+                           if t.strip() and t.strip() not in w.tags]
+    mode = w.mode if w.mode != "auto" else (env.get("WANDB_MODE") or DEFAULT_MODE)
+    return dict(project=w.project or unless_env("WANDB_PROJECT", DEFAULT_PROJECT),
+                entity=w.entity or None,  # wandb reads WANDB_ENTITY, else the key's
+                name=unless_env("WANDB_NAME", display_name(cfg)),
+                group=unless_env("WANDB_RUN_GROUP", group),
+                tags=tags or None,
+                dir=unless_env("WANDB_DIR", str(run_dir)),
+                mode=mode)
 
 
 def resolve_mode(requested: str) -> str:
@@ -103,19 +147,20 @@ class WandbRun:
 def start(cfg: ExperimentConfig, run_dir: Path, is_chief: bool = True) -> WandbRun | None:
     """Start the W&B run ``cfg.tracking.wandb`` asks for (None when off or not the chief)."""
     w = cfg.tracking.wandb
-    if not w.enabled or w.mode == "disabled" or not is_chief:
+    if not w.enabled or not is_chief:
+        return None
+    args = init_args(cfg, run_dir)
+    requested = args.pop("mode")
+    if requested == "disabled":
         return None
     # No prompts, no console capture, no banner: CI has no TTY and the log stays readable.
     os.environ.setdefault("WANDB_SILENT", "true")
     os.environ.setdefault("WANDB_CONSOLE", "off")
     import wandb
 
-    mode = resolve_mode(w.mode)
-    # Tuner trials carry a "search:NAME" tag (tfapp.tuning): one W&B group per search.
-    group = next((t.split(":", 1)[1] for t in w.tags if t.startswith("search:")), None)
-    args = dict(
-        project=w.project, entity=w.entity or None, name=cfg.name, group=group,
-        tags=list(w.tags) or None, config=run_config(cfg), dir=str(run_dir),
+    mode = resolve_mode(requested)
+    args.update(
+        config=run_config(cfg),
         job_type="train", sync_tensorboard=bool(w.sync_tensorboard and cfg.tracking.tensorboard),
         reinit="finish_previous",
         settings=wandb.Settings(console="off", silent=True, init_timeout=90))
@@ -130,10 +175,16 @@ def start(cfg: ExperimentConfig, run_dir: Path, is_chief: bool = True) -> WandbR
     # Own prefixes: "train/..." and "validation/..." are the TensorBoard runs that
     # sync_tensorboard brings in (and a glob step metric would be stamped onto those too).
     run.define_metric("optimizer_step")
-    run.define_metric("batch/*", step_metric="optimizer_step")
+    run.define_metric("batch/*", step_metric="optimizer_step", summary="none")
     run.define_metric("epoch")
-    run.define_metric("epoch/*", step_metric="epoch")
-    log.info("W&B %s run '%s' in %s", mode, cfg.name, Path(run.dir).parent)
+    run.define_metric("epoch/*", step_metric="epoch", summary="none")
+    # The summary holds one value per metric, the exported model's (WandbRun.finish): not
+    # also each curve's last point (the last epoch's, not the best) under other names.
+    # (sync_tensorboard names some without their run: epoch_*, Keras's batch_* and
+    # evaluation_*_vs_iterations.)
+    for synced in ("train/*", "validation/*", "test/*", "epoch_*", "batch_*", "evaluation_*"):
+        run.define_metric(synced, summary="none")
+    log.info("W&B %s run '%s' in %s", mode, run.name, Path(run.dir).parent)
     return WandbRun(run, mode)
 
 

@@ -51,7 +51,9 @@ class NonFiniteLossStop(tf.keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")
-        if loss is not None and not tf.math.is_finite(float(loss)):
+        # math, not tf.math: a TensorFlow op's first eager call costs ~30 ms, in the first
+        # batch Keras times its callbacks on.
+        if loss is not None and not math.isfinite(float(loss)):
             self.bad_batch = batch
             self.model.stop_training = True
 
@@ -256,6 +258,28 @@ class KillPoints(tf.keras.callbacks.Callback):
         killpoints.reached("validation-batch")
 
 
+class TensorBoardLogs(tf.keras.callbacks.TensorBoard):
+    """Keras's ``TensorBoard`` callback, but the train graph is written when the first
+    epoch ends instead of after its first batch (``compat.defer_train_graph``), and the
+    summary ops are loaded before the first batch: inside the batches Keras times, both
+    made it warn that ``on_train_batch_end`` is slow."""
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        self.write_train_graph = compat.defer_train_graph(self)
+        # Keras calls tf.summary.scalar after every batch (a no-op without update_freq
+        # steps); its first call loads TensorBoard's summary module (0.1-0.5 s): done here,
+        # before the batches Keras times.
+        with tf.summary.record_if(False):
+            tf.summary.scalar("load_summary_ops", 0.0, step=0)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if getattr(self, "write_train_graph", None) is not None:
+            self.write_train_graph()
+            self.write_train_graph = None
+        super().on_epoch_end(epoch, logs)
+
+
 def standard_callbacks(cfg: ExperimentConfig, layout: RunLayout, *, backup: Path,
                        monitor: str, has_validation: bool, changed: tuple[str, ...] = (),
                        on_backup: Callable[[], None] | None = None
@@ -281,7 +305,7 @@ def standard_callbacks(cfg: ExperimentConfig, layout: RunLayout, *, backup: Path
         monitor = monitor.removeprefix("val_")
     mode = monitor_mode(monitor, t.monitor_mode)
     if cfg.tracking.tensorboard:
-        cbs.append(tf.keras.callbacks.TensorBoard(
+        cbs.append(TensorBoardLogs(
             log_dir=str(layout.logs), histogram_freq=0, write_graph=True,
             # log_every_steps counts optimizer steps; Keras's update_freq counts batches.
             update_freq=t.log_every_steps * t.gradient_accumulation_steps or "epoch",

@@ -281,7 +281,11 @@ def _check_is_a_run(root: Path) -> None:
     or move it away."""
     if not root.is_dir() or RunLayout(root).params.exists() or RunLayout(root).status.exists():
         return
-    theirs = sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
+    # lr_find's plot may come before the run's first training (python -m tfapp.lr_find).
+    lr_find = {RunLayout(root).lr_range_test_png.name,
+               RunLayout(root).lr_range_test_png.with_suffix(".json").name}
+    theirs = sorted(p.name for p in root.iterdir()
+                    if not p.name.startswith(".") and p.name not in lr_find)
     if theirs:
         shown = ", ".join(theirs[:3]) + (", ..." if len(theirs) > 3 else "")
         raise ConfigError(f"{root} is not a tfapp run directory (no params.yaml) and holds "

@@ -26,7 +26,7 @@ from pathlib import Path
 from tfapp.atomic import read_state, write_text
 from tfapp.config import ConfigError, ExperimentConfig
 from tfapp.run_layout import RunLayout
-from tfapp.tracking import wandb_run
+from tfapp.tracking import profiler, wandb_run
 from tfapp.training import fit as fit_lib
 from tfapp.training.callbacks import (
     EpochStatus,
@@ -37,6 +37,7 @@ from tfapp.training.callbacks import (
 )
 from tfapp.training.context import RunContext
 from tfapp.training.lr_finder import LRFindResult, find_lr, plot_lr_find
+from tfapp.training.metrics import AUC_NOTE
 from tfapp.training.optimizers import build_optimizer, build_schedule
 from tfapp.training.plan import TrainingPlan, plan_training
 from tfapp.training.run_header import build_header, format_header, save_header
@@ -74,9 +75,22 @@ class TrainResult:
             out.append(f"final metrics:   {shown}")
             if self.source:
                 out.append(f"{'':17}({self.source})")
+            if "val_auc" in self.metrics and ("val_report_auc" in self.metrics
+                                              or "test_auc" in self.metrics):
+                out.append(f"{'':17}({AUC_NOTE})")
         out.extend(self.lines)
         out.append(f"took {self.seconds:.0f}s; view with: tensorboard --logdir {self.run_dir}")
         return "\n".join(out)
+
+
+def profile_lines(run: RunLayout) -> list[str]:
+    """Where a profiled run's capture is and the command that summarises it."""
+    sessions = profiler.find_sessions(run.logs) if run.logs.is_dir() else []
+    if not sessions:
+        return ["profile:         no capture was written (trainer.profile_steps past the "
+                "run's last step?)"]
+    return [f"profile:         {sessions[-1]}",
+            f"{'':17}summary: python -m tfapp.profile summary {run.root}"]
 
 
 def _peak_learning_rate(ctx: RunContext, task: Task, model, inputs: Inputs, *,
@@ -237,6 +251,8 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, start_over: bool,
     result.metrics.update(finished.metrics)
     result.lines = list(finished.lines)
     result.paths.update(finished.paths)
+    if cfg.trainer.profile_steps and ctx.is_chief:
+        result.lines += profile_lines(run)
     if tracker:  # summary metrics, the exported model as an artifact
         result.lines += tracker.finish(result)
     ctx.status("finished", metrics={k: float(v) for k, v in result.metrics.items()

@@ -187,6 +187,23 @@ def class_probabilities(y_pred: np.ndarray, mode: str) -> np.ndarray:
     return y_pred
 
 
+#: What a report's ``auc`` is (written beside it): scikit-learn's exact ROC AUC over the
+#: predicted probabilities. Training's ``auc``/``val_auc`` is Keras's AUC metric instead,
+#: a Riemann sum over 200 fixed thresholds, macro over labels for multi-label and
+#: micro (one-vs-rest pooled) for multiclass, so the two differ for the same weights.
+AUC_METHOD = {
+    BINARY: "exact ROC AUC of the positive class (scikit-learn)",
+    MULTICLASS: "exact ROC AUC one-vs-rest, mean over classes (scikit-learn)",
+    MULTILABEL: "exact ROC AUC per label, mean over labels (scikit-learn)",
+}
+
+
+#: Printed under the final metrics when both kinds of AUC are among them.
+AUC_NOTE = ("auc, val_auc: Keras's AUC during training (200 fixed thresholds: predictions "
+            "between two thresholds tie); val_report_auc, test_auc: the exact ROC AUC of "
+            "the exported model, as in the reports")
+
+
 def _roc_auc(truth: np.ndarray, score: np.ndarray) -> float:
     """sklearn's ROC AUC, nan (not a warning) when only one class is present."""
     from sklearn.metrics import roc_auc_score
@@ -225,11 +242,18 @@ def classification_report(y_true: np.ndarray, y_pred: np.ndarray, label_names: l
                         "auc": _roc_auc(indicator[:, i], probs[:, i])}
                  for i, name in enumerate(label_names)}
     aucs = [c["auc"] for c in per_class.values() if not np.isnan(c["auc"])]
-    return {"accuracy": accuracy,
-            "macro_f1": float(np.mean(f1)),
-            "auc": per_class[label_names[1]]["auc"] if mode == BINARY
-            else (float(np.mean(aucs)) if aucs else float("nan")),
-            "examples": int(len(truth)), "per_class": per_class}
+    report = {"accuracy": accuracy,
+              "macro_f1": float(np.mean(f1)),
+              "auc": per_class[label_names[1]]["auc"] if mode == BINARY
+              else (float(np.mean(aucs)) if aucs else float("nan")),
+              "auc_method": AUC_METHOD[mode],
+              "examples": int(len(truth)), "per_class": per_class}
+    if mode != MULTILABEL:
+        from sklearn.metrics import confusion_matrix
+
+        # rows: true label, columns: predicted, in label_names' order
+        report["confusion_matrix"] = confusion_matrix(truth, pred, labels=classes).tolist()
+    return report
 
 
 def format_report(report: dict) -> str:

@@ -77,6 +77,7 @@ def build_header(cfg: ExperimentConfig, rt: Runtime, plan: TrainingPlan, *,
         "schedule": f"{cfg.optimizer.schedule}, peak {peak_lr:.3g} ({lr_source})",
         "peak_learning_rate": peak_lr,
         "precision": rt.precision,
+        "precision_reason": rt.precision_reason,
         "jit_compile": bool(jit_compile),
         "steps_per_execution": t.steps_per_execution,
     }
@@ -88,6 +89,8 @@ def format_header(header: dict[str, Any]) -> str:
         value = header[key]
         if isinstance(value, dict):
             value = ", ".join(f"{k} {v}" for k, v in value.items())
+        if key == "precision" and header.get("precision_reason"):
+            value = f"{value} ({header['precision_reason']})"
         lines.append(f"  {label + ':':21} {value}")
     lines.append("=" * 72)
     return "\n".join(lines)

@@ -1,5 +1,5 @@
-"""Logs counted in optimizer steps: the learning rate per step to TensorBoard, and a
-console line every ``trainer.log_every_steps`` steps.
+"""Logs counted in optimizer steps: the learning rate of every step to TensorBoard
+(written per epoch), and a console line every ``trainer.log_every_steps`` steps.
 
 Both read ``optimizer.iterations`` (applied updates), so they count optimizer steps with
 gradient accumulation and stay exact with ``steps_per_execution > 1``, where Keras calls
@@ -28,6 +28,10 @@ class LearningRateLogger(tf.keras.callbacks.Callback):
 
     ``schedule`` is the optimizer's LearningRateSchedule; without one the optimizer's
     current (constant) learning rate is logged. Other callbacks may reuse ``lr_at``.
+
+    The rate of a step is a function of the step, so the steps since the last write are
+    written together at each (fit) epoch end and when training ends: a write per batch
+    made Keras warn that ``on_train_batch_end`` is slow compared to the batch time.
     """
 
     def __init__(self, log_dir: str | Path,
@@ -48,20 +52,25 @@ class LearningRateLogger(tf.keras.callbacks.Callback):
         self._writer = tf.summary.create_file_writer(self.log_dir)
         self._logged = _iterations(self.model)  # a resumed run continues, no duplicates
 
-    def on_train_batch_end(self, batch, logs=None):
+    def _write_until_now(self) -> None:
         now = _iterations(self.model)
-        if now <= self._logged:  # inside an accumulation window: no update yet
+        if now <= self._logged or self._writer is None:
             return
-        # record_if(True): Keras's TensorBoard callback sets its own update_freq condition
-        # for everything recorded during a train batch.
+        # record_if(True): Keras's TensorBoard callback may leave its own update_freq
+        # condition set.
         with self._writer.as_default(), tf.summary.record_if(True):
             for step, lr in zip(range(self._logged, now), self.lr_at(self._logged, now),
                                 strict=True):
                 tf.summary.scalar(self.tag, float(lr), step=step)
+        self._writer.flush()
         self._logged = now
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._write_until_now()
 
     def on_train_end(self, logs=None):
         if self._writer is not None:
+            self._write_until_now()  # a run stopped inside an epoch (max_steps, NaN, SIGTERM)
             self._writer.close()
 
 

@@ -13,6 +13,7 @@ the learning rate when it follows a schedule, the model graph and the profiler c
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import io
 import logging
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.config import ExperimentConfig
+from tfapp.run_layout import RunLayout
 from tfapp.runtime import read_tf_config
 from tfapp.training.metrics import BINARY, MULTICLASS, class_probabilities, predicted_labels
 
@@ -116,8 +118,7 @@ def hparams_callback(cfg: ExperimentConfig, log_dir: str | Path) -> tf.keras.cal
 
 
 def log_scalars(log_dir: str | Path, step: int, values: dict[str, float]) -> None:
-    """Scalars at ``step`` in their own TensorBoard run (e.g. ``logs/test``: the export's
-    test metrics at the optimizer step its weights are from)."""
+    """Scalars at ``step`` in their own TensorBoard run."""
     writer = tf.summary.create_file_writer(str(log_dir))
     with writer.as_default():
         for name, value in values.items():
@@ -125,25 +126,44 @@ def log_scalars(log_dir: str | Path, step: int, values: dict[str, float]) -> Non
     writer.close()
 
 
+def exported_epoch(layout: RunLayout) -> int:
+    """The epoch index (from 0, Keras's step of its epoch scalars) the exported weights
+    are from: the best checkpoint's, else the last epoch in the history log."""
+    best = layout.best()
+    if best and best.get("epoch"):
+        return int(best["epoch"]) - 1
+    try:
+        with layout.history.open(newline="") as fh:
+            return max(0, sum(1 for _ in csv.DictReader(fh)) - 1)
+    except OSError:
+        return 0
+
+
+def log_test_metrics(layout: RunLayout, values: dict[str, float]) -> None:
+    """The export's test metrics where TensorBoard overlays them on the train and
+    validation curves: run ``logs/test``, Keras's tag names (``epoch_accuracy``...), at
+    the epoch the exported weights are from (one point on each chart)."""
+    log_scalars(layout.task_logs("test"), exported_epoch(layout),
+                {f"epoch_{name}": value for name, value in values.items()})
+
+
 class ConfusionMatrixImage(tf.keras.callbacks.Callback):
     """After each epoch: predict ``dataset`` (ordered, unshuffled validation features), plot
-    the confusion matrix against ``labels`` and write it to TensorBoard's Images tab; the
-    last one is also saved as ``png_path`` (the share report shows it).
+    the confusion matrix against ``labels`` and write it to TensorBoard's Images tab (the
+    share report's comes from the exported model instead: the task's ``finish``).
 
     ``dataset_fn`` builds the plain (non-distributed) dataset lazily: Keras's ``predict``
     distributes it over the replicas itself and keeps the row order.
     """
 
     def __init__(self, dataset_fn: Callable[[], tf.data.Dataset], labels: np.ndarray,
-                 label_names: list[str], log_dir: str | Path, png_path: str | Path,
-                 batch_size: int = 0):
+                 label_names: list[str], log_dir: str | Path, batch_size: int = 0):
         super().__init__()
         self.dataset_fn = dataset_fn
         self.batch_size = batch_size
         self.labels = np.asarray(labels).reshape(-1).astype(int)
         self.label_names = list(label_names)
         self.log_dir = str(log_dir)
-        self.png_path = Path(png_path)
         self._dataset = None
         self._steps: int | None = None
         self._writer = None
@@ -166,7 +186,6 @@ class ConfusionMatrixImage(tf.keras.callbacks.Callback):
                                        labels=np.arange(len(self.label_names)))
         png = plot_confusion_matrix(self.matrix, self.label_names,
                                     title=f"validation, epoch {epoch + 1}")
-        self.png_path.write_bytes(png)
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(self.log_dir)
         with self._writer.as_default():

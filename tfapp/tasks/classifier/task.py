@@ -7,7 +7,7 @@ import logging
 import math
 from dataclasses import dataclass
 
-from tfapp.atomic import write_text
+from tfapp.atomic import write_bytes, write_text
 from tfapp.data.bert_preprocess import vocab_tokens
 from tfapp.data.classification import (
     ClassificationSplits,
@@ -33,7 +33,7 @@ from tfapp.training.metrics import (
     label_mode,
 )
 from tfapp.training.task import Task, TaskOutput
-from tfapp.training.tb_logging import log_scalars
+from tfapp.training.tb_logging import log_test_metrics, plot_confusion_matrix
 
 import numpy as np
 
@@ -145,7 +145,6 @@ class ClassifierTask(Task):
 
         return [ConfusionMatrixImage(validation_dataset, labels_of(s, s.validation),
                                      s.label_names, self.layout.task_logs("validation"),
-                                     self.layout.confusion_matrix,
                                      batch_size=self.runtime.global_batch_size(d.batch_size))]
 
     def finish(self, model, inputs: ClassifierInputs, history: dict) -> TaskOutput:
@@ -169,12 +168,13 @@ class ClassifierTask(Task):
                 probs = probs[:, 1:]
             report = classification_report(labels, probs, s.label_names, s.multi_label)
             out.paths[f"{split}_report"] = write_text(path, json.dumps(report, indent=1))
+            if "confusion_matrix" in report and self.runtime.is_chief:
+                out.paths[f"{split}_confusion_matrix"] = self._plot_confusion(report, split)
             out.lines += [f"{split} report:", format_report(report)]
             scores[split] = {k: report[k] for k in ("accuracy", "macro_f1", "auc")}
             out.metrics.update({f"{prefix}{k}": v for k, v in scores[split].items()})
             if split == "test" and self.cfg.tracking.tensorboard and self.runtime.is_chief:
-                log_scalars(self.layout.task_logs("test"), int(model.optimizer.iterations.numpy()),
-                            scores[split])
+                log_test_metrics(self.layout, scores[split])
         # Every worker saves (collective reads of synced variables need all of them); a
         # non-chief's layout is its own scratch copy, removed at the end of the run.
         if self.cfg.trainer.export:
@@ -188,6 +188,16 @@ class ClassifierTask(Task):
             out.paths["exported"] = export_classifier(serving, self.layout.export,
                                                       metadata=metadata, card=card.render())
         return out
+
+    def _plot_confusion(self, report: dict, split: str):
+        """The report's confusion matrix (the exported model's) as a PNG beside it."""
+
+        best = self.layout.best()
+        which = f"epoch {best['epoch']}" if best and best.get("epoch") else "last epoch"
+        png = plot_confusion_matrix(np.asarray(report["confusion_matrix"]),
+                                    list(report["per_class"]),
+                                    title=f"{split}, exported model ({which})")
+        return write_bytes(self.layout.confusion_matrix_for(split), png)
 
     def _predict(self, serving, s: ClassificationSplits, split) -> tuple[np.ndarray, np.ndarray]:
         """(labels, probabilities) of ``split`` through the serving functions, streamed."""

@@ -34,7 +34,7 @@ from tfapp.tasks.ner.serving import FORMAT
 from tfapp.training.bert_inputs import BertInputs, bert_setup
 from tfapp.training.callbacks import averaged_weights
 from tfapp.training.task import Task, TaskOutput
-from tfapp.training.tb_logging import log_scalars
+from tfapp.training.tb_logging import log_test_metrics
 
 import tensorflow as tf
 
@@ -190,8 +190,7 @@ class NerTask(Task):
             scores[split] = {k: report[v] for k, v in SUMMARY.items()}
             out.metrics.update({f"{prefix}{k}": v for k, v in scores[split].items()})
             if split == "test" and self.cfg.tracking.tensorboard and self.runtime.is_chief:
-                log_scalars(self.layout.task_logs("test"),
-                            int(model.optimizer.iterations.numpy()), scores[split])
+                log_test_metrics(self.layout, scores[split])
         if self.cfg.trainer.export:
             d = self.cfg.data
             serving = NerServing(model, inputs.preprocess.module, seq_length=d.seq_length,
