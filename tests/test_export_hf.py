@@ -56,9 +56,9 @@ def _features(out: Path, texts: list[str], seq_length: int, *, pooler: bool = Tr
 
     import tensorflow as tf
 
-    cfg, weights, vocab_file, lower_case, initialised = read_hf_bert(out)
+    cfg, weights, vocab, lower_case, initialised = read_hf_bert(out)
     assert initialised == ([] if pooler else ["pooler/bias", "pooler/kernel"])
-    pre = make_bert_preprocess_fn(vocab_file=str(vocab_file), lower_case=lower_case,
+    pre = make_bert_preprocess_fn(vocab_file=str(out / "vocab.txt"), lower_case=lower_case,
                                   seq_length=seq_length)
     feats = {k: v.numpy() for k, v in pre(tf.constant(texts)).items()}
     return cfg, weights, feats

@@ -438,8 +438,14 @@ def render(runs: list[RunData], title: str = "tfapp runs",
                 auc = (f"<br><span class='muted'>auc: {html.escape(report['auc_method'])}; "
                        "the curves' auc is Keras's approximation over 200 thresholds, so the "
                        "two differ</span>" if report.get("auc_method") else "")
+                default = report.get("default_mode") or {}
+                mode = (f"<br><span class='muted'>entities: {html.escape(report['mode'])}; "
+                        f"seqeval's default mode (Hugging Face run_ner's): f1 "
+                        f"{default['f1']:.4f}</span>"
+                        if report.get("mode") and isinstance(default.get("f1"), int | float)
+                        else "")
                 parts.append(f"<h3>{title} (exported model)</h3><p>{html.escape(totals)} "
-                             f"({count}){auc}</p>" + _table(
+                             f"({count}){auc}{mode}</p>" + _table(
                                  ["entity" if "per_type" in report else "class", "precision",
                                   "recall", "f1", "support"],
                                  [[c, m["precision"], m["recall"], m["f1"], m["support"]]
