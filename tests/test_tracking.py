@@ -389,6 +389,18 @@ def test_share_report_is_self_contained_and_renders(classifier_run, tmp_path):
     assert "learning_rate: 0.001" in page  # the resolved config
     assert FAKE_KEY not in page
 
+    # Tall enough for the first run's own curves (train blue, validation red): in the
+    # comparison charts the copy's red line covers the original's blue one.
+    pixels = _rendered_pixels(out, tmp_path / "shot.png", height=2600)
+    import numpy as np
+
+    assert len(np.unique(pixels, axis=0)) > 50  # text, tables, charts -- not a blank page
+    for colour in ((0x1F, 0x77, 0xB4), (0xD6, 0x27, 0x28)):  # the curves' colours
+        assert (pixels == colour).all(axis=1).sum() > 200
+
+
+def _rendered_pixels(page: Path, shot: Path, *, height: int):
+    """The RGB pixels ([n, 3]) of ``page`` rendered 1200 wide by headless chromium."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         # .ci/run installs it and sets CI: there a missing browser is a failure, not a skip.
@@ -396,20 +408,14 @@ def test_share_report_is_self_contained_and_renders(classifier_run, tmp_path):
         if os.environ.get("CI"):
             pytest.fail(f"{message}; CI must have it (.ci/run installs it)")
         pytest.skip(message)
-    shot = tmp_path / "shot.png"
-    # Tall enough for the first run's own curves (train blue, validation red): in the
-    # comparison charts the copy's red line covers the original's blue one.
     subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
-                    "--disable-dev-shm-usage", "--window-size=1200,2600",
-                    f"--screenshot={shot}", out.as_uri()],
+                    "--disable-dev-shm-usage", f"--window-size=1200,{height}",
+                    f"--screenshot={shot}", page.as_uri()],
                    capture_output=True, timeout=120, check=True)
     import numpy as np
     from PIL import Image
 
-    pixels = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3)
-    assert len(np.unique(pixels, axis=0)) > 50  # text, tables, charts -- not a blank page
-    for colour in ((0x1F, 0x77, 0xB4), (0xD6, 0x27, 0x28)):  # the curves' colours
-        assert (pixels == colour).all(axis=1).sum() > 200
+    return np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3)
 
 
 def _ticks(svg: str) -> dict[str, list[float]]:
@@ -600,21 +606,7 @@ def test_share_on_a_search_folder_describes_the_search_and_writes_into_it(tmp_pa
     assert page.count('id="best"') == 2
     assert "<a href='best_params.yaml'>best_params.yaml</a>" in page
 
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        message = "no chromium here (apt-get install chromium) for the rendering check"
-        if os.environ.get("CI"):
-            pytest.fail(f"{message}; CI must have it (.ci/run installs it)")
-        pytest.skip(message)
-    shot = tmp_path / "search.png"
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
-                    "--disable-dev-shm-usage", "--window-size=1200,1400",
-                    f"--screenshot={shot}", (search / "report.html").as_uri()],
-                   capture_output=True, timeout=120, check=True)
-    import numpy as np
-    from PIL import Image
-
-    pixels = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3)
+    pixels = _rendered_pixels(search / "report.html", tmp_path / "search.png", height=1400)
     assert (pixels == (0xFF, 0xF4, 0xD6)).all(axis=1).sum() > 500  # the best trial's row
     assert (pixels == (0x1F, 0x77, 0xB4)).all(axis=1).sum() > 60  # the trials' dots
     assert (pixels == (0xD6, 0x27, 0x28)).all(axis=1).sum() > 20  # the best one's ring

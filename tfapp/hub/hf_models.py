@@ -12,7 +12,6 @@ the revision resolved to.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -39,10 +38,6 @@ def parse_hf_handle(handle: str) -> tuple[str, str | None]:
                           "hf:ORG/NAME or hf:ORG/NAME@REVISION (e.g. "
                           "hf:google-bert/bert-base-multilingual-cased)")
     return repo_id, revision or None
-
-
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def fetch_hf_snapshot(repo_id: str, revision: str | None = None) -> Path:
@@ -83,7 +78,7 @@ def fetch_hf_snapshot(repo_id: str, revision: str | None = None) -> Path:
                           "branch)") from None
     except errors.LocalEntryNotFoundError:
         where = huggingface_hub.constants.HF_HUB_CACHE
-        if _offline():
+        if huggingface_hub.constants.HF_HUB_OFFLINE:  # its own reading of the variable
             raise ConfigError(f"{name} is not in the Hugging Face cache ({where}) and "
                               "HF_HUB_OFFLINE is set; fetch it once with network (unset "
                               "HF_HUB_OFFLINE), or copy a cache that has it") from None
