@@ -20,7 +20,14 @@ What transformers' BERT heads cannot express is refused, in one line: cnn/rnn mo
 ``model.pooling=pooled``, the default), the generator and mlm tasks, and encoders that are
 not tfapp's own BERT modules (``builtin:``, ``hf:``, ``hub build-bert``/``convert``).
 A binary classifier (one sigmoid unit in tfapp) becomes two softmax logits ``[0, z]``,
-which give exactly tfapp's two probabilities.
+which give exactly tfapp's two probabilities; a multi-label one keeps a sigmoid per label
+(``problem_type: multi_label_classification``); a sentence-pair one takes the second texts
+as the tokenizer's second argument (token type 1, as tfapp packs them).
+
+The encoder, tokenizer, card and checks are the same for every task; what differs (the
+transformers class, labels, head, card notes, refusals) is the run's export format's
+``hf_form``/``hf_refusal`` (``tfapp.serving.ExportFormat``, in
+``tfapp/tasks/<name>/serving.py``), found by the run's task: this module names none.
 """
 
 from __future__ import annotations
@@ -39,9 +46,6 @@ from tfapp.atomic import atomic_directory
 from tfapp.config import ConfigError, ExperimentConfig, load_config
 from tfapp.hub.handles import HUB_METADATA_FILE, resolve_hub_handle
 from tfapp.hub.hf_checkpoint import (
-    SEQUENCE_CLASSIFICATION,
-    TOKEN_CLASSIFICATION,
-    binary_as_two_logits,
     hf_config,
     hf_encoder_weights,
     hf_head_weights,
@@ -52,16 +56,14 @@ from tfapp.hub.hf_models import HF_PREFIX
 from tfapp.model_card import CARD_FILE
 from tfapp.models.bert_config import BertConfig
 from tfapp.run_layout import RunLayout
-from tfapp.serving import load_export
-from tfapp.tasks.classifier.serving import FORMAT as CLASSIFIER_FORMAT
-from tfapp.tasks.ner.serving import FORMAT as NER_FORMAT
+from tfapp.serving import ExportFormat, HfForm, load_export
+from tfapp.tasks import export_formats
 
 import click
 
 __all__ = ["CardOptions", "command", "export_run_to_hf", "main", "push_to_hub"]
 
-EXPORTABLE_TASKS = ("classifier", "ner")
-HEAD_LAYER = "logits"  # the output Dense of both tasks' models
+HEAD_LAYER = "logits"  # the output Dense of every exportable task's model
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # report key -> (model-index metric type, display name)
 METRICS = {"accuracy": ("accuracy", "accuracy"), "macro_f1": ("f1", "macro F1"),
@@ -81,32 +83,39 @@ class CardOptions:
 
 
 # ------------------------------------------------------------------------- the run
-def _read_run(run_dir: Path) -> ExperimentConfig:
-    """The run's config, refusing what transformers' BERT task models cannot express."""
+def _hf_formats() -> list[ExportFormat]:
+    """The export formats that have a Hugging Face form, in ``export_formats`` order."""
+    return [fmt for fmt in export_formats() if fmt.hf_architecture]
+
+
+def _read_run(run_dir: Path) -> tuple[ExperimentConfig, ExportFormat]:
+    """The run's config and export format, refusing what transformers' BERT task models
+    cannot express."""
     layout = RunLayout(run_dir)
+    tasks = " or ".join(fmt.task for fmt in _hf_formats())
     if not run_dir.is_dir():
         raise ConfigError(f"{run_dir}: no such directory; give a run directory "
-                          "(output_dir/name) of a classifier or ner run")
+                          f"(output_dir/name) of a {tasks} run")
     if not layout.params.is_file():
         raise ConfigError(f"{run_dir} has no params.yaml: not a tfapp run directory; give "
-                          "output_dir/name of a finished classifier or ner run")
+                          f"output_dir/name of a finished {tasks} run")
     cfg = load_config(layout.params)
-    if cfg.task not in EXPORTABLE_TASKS:
+    fmt = next((f for f in _hf_formats() if f.task == cfg.task), None)
+    if fmt is None:
+        forms = " and ".join(f"{f.task} ({f.hf_architecture})" for f in _hf_formats())
         raise ConfigError(f"{run_dir}: a {cfg.task} run has no Hugging Face form here; "
-                          "export-hf writes classifier (BertForSequenceClassification) and ner "
-                          "(BertForTokenClassification) runs")
+                          f"export-hf writes {forms} runs")
     if cfg.model.kind != "bert":
         raise ConfigError(f"{run_dir}: model.kind={cfg.model.kind} is not a BERT model, which is "
                           "all transformers' BERT classes hold; train with model.kind=bert to "
                           "export it")
-    if cfg.task == "classifier" and cfg.model.pooling != "pooled":
-        raise ConfigError(f"{run_dir}: model.pooling={cfg.model.pooling} has no "
-                          "BertForSequenceClassification form (it classifies the pooler's "
-                          "output); train with model.pooling=pooled (the default) to export")
+    refusal = fmt.hf_refusal(cfg)
+    if refusal:
+        raise ConfigError(f"{run_dir}: {refusal}")
     if not (layout.export / "saved_model.pb").is_file():
         raise ConfigError(f"{run_dir} has no export/saved_model.pb; train it with "
                           "trainer.export=true (the default), or export it again")
-    return cfg
+    return cfg, fmt
 
 
 def _encoder_config(handle: str, run_dir: Path) -> BertConfig:
@@ -177,23 +186,23 @@ def _metrics(layout: RunLayout) -> dict[str, dict[str, float]]:
     return out
 
 
-def _data_name(cfg: ExperimentConfig) -> str:
+def _data_name(cfg: ExperimentConfig, form: HfForm) -> str:
     files = cfg.data.train_files
     if files == "demo":
-        return f"tfapp demo ({'reviews' if cfg.task == 'classifier' else 'NER sentences'})"
+        return form.demo_data
     return ", ".join(Path(f.strip()).name for f in str(files).split(",") if f.strip())
 
 
-def model_card(cfg: ExperimentConfig, *, labels: list[str], metrics: dict, handle: str,
-               options: CardOptions, seq_length: int, binary: bool, multi_label: bool) -> str:
+def model_card(cfg: ExperimentConfig, form: HfForm, *, metrics: dict, handle: str,
+               options: CardOptions, seq_length: int) -> str:
     """README.md: the Hub's metadata header (huggingface_hub's ModelCardData) and a body."""
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-    pipeline = "text-classification" if cfg.task == "classifier" else "token-classification"
+    pipeline, labels, auto = form.pipeline_tag, form.labels, form.auto_class
     name = cfg.name
     dataset = options.datasets[0] if options.datasets else ""
     results = [EvalResult(task_type=pipeline, dataset_type=dataset or "local",
-                          dataset_name=dataset or _data_name(cfg), dataset_split=split,
+                          dataset_name=dataset or _data_name(cfg, form), dataset_split=split,
                           metric_type=METRICS[key][0], metric_name=f"{split} {METRICS[key][1]}",
                           metric_value=round(value, 4))
                for split, values in metrics.items() for key, value in sorted(values.items())]
@@ -203,11 +212,9 @@ def model_card(cfg: ExperimentConfig, *, labels: list[str], metrics: dict, handl
         library_name="transformers", pipeline_tag=pipeline,
         tags=["tfapp", "bert", pipeline, *options.tags], datasets=options.datasets or None,
         base_model=base, model_name=name, eval_results=results or None)
-    kind = "Text classifier" if cfg.task == "classifier" else "Named-entity tagger"
-    auto = ("AutoModelForSequenceClassification" if cfg.task == "classifier"
-            else "AutoModelForTokenClassification")
+    texts = '["a text"], ["its second text"]' if form.text_pair else '["a text"]'
     lines = [f"# {name}", "",
-             f"{kind} ({len(labels)} labels) fine-tuned with tfapp (`{cfg.task}` task, run "
+             f"{form.kind} ({len(labels)} labels) fine-tuned with tfapp (`{cfg.task}` task, run "
              f"`{name}`) from the encoder `{handle}`, exported by `tfapp export-hf`.", "",
              "Labels: " + ", ".join(f"`{x}`" for x in labels), ""]
     if metrics:
@@ -219,20 +226,13 @@ def model_card(cfg: ExperimentConfig, *, labels: list[str], metrics: dict, handl
               f"from transformers import AutoTokenizer, {auto}", "",
               'tokenizer = AutoTokenizer.from_pretrained("PATH_OR_REPO_ID")',
               f'model = {auto}.from_pretrained("PATH_OR_REPO_ID")',
-              'inputs = tokenizer(["a text"], truncation=True, padding=True, '
+              f'inputs = tokenizer({texts}, truncation=True, padding=True, '
               'return_tensors="pt")',
               "logits = model(**inputs).logits", "```", "",
               "## Notes", "",
               f"* tfapp read at most {seq_length} word pieces per text (the tokenizer's "
-              "`model_max_length`): pass `truncation=True` to read what it read."]
-    if binary:
-        lines.append("* tfapp trained one sigmoid unit; its logit `z` is exported as the two "
-                     "logits `[0, z]`, whose softmax is tfapp's two probabilities.")
-    if multi_label:
-        lines.append("* Multi-label: apply a sigmoid to each logit (`problem_type` is "
-                     "`multi_label_classification`); tfapp picks every label at >= 0.5.")
-    if cfg.task == "ner":
-        lines.append("* tfapp reads each word's tag at its first word piece.")
+              "`model_max_length`): pass `truncation=True` to read what it read.",
+              *(f"* {note}" for note in form.notes)]
     return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines) + "\n"))
 
 
@@ -254,9 +254,8 @@ def export_run_to_hf(run_dir: str | Path, out: str | Path, *,
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops the export holds)
 
     run_dir, out = Path(run_dir), Path(out)
-    cfg = _read_run(run_dir)
+    cfg, fmt = _read_run(run_dir)
     _check_out(out, overwrite)
-    fmt = CLASSIFIER_FORMAT if cfg.task == "classifier" else NER_FORMAT
     _, module, metadata = load_export(run_dir, fmt)
     handle = str(metadata.get("hub_handle") or cfg.model.hub_handle)
     bert_cfg = _encoder_config(handle, run_dir)
@@ -267,30 +266,19 @@ def export_run_to_hf(run_dir: str | Path, out: str | Path, *,
         raise ConfigError(f"{run_dir}: the export's vocab ({len(vocab)} tokens) does not fit "
                           f"its encoder ({bert_cfg.vocab_size} embeddings) or lacks [PAD]")
     seq_length = int(metadata.get("seq_length") or cfg.data.seq_length)
-
-    multi_label = bool(metadata.get("multi_label"))
-    if cfg.task == "classifier":
-        labels = [str(x) for x in metadata["label_names"]]
-        binary = len(labels) == 2 and not multi_label and kernel.shape[-1] == 1
-        if binary:
-            kernel, bias = binary_as_two_logits(kernel, bias)
-        architecture, pooler = SEQUENCE_CLASSIFICATION, True
-        problem = "multi_label_classification" if multi_label else "single_label_classification"
-    else:
-        labels = [b.decode() for b in module.tag_names.numpy()]
-        binary, architecture, pooler, problem = False, TOKEN_CLASSIFICATION, False, None
-    if kernel.shape != (bert_cfg.hidden_size, len(labels)):
-        raise ConfigError(f"{run_dir}: the output layer has shape {tuple(kernel.shape)}, not "
-                          f"(hidden {bert_cfg.hidden_size}, {len(labels)} labels): its head is "
-                          "not one dense layer on the encoder's output")
-    weights = {**hf_encoder_weights(encoder, bert_cfg, pooler=pooler, source=str(run_dir)),
-               **hf_head_weights(kernel, bias)}
-    config = hf_config(bert_cfg, architecture=architecture, labels=labels,
+    form = fmt.hf_form(cfg, module, metadata, kernel, bias, run_dir)
+    labels = form.labels
+    if form.kernel.shape != (bert_cfg.hidden_size, len(labels)):
+        raise ConfigError(f"{run_dir}: the output layer has shape {tuple(form.kernel.shape)}, "
+                          f"not (hidden {bert_cfg.hidden_size}, {len(labels)} labels): its head "
+                          "is not one dense layer on the encoder's output")
+    weights = {**hf_encoder_weights(encoder, bert_cfg, pooler=form.pooler, source=str(run_dir)),
+               **hf_head_weights(form.kernel, form.bias)}
+    config = hf_config(bert_cfg, architecture=fmt.hf_architecture, labels=labels,
                        pad_token_id=vocab.index("[PAD]"), classifier_dropout=cfg.model.dropout,
-                       problem_type=problem)
-    text = model_card(cfg, labels=labels, metrics=_metrics(RunLayout(run_dir)), handle=handle,
-                      options=card or CardOptions(), seq_length=seq_length, binary=binary,
-                      multi_label=multi_label)
+                       problem_type=form.problem_type)
+    text = model_card(cfg, form, metrics=_metrics(RunLayout(run_dir)), handle=handle,
+                      options=card or CardOptions(), seq_length=seq_length)
     with atomic_directory(out, overwrite=overwrite) as tmp:
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         save_weights(weights, tmp / "model.safetensors")

@@ -4,7 +4,9 @@ Every task that exports a model describes its export with an ``ExportFormat``: t
 ``marker`` (the metadata file next to ``saved_model.pb`` that says which task wrote it),
 ``write`` (the SavedModel, the marker and the model card, atomically), ``load`` (an
 ``ExportedModel``: what predict, evaluate and generate call) and ``describe`` (the
-export's facts for its model card). The formats live with their tasks
+export's facts for its model card); a format whose model is a transformers BERT task
+model also says how ``tfapp export-hf`` writes it (``hf_architecture``, ``hf_refusal``,
+``hf_form``: an ``HfForm``). The formats live with their tasks
 (``tfapp/tasks/<name>/serving.py``) and ``tfapp.tasks.export_formats()`` lists them: this
 module sits below the tasks and never names one.
 
@@ -19,12 +21,12 @@ import json
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tfapp.atomic import save_model
-from tfapp.config import ConfigError
+from tfapp.config import ConfigError, ExperimentConfig
 from tfapp.run_layout import RunLayout
 
 BATCH = 256
@@ -41,6 +43,39 @@ class Evaluation:
     result: dict
     report: Any
     render: Callable[[dict], str]
+
+
+@dataclass
+class HfForm:
+    """One run's export as a transformers BERT task model (``tfapp export-hf``): what
+    differs from task to task, the encoder and tokenizer being the same for all.
+
+    Attributes:
+      auto_class: the transformers Auto class that loads it (the card's snippet).
+      pipeline_tag: the Hub's pipeline tag (card header, model-index task type, tags).
+      kind: the card's first words ("Text classifier").
+      labels: the output labels, in the order of the head's columns (id2label).
+      kernel: the head's kernel ``[hidden, labels]``, as transformers' ``classifier``
+        holds it (a binary classifier's one sigmoid unit already written as ``[0, z]``).
+      bias: the head's bias ``[labels]``.
+      pooler: whether the head reads the pooler (so the checkpoint holds it).
+      problem_type: config.json's ``problem_type`` (None: not written).
+      notes: the card's task-specific notes (Markdown list items, without the ``*``).
+      demo_data: the card's dataset name for a run trained on ``data.train_files=demo``.
+      text_pair: the model reads sentence pairs (the tokenizer takes the second texts).
+    """
+
+    auto_class: str
+    pipeline_tag: str
+    kind: str
+    labels: list[str]
+    kernel: Any
+    bias: Any
+    pooler: bool
+    problem_type: str | None = None
+    notes: list[str] = field(default_factory=list)
+    demo_data: str = "tfapp demo data"
+    text_pair: bool = False
 
 
 class ExportedModel:
@@ -70,12 +105,15 @@ class ExportFormat(ABC):
       marker: the metadata file written next to ``saved_model.pb``; it says the task.
       train_hint: how to make one, for messages ("train with task=ner and ...").
       serves: the commands it answers (``PREDICT``, ``EVALUATE``, ``GENERATE``).
+      hf_architecture: the transformers class ``tfapp export-hf`` writes it as
+        ("BertForSequenceClassification"); empty: it has no Hugging Face form.
     """
 
     task: str
     marker: str
     train_hint: str
     serves: frozenset[str]
+    hf_architecture: str = ""
 
     def write(self, module: Any, export_dir: str | os.PathLike, *, signatures: dict,
               metadata: dict, files: dict[str, str] | None = None) -> Path:
@@ -91,6 +129,19 @@ class ExportFormat(ABC):
     @abstractmethod
     def describe(self, metadata: dict) -> dict[str, str]:
         """Facts of an export from its marker's JSON (name -> Markdown), for model cards."""
+
+    def hf_refusal(self, cfg: ExperimentConfig) -> str:
+        """Why the run of ``cfg`` has no ``hf_architecture`` form although its task has
+        one (what the transformers head cannot express, and how to train one that it
+        can), as the rest of a one-line error; empty when it can be written."""
+        return ""
+
+    def hf_form(self, cfg: ExperimentConfig, module: Any, metadata: dict, kernel: Any,
+                bias: Any, run_dir: Path) -> HfForm:
+        """The run's export (``module``: loaded, ``metadata``: its marker's JSON; ``kernel``
+        and ``bias``: its output layer) as ``hf_architecture``. Only formats with an
+        ``hf_architecture`` override it; ``tfapp export-hf`` asks no other."""
+        raise ConfigError(f"{run_dir}: a {self.task} run has no Hugging Face form here")
 
 
 def base_encoder_fact(metadata: dict) -> dict[str, str]:

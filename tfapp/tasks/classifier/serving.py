@@ -1,6 +1,7 @@
 """The classifier's export behind ``tfapp.serving.ExportFormat``: its marker
-(``tfapp_export.json``), loading (``LoadedClassifier``: predict and evaluate) and the facts
-its model card shows. No TensorFlow at import: ``--help`` and the export lookup stay fast.
+(``tfapp_export.json``), loading (``LoadedClassifier``: predict and evaluate), the facts
+its model card shows and its Hugging Face form (``BertForSequenceClassification``, for
+``tfapp export-hf``). No TensorFlow at import: ``--help`` and the export lookup stay fast.
 
 ``predict_in_batches`` is how probabilities come out of a classifier's serving functions.
 """
@@ -12,7 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tfapp.config import ClassifierDataConfig, ConfigError, load_config
+from tfapp.config import ClassifierDataConfig, ConfigError, ExperimentConfig, load_config
+from tfapp.hub.hf_checkpoint import SEQUENCE_CLASSIFICATION, binary_as_two_logits
 from tfapp.serving import (
     BATCH,
     EVALUATE,
@@ -20,6 +22,7 @@ from tfapp.serving import (
     Evaluation,
     ExportedModel,
     ExportFormat,
+    HfForm,
     base_encoder_fact,
     load_export,
 )
@@ -113,9 +116,53 @@ class ClassifierExport(ExportFormat):
     marker = "tfapp_export.json"
     train_hint = "train with trainer.export=true"
     serves = frozenset({PREDICT, EVALUATE})
+    hf_architecture = SEQUENCE_CLASSIFICATION
 
     def load(self, model: str | os.PathLike) -> LoadedClassifier:
         return LoadedClassifier(model)
+
+    def hf_refusal(self, cfg: ExperimentConfig) -> str:
+        """BertForSequenceClassification classifies the pooler's output (pooler ->
+        dropout -> dense): tfapp's ``model.pooling=pooled`` head, and no other."""
+        if cfg.model.pooling != "pooled":
+            return (f"model.pooling={cfg.model.pooling} has no {SEQUENCE_CLASSIFICATION} "
+                    "form (it classifies the pooler's output); train with "
+                    "model.pooling=pooled (the default) to export")
+        return ""
+
+    def hf_form(self, cfg: ExperimentConfig, module: Any, metadata: dict, kernel: Any,
+                bias: Any, run_dir: Path) -> HfForm:
+        """One logit per label from the pooler; a binary classifier's one sigmoid unit
+        (logit z) becomes the two softmax logits ``[0, z]``, exactly tfapp's two
+        probabilities. Sentence pairs: transformers' tokenizer packs the second text as
+        tfapp's preprocessor does (``[CLS] a [SEP] b [SEP]``, token type 1 for b)."""
+        labels = [str(x) for x in metadata["label_names"]]
+        multi_label = bool(metadata.get("multi_label"))
+        text_pair = bool(metadata.get("text_pair"))
+        notes = []
+        if len(labels) == 2 and not multi_label and kernel.shape[-1] == 1:
+            kernel, bias = binary_as_two_logits(kernel, bias)
+            notes.append("tfapp trained one sigmoid unit; its logit `z` is exported as the two "
+                         "logits `[0, z]`, whose softmax is tfapp's two probabilities.")
+        if multi_label:
+            notes.append("Multi-label: apply a sigmoid to each logit (`problem_type` is "
+                         "`multi_label_classification`); tfapp picks every label at >= 0.5.")
+        if text_pair:
+            notes.append("Sentence pairs: give the second texts as the tokenizer's second "
+                         "argument; it packs `[CLS] text [SEP] pair [SEP]` with token type 1 "
+                         "for the pair, as tfapp did. When both texts are too long, tfapp "
+                         "trimmed them round-robin and `truncation=True` trims the longer "
+                         "first: the same lengths, except that with an even "
+                         "`model_max_length` and a second text at least as long as the "
+                         "first, transformers keeps one word piece less of the first text "
+                         "and one more of the second.")
+        return HfForm(
+            auto_class="AutoModelForSequenceClassification", pipeline_tag="text-classification",
+            kind="Sentence-pair classifier" if text_pair else "Text classifier",
+            labels=labels, kernel=kernel, bias=bias, pooler=True,
+            problem_type=("multi_label_classification" if multi_label
+                          else "single_label_classification"),
+            notes=notes, demo_data="tfapp demo (reviews)", text_pair=text_pair)
 
     def describe(self, metadata: dict) -> dict[str, str]:
         """The base encoder (BERT models), the input and, when so, multi-label output (the

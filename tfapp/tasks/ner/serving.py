@@ -1,6 +1,7 @@
 """The tagger's export behind ``tfapp.serving.ExportFormat``: its marker
 (``ner_export.json``), loading (``LoadedTagger``: entities of raw texts, scores of tagged
-files) and the facts its model card shows. No TensorFlow at import.
+files), the facts its model card shows and its Hugging Face form
+(``BertForTokenClassification``, for ``tfapp export-hf``). No TensorFlow at import.
 
 ``LoadedTagger(model).entities(texts)`` calls the export's ``serving_default`` in
 batches; ``evaluate`` calls its ``tag_words`` on the words of tagged files, so it scores
@@ -15,7 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tfapp.config import ConfigError, load_config
+from tfapp.config import ConfigError, ExperimentConfig, load_config
+from tfapp.hub.hf_checkpoint import TOKEN_CLASSIFICATION
 from tfapp.serving import (
     BATCH,
     EVALUATE,
@@ -23,6 +25,7 @@ from tfapp.serving import (
     Evaluation,
     ExportedModel,
     ExportFormat,
+    HfForm,
     base_encoder_fact,
     load_export,
 )
@@ -126,9 +129,21 @@ class NerExport(ExportFormat):
     marker = "ner_export.json"
     train_hint = "train with task=ner and trainer.export=true"
     serves = frozenset({PREDICT, EVALUATE})
+    hf_architecture = TOKEN_CLASSIFICATION
 
     def load(self, model: str | os.PathLike) -> LoadedTagger:
         return LoadedTagger(model)
+
+    def hf_form(self, cfg: ExperimentConfig, module: Any, metadata: dict, kernel: Any,
+                bias: Any, run_dir: Path) -> HfForm:
+        """One logit per tag on every word piece (no pooler: BertForTokenClassification
+        has none); the tags are the export's own ``tag_names``."""
+        return HfForm(
+            auto_class="AutoModelForTokenClassification", pipeline_tag="token-classification",
+            kind="Named-entity tagger", labels=[b.decode() for b in module.tag_names.numpy()],
+            kernel=kernel, bias=bias, pooler=False,
+            notes=["tfapp reads each word's tag at its first word piece."],
+            demo_data="tfapp demo (NER sentences)")
 
     def describe(self, metadata: dict) -> dict[str, str]:
         """The base encoder and the entity types (the card's limits say the window)."""
