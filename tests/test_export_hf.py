@@ -48,10 +48,11 @@ def classifier_run(tmp_path_factory) -> Path:
                   "trainer.steps_per_epoch=4", "optimizer.learning_rate=1e-2")
 
 
-def _features(out: Path, texts: list[str], seq_length: int, *, pooler: bool = True):
-    """Token ids of ``texts`` from the exported vocab and casing (read by tfapp's converter,
-    which also checks config.json and every encoder weight; only a tagger, which has no
-    pooler, has the pooler initialised)."""
+def _features(out: Path, texts: list[str], seq_length: int, *, pooler: bool = True,
+              pairs: list[str] | None = None):
+    """Token ids of ``texts`` (and their second texts ``pairs``) from the exported vocab
+    and casing (read by tfapp's converter, which also checks config.json and every encoder
+    weight; only a tagger, which has no pooler, has the pooler initialised)."""
     from tfapp.data.bert_preprocess import make_bert_preprocess_fn
 
     import tensorflow as tf
@@ -60,7 +61,8 @@ def _features(out: Path, texts: list[str], seq_length: int, *, pooler: bool = Tr
     assert initialised == ([] if pooler else ["pooler/bias", "pooler/kernel"])
     pre = make_bert_preprocess_fn(vocab_file=str(out / "vocab.txt"), lower_case=lower_case,
                                   seq_length=seq_length)
-    feats = {k: v.numpy() for k, v in pre(tf.constant(texts)).items()}
+    segments = [tf.constant(texts)] + ([tf.constant(pairs)] if pairs is not None else [])
+    feats = {k: v.numpy() for k, v in pre(*segments).items()}
     return cfg, weights, feats
 
 
@@ -93,9 +95,11 @@ def _peers_python() -> str:
                 "cross-check)")
 
 
-def _transformers_predict(python: str, out: Path, texts: list[str]) -> dict:
-    proc = subprocess.run([python, str(REPO / "scripts/hf_export_predict.py"), str(out), *texts],
-                          capture_output=True, text=True, timeout=600)
+def _transformers_predict(python: str, out: Path, texts: list[str],
+                          pairs: list[str] | None = None) -> dict:
+    second = ["--pairs", *pairs] if pairs is not None else []
+    proc = subprocess.run([python, str(REPO / "scripts/hf_export_predict.py"), str(out), *texts,
+                           *second], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     print(json.dumps(result))  # the report quotes it (pytest -s)
@@ -189,6 +193,132 @@ def test_push_is_tried_only_after_a_complete_export(classifier_run, tmp_path, mo
     assert err[-1].startswith("tfapp: error: --push me/model: the upload failed"), err
     assert f"hf upload me/model {out}" in err[-1]
     assert (out / "model.safetensors").is_file() and (out / "README.md").is_file()
+
+
+# ------------------------------------------------------------------ multi-label pairs
+PAIR_TEXTS = ["an absolutely wonderful film, I loved it", "terrible plot and awful acting",
+              # long enough that both segments are trimmed to fit 32 word pieces
+              "Zoë's café was not bad at all, really; the soup was warm, the bread was fresh "
+              "and the staff were kind to every one of us"]
+PAIRS = ["the sequel was just as good", "the soundtrack was lovely though",
+         "the hotel next door was loud, dirty and far too expensive for what it offered, "
+         "and the breakfast was cold every single morning"]
+PAIR_LABELS = ["a_negative", "a_positive", "b_positive", "same"]
+
+
+def _pair_csv(folder: Path) -> Path:
+    """A multi-label sentence-pair CSV from the demo reviews: each row pairs two reviews
+    and is labelled with the first one's sentiment, `b_positive` if the second is
+    positive, and `same` if they agree (1 to 3 labels a row)."""
+    import csv
+
+    from tfapp.demo import DEMO_DIR
+
+    with open(DEMO_DIR / "reviews_train.csv", encoding="utf-8") as f:
+        reviews = [(r["text"], r["label"]) for r in csv.DictReader(f)][:400]
+    path = folder / "pairs.csv"
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "pair", "label"])
+        for (a, la), (b, lb) in zip(reviews[::2], reviews[1::2], strict=True):
+            labels = [f"a_{la}"] + ["b_positive"] * (lb == "positive") + ["same"] * (la == lb)
+            writer.writerow([a, b, "|".join(labels)])
+    return path
+
+
+@pytest.fixture(scope="module")
+def pair_export(tmp_path_factory) -> tuple[Path, Path]:
+    """One multi-label sentence-pair classifier run (both untested forms at once) and its
+    export-hf checkpoint."""
+    data = _pair_csv(tmp_path_factory.mktemp("pairs"))
+    run = _train(tmp_path_factory, "configs/classifier_local.yaml", f"data.train_files={data}",
+                 "data.text_pair_column=pair", "data.multi_label=true", "trainer.epochs=1",
+                 "trainer.steps_per_epoch=3", "optimizer.learning_rate=1e-2")
+    out = tmp_path_factory.mktemp("hf") / "pairs"
+    assert export_hf([str(run), "--out", str(out)]) == 0
+    return run, out
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def test_multi_label_checkpoint_gives_a_sigmoid_per_label(pair_export):
+    from tfapp.serving import PREDICT
+    from tfapp.tasks import load_export
+
+    run, out = pair_export
+    _, _, feats = _features(out, PAIR_TEXTS, seq_length=32, pairs=PAIRS)
+    config, w, logits = _hf_forward(out, feats)
+    assert config["architectures"] == ["BertForSequenceClassification"]
+    assert config["problem_type"] == "multi_label_classification"
+    assert config["id2label"] == {str(i): x for i, x in enumerate(PAIR_LABELS)}
+    assert w["classifier.weight"].shape == (4, 128)  # one logit per label, no [0, z] rewrite
+    exported = load_export(run, PREDICT)
+    assert exported.label_names == PAIR_LABELS
+    probs, _ = exported.predict(PAIR_TEXTS, PAIRS)  # what `predict` prints
+    np.testing.assert_allclose(_sigmoid(logits), probs, atol=1e-4, rtol=0)
+    assert not np.allclose(probs.sum(-1), 1.0, atol=1e-2)  # independent sigmoids, no softmax
+    assert np.ptp(logits, axis=0).max() > 1e-2, logits  # texts differ: the test sees them
+    card = (out / "README.md").read_text()
+    assert "apply a sigmoid to each logit" in card and "pipeline_tag: text-classification" in card
+
+
+def test_sentence_pair_checkpoint_reads_the_second_segment(pair_export):
+    from tfapp.serving import PREDICT
+    from tfapp.tasks import load_export
+
+    run, out = pair_export
+    _, _, feats = _features(out, PAIR_TEXTS, seq_length=32, pairs=PAIRS)
+    # tfapp's packing, which transformers' tokenizer repeats (checked with the peers below):
+    # [CLS] a [SEP] (type 0) b [SEP] (type 1), then padding (type 0).
+    sep = (out / "vocab.txt").read_text(encoding="utf-8").splitlines().index("[SEP]")
+    for ids, types, mask in zip(feats["input_word_ids"], feats["input_type_ids"],
+                                feats["input_mask"], strict=True):
+        n, first_sep = int(mask.sum()), list(ids).index(sep)
+        assert ids[n - 1] == sep and 1 < first_sep < n - 2
+        assert types.tolist() == [0] * (first_sep + 1) + [1] * (n - first_sep - 1) + \
+            [0] * (len(ids) - n)
+    assert feats["input_mask"][2].sum() == 32  # the long pair was trimmed to fit
+    _, _, logits = _hf_forward(out, feats)
+    probs, _ = load_export(run, PREDICT).predict(PAIR_TEXTS, PAIRS)
+    np.testing.assert_allclose(_sigmoid(logits), probs, atol=1e-4, rtol=0)
+    # The type of the second segment moves the logits: a checkpoint that lost it would show.
+    _, _, single = _hf_forward(out, {**feats, "input_type_ids": 0 * feats["input_type_ids"]})
+    assert np.abs(single - logits).max() > 1e-2
+    card = (out / "README.md").read_text()
+    assert 'tokenizer(["a text"], ["its second text"], truncation=True' in card
+    assert "Sentence-pair classifier (4 labels)" in card
+
+
+def test_transformers_loads_the_pair_classifier(pair_export):
+    """transformers' tokenizer packs pairs as tfapp does (ids and token types); a pair too
+    long for both makes the one difference the card notes: trimming the longer first, it
+    keeps one piece less of the first text than tfapp's round-robin and one more of the
+    second. Its probabilities are the export's model's on transformers' own ids."""
+    from tfapp.serving import PREDICT
+    from tfapp.tasks import load_export
+
+    run, out = pair_export
+    got = _transformers_predict(_peers_python(), out, PAIR_TEXTS, PAIRS)
+    assert got["model_class"] == "BertForSequenceClassification"
+    _, _, feats = _features(out, PAIR_TEXTS, seq_length=32, pairs=PAIRS)
+    lengths = feats["input_mask"].sum(axis=1)
+    ids = [row[:n].tolist() for row, n in zip(feats["input_word_ids"], lengths, strict=True)]
+    types = [row[:n].tolist() for row, n in zip(feats["input_type_ids"], lengths, strict=True)]
+    assert got["input_ids"][:2] == ids[:2] and got["token_type_ids"][:2] == types[:2]
+    first = types[2].count(0)  # [CLS] a [SEP]
+    assert got["input_ids"][2] == ids[2][:first - 2] + ids[2][first - 1:-1] + \
+        [got["input_ids"][2][-2], ids[2][-1]]
+    assert got["token_type_ids"][2] == [0] * (first - 1) + [1] * (32 - first + 1)
+    exported = load_export(run, PREDICT)
+    probs, _ = exported.predict(PAIR_TEXTS, PAIRS)
+    np.testing.assert_allclose(np.array(got["probabilities"][:2]), probs[:2], atol=1e-4, rtol=0)
+    theirs = {"input_word_ids": np.array(got["input_ids"][2:], np.int32),
+              "input_type_ids": np.array(got["token_type_ids"][2:], np.int32),
+              "input_mask": np.ones((1, 32), np.int32)}
+    want = exported.module.model(theirs, training=False).numpy()
+    np.testing.assert_allclose(np.array(got["probabilities"][2:]), want, atol=1e-4, rtol=0)
 
 
 # ------------------------------------------------------------------ committed fixture
