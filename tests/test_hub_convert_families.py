@@ -65,12 +65,11 @@ def test_preprocessor_ids_equal_the_hf_tokenizer(converted, key):
         np.testing.assert_array_equal(got["input_type_ids"], want[f"{key}_token_type_ids"])
 
 
+@pytest.mark.parametrize("converted", ["multilingual_bert"], indirect=True)
 def test_multilingual_ids_keep_case_accents_and_split_cjk(converted):
     """What the ids above mean for multilingual BERT: cased, accents kept, each CJK
     character its own token, Latin words around CJK still WordPiece-split."""
-    family, out, _, pre, _ = converted
-    if family != "multilingual_bert":
-        pytest.skip("the multilingual fixture's vocabulary")
+    _, out, _, pre, _ = converted
     vocab = (out / "vocab.txt").read_text(encoding="utf-8").splitlines()
     ids = pre.tokenize(tf.constant(["东京是日本的首都。", "Über München, café naïve.",
                                     "Straße"])).merge_dims(1, -1).to_list()
@@ -80,12 +79,11 @@ def test_multilingual_ids_keep_case_accents_and_split_cjk(converted):
     assert json.loads((out / "tfapp_hub.json").read_text())["lower_case"] is False
 
 
+@pytest.mark.parametrize("converted", ["xlm_roberta"], indirect=True)
 def test_xlm_roberta_layout(converted):
     """What the ids above mean for XLM-R: fairseq's specials, <s> a </s></s> b </s>,
     type ids 0, padding 1, a character the model lacks as <unk> (3), <mask> last."""
     family, _, want, pre, _ = converted
-    if family != "xlm_roberta":
-        pytest.skip("the SentencePiece fixture")
     x = _packed(pre, family, "pairs")
     ids, mask = x["input_word_ids"][0], x["input_mask"][0]
     n = int(mask.sum())
@@ -260,12 +258,11 @@ def test_masked_lm_head_on_a_projected_encoder():
     assert logits.shape == (2, 2, 30)
 
 
+@pytest.mark.parametrize("converted", ["xlm_roberta"], indirect=True)
 def test_pretrain_refuses_a_sentencepiece_module(converted, tmp_path, capsys):
     from tfapp.pretrain import main as pretrain_main
 
-    family, out, *_ = converted
-    if family != "xlm_roberta":
-        pytest.skip("the SentencePiece module")
+    _, out, *_ = converted
     (tmp_path / "corpus.txt").write_text("a text\nanother text\n")
     code = pretrain_main(["--corpus", str(tmp_path / "corpus.txt"), "--hub", str(out),
                           "--out", str(tmp_path / "adapted"), "--steps", "2",
