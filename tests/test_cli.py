@@ -211,3 +211,23 @@ def test_the_console_script_is_as_quiet_as_python_m():
              if TF_LOG_LINE.match(line) or re.search(console.NOISE, line)]
     assert noise == [], proc.stderr[-2000:]
     assert "oneDNN custom operations" not in proc.stderr and "cuInit" not in proc.stderr
+
+
+def test_the_resume_line_repeats_the_command_as_it_was_typed(tmp_path):
+    """An interrupted run ends with the command that resumes it: ``tfapp train ...`` when
+    it was started that way, ``python -m tfapp.train ...`` when started so; --start-over
+    (which would move the run aside again) left out, the arguments shell-quoted."""
+    from tfapp.train import command as train_command
+
+    args = ["--start-over", "trainer.epochs=3", "name=a b"]
+    group = cli.SUITE.make_context(cli.PROG, ["train", *args])
+    typed = {}
+    with group:
+        sub = cli.SUITE.get_command(group, "train")
+        with sub.make_context("train", list(args), parent=group) as ctx:
+            typed["tfapp"] = cli.resume_line("tfapp.train", ctx.meta["tfapp.argv"], tmp_path)
+    with train_command.make_context("python -m tfapp.train", list(args)) as ctx:
+        typed["module"] = cli.resume_line("tfapp.train", ctx.meta["tfapp.argv"], tmp_path)
+    start = "no backup was written yet, so a rerun starts over: "
+    assert typed == {"tfapp": start + "tfapp train trainer.epochs=3 'name=a b'",
+                     "module": start + "python -m tfapp.train trainer.epochs=3 'name=a b'"}

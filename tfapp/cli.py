@@ -347,10 +347,14 @@ def run_config_command(args: SimpleNamespace, body: Callable[..., int | None], *
 def resume_line(module: str, argv: Sequence[str] | None, run_dir: Path, *,
                 search: bool = False) -> str:
     """What an interrupted run (``search``: a tuning search) kept and the exact command
-    that resumes it: the same one, less ``--start-over`` (which would move it aside)."""
+    that resumes it: the same one, less ``--start-over`` (which would move it aside), as
+    it was typed (``tfapp train ...`` or ``python -m tfapp.train ...``: click's command
+    path; ``python -m MODULE`` outside a click command)."""
     args = [a for a in (sys.argv[1:] if argv is None else argv)
             if a not in ("--start-over", "--overwrite")]
-    command = shlex.join(["python", "-m", module, *args])
+    ctx = click.get_current_context(silent=True)
+    prefix = shlex.split(ctx.command_path) if ctx is not None else ["python", "-m", module]
+    command = shlex.join([*prefix, *args])
     if search:
         return (f"the search in {run_dir} keeps its finished trials, and the trial that was "
                 f"running its backup; continue it with: {command}")
