@@ -43,7 +43,7 @@ def run_python(args: list[str], *, timeout: int = 300, env: dict | None = None,
                           timeout=timeout, env=env or subprocess_env(), cwd=cwd or REPO)
 
 
-def run_tfapp(module: str, argv: list[str], *, env: dict[str, str] | None = None,
+def run_tfapp(module: str, argv: list[str], *, env: dict[str, str | None] | None = None,
               cwd: Path | None = None, input: str | None = None,
               ) -> subprocess.CompletedProcess:
     """Run the entry point ``module.main(argv)`` in this process, as ``run_python(["-m",
@@ -53,13 +53,13 @@ def run_tfapp(module: str, argv: list[str], *, env: dict[str, str] | None = None
 
     For tests where the process boundary is not the point; keep ``run_python`` for a
     fresh interpreter's behaviour (TensorFlow's C++ start-up lines, signals, device
-    settings, ``python -I``). ``env`` sets variables for the call only; ``input`` is its
-    stdin (as ``subprocess.run(input=...)``; else an empty one). Undone afterwards,
-    so the tests after it in this process are unaffected: the environment, the working
-    directory, ``sys.argv``, the logging handlers and levels the command set (tfapp's
-    ``setup_logging`` binds a new handler to the captured stderr), absl's verbosity and
-    Keras's global precision policy. An exception a subprocess would die of is its
-    traceback on stderr and exit code 1.
+    settings, ``python -I``). ``env`` sets variables for the call only (a None value
+    unsets one); ``input`` is its stdin (as ``subprocess.run(input=...)``; else empty).
+    Undone afterwards, so the tests after it in this process are unaffected: the
+    environment, the working directory, ``sys.argv``, the logging handlers and levels
+    the command set (tfapp's ``setup_logging`` binds a new handler to the captured
+    stderr), absl's verbosity and Keras's global precision policy. An exception a
+    subprocess would die of is its traceback on stderr and exit code 1.
     """
     import contextlib
     import importlib
@@ -86,7 +86,11 @@ def run_tfapp(module: str, argv: list[str], *, env: dict[str, str] | None = None
     # fresh process does.
     root.handlers = []
     try:
-        os.environ.update(env or {})
+        for name, value in (env or {}).items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         os.chdir(cwd or REPO)
         sys.argv, sys.stdin = [module, *argv], stdin
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
