@@ -17,7 +17,7 @@ from tfapp.config import config_reference
 import click
 import pytest
 import yaml
-from conftest import REPO, run_python, subprocess_env
+from conftest import REPO, run_python, run_tfapp, subprocess_env
 
 #: every command a user runs -> the module ``python -m`` runs it as
 MODULES = {"train": "tfapp.train", "lr-find": "tfapp.lr_find", "tune": "tfapp.tune",
@@ -72,6 +72,38 @@ def test_quiet_and_verbose_set_the_log_level(capsys):
     finally:
         root.setLevel(before)
     capsys.readouterr()
+
+
+def test_run_tfapp_captures_a_commands_output_and_undoes_its_logging_setup(tmp_path,
+                                                                          monkeypatch):
+    """conftest's in-process runner: what a command prints and logs (through tfapp's
+    ``setup_logging``) comes back as a subprocess's would, and that logging set-up (a
+    handler bound to the captured stderr, the DEBUG level of ``-v``) does not outlive
+    the call into the tests after it."""
+    import logging
+
+    (tmp_path / "logging_command.py").write_text(
+        "import logging, sys\n"
+        "from tfapp.cli import setup_logging\n"
+        "def main(argv):\n"
+        "    setup_logging(verbose=True)\n"
+        "    logging.getLogger('tfapp.x').debug('a debug line')\n"
+        "    logging.getLogger('tfapp.x').error('an error line %s', argv[0])\n"
+        "    print('printed', argv[0])\n"
+        "    print('tfapp: error: the last line', file=sys.stderr)\n"
+        "    return 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    proc = run_tfapp("logging_command", ["x1"])
+    assert proc.returncode == 2 and proc.stdout == "printed x1\n"
+    lines = proc.stderr.splitlines()
+    assert "DEBUG a debug line" in lines[0] and "ERROR an error line x1" in lines[1]
+    assert lines[2:] == ["tfapp: error: the last line"]
+    assert root.handlers == handlers and root.level == level
+    proc = run_tfapp("tfapp.train", ["--print-config", "name=printed"])  # a real one
+    assert proc.returncode == 0 and yaml.safe_load(proc.stdout)["name"] == "printed"
+    assert root.handlers == handlers and root.level == level
 
 
 def test_lr_find_and_lr_underscore_find_are_the_same_command(capsys):
