@@ -96,9 +96,11 @@ def run_tfapp(module: str, argv: list[str], *, env: dict[str, str | None] | None
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = importlib.import_module(module).main(list(argv))
-            except SystemExit as stop:  # argparse/click, or a body's sys.exit
-                code = stop.code if isinstance(stop.code, int) else (
-                    0 if stop.code is None else (print(stop.code, file=sys.stderr) or 1))
+            except SystemExit as stop:  # click, or a body's sys.exit
+                code = stop.code
+                if code is not None and not isinstance(code, int):  # sys.exit("message")
+                    print(code, file=sys.stderr)
+                    code = 1
             except Exception:  # noqa: BLE001 (what a dying subprocess would print)
                 traceback.print_exc()
                 code = 1
@@ -125,8 +127,9 @@ def run_tfapp(module: str, argv: list[str], *, env: dict[str, str | None] | None
             keras.mixed_precision.set_global_policy(saved_policy or "float32")
         sys.argv, sys.stdin = saved_argv, saved_stdin
         os.chdir(saved_cwd)
-        os.environ.clear()
-        os.environ.update(saved_environ)
+        for name in set(os.environ) - set(saved_environ):
+            del os.environ[name]
+        os.environ.update({k: v for k, v in saved_environ.items() if os.environ.get(k) != v})
     return subprocess.CompletedProcess([module, *argv], code or 0, out.getvalue(),
                                        err.getvalue())
 
