@@ -136,6 +136,30 @@ def test_python_m_runs_every_command_and_help_loads_no_tensorflow():
     assert proc.returncode == 0 and yaml.safe_load(proc.stdout)["name"] == "x", proc.stderr
 
 
+def test_every_command_module_runs_as_python_m():
+    """Each command module's ``__main__`` block, run as ``python -m`` runs it (runpy), in
+    one fresh process: the other tests call ``main(argv)`` in-process (conftest's
+    run_tfapp), so this is where ``python -m tfapp.predict`` and the rest are run."""
+    code = textwrap.dedent(f"""
+        import contextlib, io, runpy, sys, warnings
+        warnings.simplefilter("ignore", RuntimeWarning)  # runpy: "found in sys.modules"
+        for module in {sorted(set(MODULES.values()))!r}:
+            sys.argv, out = [module, "--help"], io.StringIO()
+            with contextlib.redirect_stdout(out):
+                try:
+                    runpy.run_module(module, run_name="__main__", alter_sys=True)
+                    code = "no exit"
+                except SystemExit as stop:
+                    code = stop.code
+            prog = "python -m " + module.removesuffix(".__main__")
+            assert code == 0 and out.getvalue().startswith("Usage: " + prog), (module, code)
+            print(module)
+    """)
+    proc = run_python(["-c", code], timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == sorted(set(MODULES.values()))
+
+
 def test_help_gives_each_config_key_its_whole_description(capsys):
     assert cli.main(["train", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
