@@ -43,6 +43,97 @@ def run_python(args: list[str], *, timeout: int = 300, env: dict | None = None,
                           timeout=timeout, env=env or subprocess_env(), cwd=cwd or REPO)
 
 
+def run_tfapp(module: str, argv: list[str], *, env: dict[str, str | None] | None = None,
+              cwd: Path | None = None, input: str | None = None,
+              ) -> subprocess.CompletedProcess:
+    """Run the entry point ``module.main(argv)`` in this process, as ``run_python(["-m",
+    module, *argv])`` would in a fresh one, without its 10-20 s of start-up (TensorFlow,
+    tensorflow-text and the export load once per test process): returns its exit code
+    and what it printed on stdout and stderr, tfapp's log lines included.
+
+    For tests where the process boundary is not the point; keep ``run_python`` for a
+    fresh interpreter's behaviour (TensorFlow's C++ start-up lines, signals, device
+    settings, ``python -I``). ``env`` sets variables for the call only (a None value
+    unsets one); ``input`` is its stdin (as ``subprocess.run(input=...)``; else empty).
+    Undone afterwards, so the tests after it in this process are unaffected: the
+    environment, the working directory, ``sys.argv``, the logging handlers and levels
+    the command set (tfapp's ``setup_logging`` binds a new handler to the captured
+    stderr), absl's verbosity and Keras's global precision policy. An exception a
+    subprocess would die of is its traceback on stderr and exit code 1.
+    """
+    import contextlib
+    import importlib
+    import io
+    import logging
+    import traceback
+
+    out, err = io.StringIO(), io.StringIO()
+    stdin = io.TextIOWrapper(io.BytesIO((input or "").encode()), encoding="utf-8")
+    saved_environ, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
+    saved_stdin = sys.stdin
+    root = logging.getLogger()
+    saved_root = (root.handlers[:], root.level)
+    # Every logger's handlers: a command (or TensorFlow on import) may add its own.
+    saved_loggers = {name: (lg.handlers[:], lg.level, lg.propagate)
+                     for name, lg in logging.Logger.manager.loggerDict.items()
+                     if isinstance(lg, logging.Logger)}
+    absl_logging = sys.modules.get("absl.logging")
+    saved_absl = absl_logging.get_verbosity() if absl_logging else None
+    keras = sys.modules.get("tf_keras")
+    saved_policy = keras.mixed_precision.global_policy().name if keras else None
+    # pytest's own log-capture handlers would make tfapp's logging.basicConfig a no-op
+    # and keep its lines off stderr: the command starts with a bare root logger, as a
+    # fresh process does.
+    root.handlers = []
+    try:
+        for name, value in (env or {}).items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        os.chdir(cwd or REPO)
+        sys.argv, sys.stdin = [module, *argv], stdin
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = importlib.import_module(module).main(list(argv))
+            except SystemExit as stop:  # click, or a body's sys.exit
+                code = stop.code
+                if code is not None and not isinstance(code, int):  # sys.exit("message")
+                    print(code, file=sys.stderr)
+                    code = 1
+            except Exception:  # noqa: BLE001 (what a dying subprocess would print)
+                traceback.print_exc()
+                code = 1
+    finally:
+        for handler in root.handlers:
+            if handler not in saved_root[0]:
+                handler.close()
+        root.handlers, root.level = saved_root
+        for name, lg in logging.Logger.manager.loggerDict.items():
+            if not isinstance(lg, logging.Logger):
+                continue
+            if name in saved_loggers:
+                lg.handlers, lg.level, lg.propagate = saved_loggers[name]
+            else:  # a logger first made now keeps its set-up, less writers to the buffers
+                lg.handlers = [h for h in lg.handlers
+                               if getattr(h, "stream", None) not in (out, err)]
+        if absl_logging is None:
+            absl_logging = sys.modules.get("absl.logging")
+            saved_absl = absl_logging.WARNING if absl_logging else None
+        if absl_logging is not None:
+            absl_logging.set_verbosity(saved_absl)
+        keras = sys.modules.get("tf_keras")
+        if keras is not None:
+            keras.mixed_precision.set_global_policy(saved_policy or "float32")
+        sys.argv, sys.stdin = saved_argv, saved_stdin
+        os.chdir(saved_cwd)
+        for name in set(os.environ) - set(saved_environ):
+            del os.environ[name]
+        os.environ.update({k: v for k, v in saved_environ.items() if os.environ.get(k) != v})
+    return subprocess.CompletedProcess([module, *argv], code or 0, out.getvalue(),
+                                       err.getvalue())
+
+
 def free_ports(n: int) -> list[int]:
     socks = []
     for _ in range(n):

@@ -16,7 +16,7 @@ from tfapp.errors import ConfigError
 import numpy as np
 import pytest
 import tf_keras
-from conftest import REPO, run_python, run_two_workers, subprocess_env
+from conftest import REPO, run_python, run_tfapp, run_two_workers, subprocess_env
 
 LOCAL = ["--config", "configs/classifier_local.yaml"]
 TEXTS = ["an absolutely wonderful film, I loved it", "terrible plot and awful acting",
@@ -130,7 +130,7 @@ def test_exported_model_reloads_without_tfapp_and_matches_keras(trained, tmp_pat
 
 
 def test_predict_and_evaluate_commands(trained, labelled, tmp_path):
-    proc = run_python(["-m", "tfapp.predict", "--model", str(trained.run_dir), "--json", *TEXTS])
+    proc = run_tfapp("tfapp.predict", ["--model", str(trained.run_dir), "--json", *TEXTS])
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [json.loads(line) for line in proc.stdout.strip().splitlines()]
     assert [r["text"] for r in rows] == TEXTS
@@ -146,8 +146,8 @@ def test_predict_and_evaluate_commands(trained, labelled, tmp_path):
     data = tmp_path / "test.csv"
     data.write_text("text,label\n" + "".join(f"\"{t}\",{lab}\n" for t, lab in zip(
         TEXTS, ["positive", "negative", "positive"], strict=True)))
-    proc = run_python(["-m", "tfapp.evaluate", "--model", str(trained.run_dir), "--data",
-                       str(data), "--json"])
+    proc = run_tfapp("tfapp.evaluate", ["--model", str(trained.run_dir), "--data",
+                                        str(data), "--json"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
     assert report["examples"] == 3
@@ -158,8 +158,8 @@ def test_predict_and_evaluate_commands(trained, labelled, tmp_path):
     # 0.52 (at 10x the learning rate, 3 runs: AUC 0.97-1.0, accuracy 0.48-0.99).
     with (labelled / "test.csv").open() as fh:
         rows = list(csv.DictReader(fh))
-    proc = run_python(["-m", "tfapp.evaluate", "--model", str(trained.run_dir), "--data",
-                       str(labelled / "test.csv"), "--json"])
+    proc = run_tfapp("tfapp.evaluate", ["--model", str(trained.run_dir), "--data",
+                                        str(labelled / "test.csv"), "--json"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
     assert report["examples"] == len(rows) and report["auc"] >= 0.9, report
@@ -169,8 +169,8 @@ def test_predict_and_evaluate_commands(trained, labelled, tmp_path):
         predictor.generate(["a prompt"])
     texts = tmp_path / "texts.txt"
     texts.write_text("".join(row["text"] + "\n" for row in rows))
-    proc = run_python(["-m", "tfapp.predict", "--model", str(trained.run_dir), "--input",
-                       str(texts), "--json"])
+    proc = run_tfapp("tfapp.predict", ["--model", str(trained.run_dir), "--input",
+                                       str(texts), "--json"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     predicted = [json.loads(line)["label"] for line in proc.stdout.strip().splitlines()]
     right = sum(p == row["label"] for p, row in zip(predicted, rows, strict=True))
@@ -180,8 +180,8 @@ def test_predict_and_evaluate_commands(trained, labelled, tmp_path):
 
     bad = tmp_path / "bad.csv"
     bad.write_text("text,label\nfine movie,positive\nodd one,sideways\n")
-    proc = run_python(["-m", "tfapp.evaluate", "--model", str(trained.run_dir), "--data",
-                       str(bad)])
+    proc = run_tfapp("tfapp.evaluate", ["--model", str(trained.run_dir), "--data",
+                                        str(bad)])
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("tfapp: error:")
     assert "bad.csv" in proc.stderr and "sideways" in proc.stderr and "Traceback" not in proc.stderr
@@ -222,7 +222,7 @@ def _for_run(block: str, run_dir: Path) -> str:
 
 
 def _predict_json(run_dir: Path) -> list[dict]:
-    proc = run_python(["-m", "tfapp.predict", "--model", str(run_dir), "--json", *TEXTS])
+    proc = run_tfapp("tfapp.predict", ["--model", str(run_dir), "--json", *TEXTS])
     assert proc.returncode == 0, proc.stderr[-2000:]
     return [json.loads(line) for line in proc.stdout.strip().splitlines()]
 
@@ -292,7 +292,7 @@ def test_saved_model_cli_needs_tensorflow_text_and_the_doc_wrapper_works(trained
     ("data.train_files=/no/such/file.csv", "/no/such/file.csv"),
 ])
 def test_bad_inputs_are_one_line(tmp_path, override, fragment):
-    proc = run_python(["-m", "tfapp.train", *LOCAL, f"output_dir={tmp_path}", override])
+    proc = run_tfapp("tfapp.train", [*LOCAL, f"output_dir={tmp_path}", override])
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("tfapp: error:") and fragment in last
@@ -301,7 +301,7 @@ def test_bad_inputs_are_one_line(tmp_path, override, fragment):
 
 
 def test_predict_without_export_is_one_line(tmp_path):
-    proc = run_python(["-m", "tfapp.predict", "--model", str(tmp_path), "hello"])
+    proc = run_tfapp("tfapp.predict", ["--model", str(tmp_path), "hello"])
     assert proc.returncode == 2 and "no exported classifier" in proc.stderr
     assert "Traceback" not in proc.stderr
 

@@ -17,7 +17,7 @@ from tfapp.config import config_reference
 import click
 import pytest
 import yaml
-from conftest import REPO, run_python, subprocess_env
+from conftest import REPO, run_python, run_tfapp, subprocess_env
 
 #: every command a user runs -> the module ``python -m`` runs it as
 MODULES = {"train": "tfapp.train", "lr-find": "tfapp.lr_find", "tune": "tfapp.tune",
@@ -74,6 +74,38 @@ def test_quiet_and_verbose_set_the_log_level(capsys):
     capsys.readouterr()
 
 
+def test_run_tfapp_captures_a_commands_output_and_undoes_its_logging_setup(tmp_path,
+                                                                          monkeypatch):
+    """conftest's in-process runner: what a command prints and logs (through tfapp's
+    ``setup_logging``) comes back as a subprocess's would, and that logging set-up (a
+    handler bound to the captured stderr, the DEBUG level of ``-v``) does not outlive
+    the call into the tests after it."""
+    import logging
+
+    (tmp_path / "logging_command.py").write_text(
+        "import logging, sys\n"
+        "from tfapp.cli import setup_logging\n"
+        "def main(argv):\n"
+        "    setup_logging(verbose=True)\n"
+        "    logging.getLogger('tfapp.x').debug('a debug line')\n"
+        "    logging.getLogger('tfapp.x').error('an error line %s', argv[0])\n"
+        "    print('printed', argv[0])\n"
+        "    print('tfapp: error: the last line', file=sys.stderr)\n"
+        "    return 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    proc = run_tfapp("logging_command", ["x1"])
+    assert proc.returncode == 2 and proc.stdout == "printed x1\n"
+    lines = proc.stderr.splitlines()
+    assert "DEBUG a debug line" in lines[0] and "ERROR an error line x1" in lines[1]
+    assert lines[2:] == ["tfapp: error: the last line"]
+    assert root.handlers == handlers and root.level == level
+    proc = run_tfapp("tfapp.train", ["--print-config", "name=printed"])  # a real one
+    assert proc.returncode == 0 and yaml.safe_load(proc.stdout)["name"] == "printed"
+    assert root.handlers == handlers and root.level == level
+
+
 def test_lr_find_and_lr_underscore_find_are_the_same_command(capsys):
     assert cli.main(["lr-find", "--print-config", "trainer.epochs=2"]) == 0
     dashed = capsys.readouterr().out
@@ -102,6 +134,30 @@ def test_python_m_runs_every_command_and_help_loads_no_tensorflow():
     # and a module run as a script (python -m) dispatches to the same command
     proc = run_python(["-m", "tfapp.lr_find", "--print-config", "name=x"], timeout=120)
     assert proc.returncode == 0 and yaml.safe_load(proc.stdout)["name"] == "x", proc.stderr
+
+
+def test_every_command_module_runs_as_python_m():
+    """Each command module's ``__main__`` block, run as ``python -m`` runs it (runpy), in
+    one fresh process: the other tests call ``main(argv)`` in-process (conftest's
+    run_tfapp), so this is where ``python -m tfapp.predict`` and the rest are run."""
+    code = textwrap.dedent(f"""
+        import contextlib, io, runpy, sys, warnings
+        warnings.simplefilter("ignore", RuntimeWarning)  # runpy: "found in sys.modules"
+        for module in {sorted(set(MODULES.values()))!r}:
+            sys.argv, out = [module, "--help"], io.StringIO()
+            with contextlib.redirect_stdout(out):
+                try:
+                    runpy.run_module(module, run_name="__main__", alter_sys=True)
+                    code = "no exit"
+                except SystemExit as stop:
+                    code = stop.code
+            prog = "python -m " + module.removesuffix(".__main__")
+            assert code == 0 and out.getvalue().startswith("Usage: " + prog), (module, code)
+            print(module)
+    """)
+    proc = run_python(["-c", code], timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == sorted(set(MODULES.values()))
 
 
 def test_help_gives_each_config_key_its_whole_description(capsys):

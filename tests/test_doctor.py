@@ -6,14 +6,14 @@ import json
 
 from tfapp import doctor, tpu_vm
 
-from conftest import run_python, subprocess_env
+from conftest import run_python, run_tfapp, subprocess_env
 
 GOOD = {"tensorflow": "2.21.0", "tf-keras": "2.21.0", "tensorflow-text": "2.21.1",
         "tensorflow-hub": "0.16.1"}
 
 
 def test_doctor_on_this_machine_reports_and_exits_0():
-    proc = run_python(["-m", "tfapp.doctor"], timeout=120)
+    proc = run_tfapp("tfapp.doctor", [])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "TensorFlow 2.2" in out and "tf.keras is tf-keras" in out
@@ -33,6 +33,7 @@ def test_doctor_json_on_a_faked_tpu_vm_names_the_stock_build(tmp_path):
     for key in tpu_vm.APPLIED:  # what tfapp set for this process is not the user's choice
         env.pop(key, None)
     tpu_build = "tensorflow-tpu" in doctor.tensorflow_distributions()
+    # A fresh process: tfapp applies a TPU VM's settings when it is imported (tpu_vm).
     proc = run_python(["-m", "tfapp.doctor", "--json"], env=env, timeout=120)
     if tpu_build:  # scripts/check_tpu_install.py runs the suite on the TPU build
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -140,8 +141,8 @@ def test_an_unwritable_cache_folder_is_a_problem(tmp_path):
 
 def test_doctor_with_a_broken_environment_lists_the_problems_without_a_traceback(tmp_path):
     (tmp_path / "a_file").write_text("x")
-    env = subprocess_env(TFAPP_CACHE_DIR=str(tmp_path / "a_file"), TF_CONFIG="[1]")
-    proc = run_python(["-m", "tfapp.doctor"], env=env, timeout=120)
+    proc = run_tfapp("tfapp.doctor", [], env={"TFAPP_CACHE_DIR": str(tmp_path / "a_file"),
+                                              "TF_CONFIG": "[1]"})
     assert proc.returncode == doctor.EXIT_PROBLEM, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
     assert "2 problem(s) that stop a run:" in proc.stdout

@@ -14,7 +14,7 @@ from tfapp.training.plan import plan_training
 
 import numpy as np
 import pytest
-from conftest import run_python
+from conftest import run_python, run_tfapp
 
 N_TRAIN, N_VAL, BATCH = 64, 16, 4
 
@@ -261,7 +261,7 @@ def test_learning_rate_auto_runs_the_finder_first(step_run):
     assert (run / "lr_find.png").read_bytes()[:4] == b"\x89PNG"
 
 
-# --------------------------------------------------------------------------- subprocesses
+# ------------------------------------------- the commands (two replicas: in a subprocess)
 
 
 @pytest.mark.slow
@@ -280,9 +280,9 @@ def test_run_header_two_replicas(data_dir, tmp_path):
 @pytest.mark.slow
 def test_lr_find_cli_leaves_the_run_directory_alone(data_dir, tmp_path):
     png = tmp_path / "sweep.png"
-    args = ["-m", "tfapp.lr_find", *_overrides(
-        data_dir, tmp_path / "runs", "optimizer.lr_find_steps=10"), "--output", str(png)]
-    proc = run_python(args, timeout=300)
+    args = [*_overrides(data_dir, tmp_path / "runs", "optimizer.lr_find_steps=10"),
+            "--output", str(png)]
+    proc = run_tfapp("tfapp.lr_find", args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "suggested learning rate:" in proc.stdout
     assert png.read_bytes()[:4] == b"\x89PNG"
@@ -294,7 +294,7 @@ def test_lr_find_cli_leaves_the_run_directory_alone(data_dir, tmp_path):
     overrides = _overrides(data_dir, tmp_path / "runs", "name=sweep",
                            "optimizer.lr_find_steps=10", "optimizer.learning_rate=0.5",
                            "model.units=12")
-    proc = run_python(["-m", "tfapp.lr_find", *overrides], timeout=300, cwd=tmp_path)
+    proc = run_tfapp("tfapp.lr_find", overrides, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "runs" / "sweep"
     assert (run / "lr_range_test.png").read_bytes()[:4] == b"\x89PNG"
@@ -311,7 +311,7 @@ def test_lr_find_cli_leaves_the_run_directory_alone(data_dir, tmp_path):
 
     _check_is_a_run(run)  # no "not a tfapp run directory" refusal
 
-    bad = run_python(["-m", "tfapp.lr_find", "--output", str(tmp_path / "no" / "x.png")])
+    bad = run_tfapp("tfapp.lr_find", ["--output", str(tmp_path / "no" / "x.png")])
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [
         f"tfapp: error: --output {tmp_path / 'no' / 'x.png'}: folder {tmp_path / 'no'} does "

@@ -3,15 +3,13 @@ path train (configs/generator_local.yaml) -> export -> generate from the command
 
 import json
 import math
-import subprocess
-import sys
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp import generate
 from tfapp.errors import ConfigError
 
 import pytest
-from conftest import REPO, run_python, subprocess_env
+from conftest import REPO, run_tfapp
 
 
 def one_line_error(proc, fragment):
@@ -22,7 +20,7 @@ def one_line_error(proc, fragment):
 
 
 def test_missing_run_dir_is_one_line_exit_2(tmp_path):
-    proc = run_python(["-m", "tfapp.generate", "--model", str(tmp_path / "nope"), "hi"])
+    proc = run_tfapp("tfapp.generate", ["--model", str(tmp_path / "nope"), "hi"])
     one_line_error(proc, "no such directory; give a generator run directory")
 
 
@@ -45,8 +43,8 @@ def test_train_then_generate_from_the_command_line(tmp_path, capsys):
     test_file = tmp_path / "test.txt"
     test_file.write_text("\n".join(["# a comment line data.drop_regex drops", *corpus[-40:],
                                     "!!!"]) + "\n")  # empty once punctuation is stripped
-    train = run_python(["-m", "tfapp.train", "--config", "configs/generator_local.yaml",
-                        f"output_dir={tmp_path}", f"data.test_files={test_file}"], timeout=600)
+    train = run_tfapp("tfapp.train", ["--config", "configs/generator_local.yaml",
+                                      f"output_dir={tmp_path}", f"data.test_files={test_file}"])
     assert train.returncode == 0, train.stderr[-3000:]
     run_dir = tmp_path / "generator_local"
     assert "exported model:  " + str(run_dir / "export") in train.stdout
@@ -64,21 +62,19 @@ def test_train_then_generate_from_the_command_line(tmp_path, capsys):
     assert report["perplexity"] == pytest.approx(math.exp(report["cross_entropy"]))
     assert "test report:\nperplexity " in train.stdout
     # evaluate on the export reproduces it: the same examples scored by the same function.
-    proc = run_python(["-m", "tfapp.evaluate", "--model", str(run_dir), "--data",
-                       str(test_file), "--json"])
+    proc = run_tfapp("tfapp.evaluate", ["--model", str(run_dir), "--data",
+                                        str(test_file), "--json"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout)
     assert got == pytest.approx(report), (got, report)
-    proc = run_python(["-m", "tfapp.evaluate", "--model", str(run_dir), "--data",
-                       str(test_file), "--format", "conll"])
+    proc = run_tfapp("tfapp.evaluate", ["--model", str(run_dir), "--data",
+                                        str(test_file), "--format", "conll"])
     one_line_error(proc, "--format conll: CoNLL files hold tagged words")
 
     # Prompts from stdin, several samples each, JSON lines.
-    proc = subprocess.run(
-        [sys.executable, "-m", "tfapp.generate", "--model", str(run_dir), "-",
-         "--sampler", "top_k", "--k", "3", "--temperature", "0.8", "--num-samples", "2",
-         "--seed", "1", "--json"], input="the baker\nat dawn\n", capture_output=True,
-        text=True, timeout=300, env=subprocess_env(), cwd=REPO)
+    proc = run_tfapp("tfapp.generate", [
+        "--model", str(run_dir), "-", "--sampler", "top_k", "--k", "3", "--temperature",
+        "0.8", "--num-samples", "2", "--seed", "1", "--json"], input="the baker\nat dawn\n")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [r["prompt"] for r in rows] == ["the baker"] * 2 + ["at dawn"] * 2

@@ -16,7 +16,7 @@ from tfapp.hub.builder import read_corpus
 from tfapp.hub.handles import builtin_module_dir, resolve_hub_handle
 
 import pytest
-from conftest import REPO, run_python, subprocess_env
+from conftest import REPO, run_python, run_tfapp, subprocess_env
 
 CORPUS = """The movie was great and the acting was superb.
 I did not like the food, it was cold.
@@ -90,8 +90,8 @@ def test_cli_user_errors_exit_2_with_one_line(tmp_path):
           "--heads", "4"], "--hidden 30 is not divisible by --heads 4"),
     ]
     for args, expected in cases:
-        proc = run_python(["-m", "tfapp.hub", "build-bert", "--out", str(tmp_path / "o"),
-                           *args], timeout=120)
+        proc = run_tfapp("tfapp.hub.__main__", ["build-bert", "--out", str(tmp_path / "o"),
+                                                *args])
         assert proc.returncode == 2, proc.stderr[-2000:]
         errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("tfapp: error:")]
         assert len(errors) == 1 and expected in errors[0], proc.stderr[-2000:]

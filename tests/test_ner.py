@@ -7,7 +7,7 @@ import csv
 import json
 
 import pytest
-from conftest import REPO, run_python, subprocess_env
+from conftest import REPO, run_python, run_tfapp, subprocess_env
 
 TEXTS = ["Anna Berg moved to Brindle on 3 May .", "Zoë Müller works for Acme Bakery in Falken.",
          "Nothing much happened in town today ."]
@@ -73,15 +73,15 @@ def test_export_reloads_without_tfapp(trained, tmp_path):
 
 @pytest.mark.slow
 def test_predict_and_evaluate_commands(trained):
-    proc = run_python(["-m", "tfapp.predict", "--model", str(trained.run_dir), "--json", *TEXTS])
+    proc = run_tfapp("tfapp.predict", ["--model", str(trained.run_dir), "--json", *TEXTS])
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [json.loads(line) for line in proc.stdout.strip().splitlines()]
     assert [r["text"] for r in rows] == TEXTS
     assert all(r["text"][e["start"]:e["end"]] == e["text"] for r in rows for e in r["entities"])
 
     test_file = REPO / "tfapp" / "demo" / "ner_test.conll"
-    proc = run_python(["-m", "tfapp.evaluate", "--model", str(trained.run_dir), "--data",
-                       str(test_file), "--json"])
+    proc = run_tfapp("tfapp.evaluate", ["--model", str(trained.run_dir), "--data",
+                                        str(test_file), "--json"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     # The export scores the test file exactly as the run's test report (the Keras model on
     # word pieces) did: the same words, the same raw tags, one token accuracy, seqeval's
@@ -95,15 +95,15 @@ def test_predict_and_evaluate_commands(trained):
     for kind, scores in expected["per_type"].items():
         assert got["per_type"][kind] == pytest.approx(scores), kind
     # CoNLL named as such; a format an NER export cannot read is refused in one line.
-    proc = run_python(["-m", "tfapp.evaluate", "--model", str(trained.run_dir), "--data",
-                       str(test_file), "--format", "conll", "--json"])
+    proc = run_tfapp("tfapp.evaluate", ["--model", str(trained.run_dir), "--data",
+                                        str(test_file), "--format", "conll", "--json"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["token_accuracy"] == pytest.approx(
         expected["token_accuracy"])
     for flags, fragment in ((["--format", "csv"], "--format csv: an NER export reads tagged"),
                             (["--label-column", "y"], "--label-column: an NER export reads")):
-        proc = run_python(["-m", "tfapp.evaluate", "--model", str(trained.run_dir), "--data",
-                           str(test_file), *flags])
+        proc = run_tfapp("tfapp.evaluate", ["--model", str(trained.run_dir), "--data",
+                                            str(test_file), *flags])
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
         assert proc.stderr.strip().splitlines()[-1].startswith("tfapp: error: " + fragment), \
             proc.stderr

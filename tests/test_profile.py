@@ -10,7 +10,7 @@ import time
 from tfapp.tracking import profiler
 
 import pytest
-from conftest import REPO, free_ports, run_python, subprocess_env
+from conftest import REPO, free_ports, run_python, run_tfapp, subprocess_env
 
 
 def _fit_under_profiler(logdir, dataset, steps: int) -> None:
@@ -176,7 +176,7 @@ def test_summary_of_an_lstm_model_falls_back_to_keras_step_markers(tmp_path):
 
 def test_cli_errors_are_one_line(tmp_path):
     (tmp_path / "run").mkdir()
-    out = run_python(["-m", "tfapp.profile", "summary", str(tmp_path / "run")], timeout=60)
+    out = run_tfapp("tfapp.profile", ["summary", str(tmp_path / "run")])
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         f"tfapp: error: no profiler capture under '{tmp_path / 'run'}'; train with "
@@ -184,8 +184,8 @@ def test_cli_errors_are_one_line(tmp_path):
         "or capture a running job with `python -m tfapp.profile capture --address HOST:PORT "
         "--logdir RUN_DIR/logs`"]
     port = free_ports(1)[0]
-    out = run_python(["-m", "tfapp.profile", "capture", "--address", f"localhost:{port}",
-                      "--logdir", str(tmp_path / "logs")], timeout=60)
+    out = run_tfapp("tfapp.profile", ["capture", "--address", f"localhost:{port}",
+                                      "--logdir", str(tmp_path / "logs")])
     assert out.returncode == 2, out.stderr
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith(f"tfapp: error: --address localhost:{port}: nothing listens there")
