@@ -20,9 +20,12 @@ from conftest import REPO, free_ports, run_python, subprocess_env
 SPACE = ("tune.space={optimizer.learning_rate: {type: float, min: 1e-4, max: 1e-2, "
          "sampling: log}, model.dropout: {type: float, min: 0.0, max: 0.3, step: 0.1}}")
 # configs/classifier_local.yaml shrunk further: the CNN baseline on the tiny BERT's
-# tokens, a few steps per epoch, no export.
+# tokens, a few steps per epoch, 64 of the demo's validation and test reviews (every trial
+# validates each epoch and scores both at its end), no export.
 TINY = ["--config", "configs/classifier_local.yaml", "model.kind=cnn", "model.units=32",
         "model.embedding_dim=32", "trainer.export=false", "trainer.steps_per_epoch=4",
+        f"data.validation_files={REPO / 'tests/fixtures/reviews_validation_64.csv'}",
+        f"data.test_files={REPO / 'tests/fixtures/reviews_test_64.csv'}",
         "tune.objective=val_loss", SPACE]
 
 
@@ -298,7 +301,7 @@ def test_chief_and_two_workers_run_every_trial_once(tmp_path):
     search = tmp_path / "dist"
     oracle = f"127.0.0.1:{free_ports(1)[0]}"
     args = [*TINY, f"output_dir={tmp_path}", "name=dist", "trainer.epochs=1",
-            "tune.max_trials=4"]
+            "tune.max_trials=4", "tracking.tensorboard=false"]  # no trial's logs are read
     procs = {"chief": _tune([*args, "--chief", "--oracle", oracle], tmp_path / "chief.log")}
     for i in range(2):
         procs[f"w{i}"] = _tune([*args, "--worker", str(i), "--oracle", oracle],
