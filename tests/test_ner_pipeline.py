@@ -82,6 +82,45 @@ def test_long_sentence_windows_and_rejoin(tmp_path, preprocess):
     assert predict_tags(call, windows, data.tag_names) == gold
 
 
+def test_kept_windows_are_read_once_and_give_the_same_tags(tmp_path, preprocess):
+    """KeptWindows (the run's evaluations) holds the windows after the first pass, so a
+    later evaluation reads the kept batches, not the dataset; above its byte limit it
+    keeps nothing and reads the dataset again. Every pass re-joins to the gold tags."""
+    from tfapp.data.token_classification import (
+        KeptWindows,
+        eval_windows,
+        gold_tags,
+        predict_tags,
+    )
+
+    data, _, labels = _batches(tmp_path, preprocess, 4)  # 4 windows of 2 sentences
+    gold = gold_tags(data, data.split("train"))
+
+    def tagger():
+        answers = iter(labels)
+        return lambda features: np.stack([np.maximum(next(answers), 0)
+                                          for _ in features["input_word_ids"]])
+
+    dataset = eval_windows(data, data.split("train"), preprocess(4), 4, 3)
+    expected = list(dataset.as_numpy_iterator())
+    kept = KeptWindows(dataset)
+    assert kept.batches is None
+    assert predict_tags(tagger(), kept, data.tag_names) == gold
+    assert [len(b["sentence"]) for b in kept.batches] == [3, 1]
+    for got, want in zip(kept.batches, expected, strict=True):
+        assert got.keys() == want.keys()
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key])
+    first = kept.batches
+    assert predict_tags(tagger(), kept, data.tag_names) == gold
+    assert kept.batches is first and next(iter(kept)) is first[0]  # no second read
+
+    small = KeptWindows(dataset, limit=sum(v.nbytes for v in expected[0].values()))
+    for _ in range(2):
+        assert predict_tags(tagger(), small, data.tag_names) == gold
+        assert small.batches is None  # too big to keep: the dataset is read each time
+
+
 def test_snapshot_replays_the_same_windows(tmp_path, preprocess):
     """The stored path (ids narrowed on disk, labels' -1 included) gives back what the
     direct path makes, on the write and on the replay."""
