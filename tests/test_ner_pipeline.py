@@ -133,3 +133,25 @@ def test_snapshot_replays_the_same_windows(tmp_path, preprocess):
         for key, value in features.items():
             np.testing.assert_array_equal(got_features[key], value)
     assert len([p for p in (tmp_path / "snap").iterdir()]) == 1
+
+
+def test_datasets_that_cut_alike_share_one_trace(tmp_path, preprocess):
+    """The windowing (tokenizer included: seconds to trace) is traced once per kind of
+    cut, not once per dataset: training and validation batches share one trace, the
+    validation and test reports' windows another; both give the hand-worked windows."""
+    from tfapp.data.token_classification import _cut, eval_windows, make_ner_dataset
+
+    pre = preprocess(4)
+    data, cfg = ner_data(tmp_path, pre, 4)
+    split = data.split("train")
+    for training in (True, False):
+        make_ner_dataset(data, split, pre, cfg, batch_size=2, training=training, seed=0)
+    reports = [eval_windows(data, split, pre, 4, 8) for _ in range(2)]
+    assert _cut(pre.module, 4).experimental_get_tracing_count() == 1
+    assert _cut(pre.module, 4, eval_fields=True).experimental_get_tracing_count() == 1
+    for windows in reports:
+        (batch,) = list(windows.as_numpy_iterator())
+        np.testing.assert_array_equal(batch["input_word_ids"], [[2, 5, 6, 3], [2, 7, 8, 3],
+                                                                [2, 9, 10, 3], [2, 10, 3, 0]])
+        np.testing.assert_array_equal(batch["word_index"], [[-1, 0, 1, -1], [-1, -1, 2, -1],
+                                                            [-1, -1, 3, -1], [-1, 0, -1, -1]])

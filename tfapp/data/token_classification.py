@@ -20,6 +20,7 @@ words, cached by what decides them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable
@@ -161,10 +162,16 @@ def _sentences(split: SplitData, names: list[str], chunk: int
     return sentences
 
 
+@functools.lru_cache(maxsize=8)
 def _cut(module: Any, seq_length: int, *, eval_fields: bool = False) -> Callable[[dict], dict]:
     """A batch of sentences -> the batch of its windows: features, labels, the id of the
     window (sentence id x 2**16 + window) and, for evaluation, each position's word
-    index and the sentence's word count."""
+    index and the sentence's word count.
+
+    One tf.function per preprocessor, length and kind, so the datasets that cut alike
+    (training and validation; the validation and test reports) share one trace: the
+    tokenizer and windowing graph takes seconds to trace, and a dataset's own map
+    function is traced anew for every dataset."""
     def cut(batch):
         words, tags = batch["words"], batch["tags"]
         out = _windows(module.tokenize, module.bert_pack_inputs, words, None, seq_length,
@@ -179,7 +186,7 @@ def _cut(module: Any, seq_length: int, *, eval_fields: bool = False) -> Callable
             example["sentence"] = tf.gather(batch["id"], sentence)
         return example
 
-    return cut
+    return tf.function(cut)
 
 
 @dataclass
