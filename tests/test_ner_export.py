@@ -60,6 +60,9 @@ def test_entities_and_character_offsets(vocab_file, seq_length, tmp_path):
     if seq_length != 4:
         return  # one reload is enough
     path = export_ner(serving, tmp_path / "export", metadata={"task": "ner"})
+    # Traced once, by the save: a concrete function taken before it would be traced again
+    # in the save's context (tag_words is not called before the export; serve is, above).
+    assert serving.tag_words.experimental_get_tracing_count() == 1
     loaded = tf.saved_model.load(str(path))
     again = loaded.signatures["serving_default"](text=tf.constant(TEXTS[:1]))
     assert [e["text"] for e in entities({k: v.numpy() for k, v in again.items()}, 0)] == \

@@ -82,6 +82,45 @@ def test_long_sentence_windows_and_rejoin(tmp_path, preprocess):
     assert predict_tags(call, windows, data.tag_names) == gold
 
 
+def test_kept_windows_are_read_once_and_give_the_same_tags(tmp_path, preprocess):
+    """KeptWindows (the run's evaluations) holds the windows after the first pass, so a
+    later evaluation reads the kept batches, not the dataset; above its byte limit it
+    keeps nothing and reads the dataset again. Every pass re-joins to the gold tags."""
+    from tfapp.data.token_classification import (
+        KeptWindows,
+        eval_windows,
+        gold_tags,
+        predict_tags,
+    )
+
+    data, _, labels = _batches(tmp_path, preprocess, 4)  # 4 windows of 2 sentences
+    gold = gold_tags(data, data.split("train"))
+
+    def tagger():
+        answers = iter(labels)
+        return lambda features: np.stack([np.maximum(next(answers), 0)
+                                          for _ in features["input_word_ids"]])
+
+    dataset = eval_windows(data, data.split("train"), preprocess(4), 4, 3)
+    expected = list(dataset.as_numpy_iterator())
+    kept = KeptWindows(dataset)
+    assert kept.batches is None
+    assert predict_tags(tagger(), kept, data.tag_names) == gold
+    assert [len(b["sentence"]) for b in kept.batches] == [3, 1]
+    for got, want in zip(kept.batches, expected, strict=True):
+        assert got.keys() == want.keys()
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key])
+    first = kept.batches
+    assert predict_tags(tagger(), kept, data.tag_names) == gold
+    assert kept.batches is first and next(iter(kept)) is first[0]  # no second read
+
+    small = KeptWindows(dataset, limit=sum(v.nbytes for v in expected[0].values()))
+    for _ in range(2):
+        assert predict_tags(tagger(), small, data.tag_names) == gold
+        assert small.batches is None  # too big to keep: the dataset is read each time
+
+
 def test_snapshot_replays_the_same_windows(tmp_path, preprocess):
     """The stored path (ids narrowed on disk, labels' -1 included) gives back what the
     direct path makes, on the write and on the replay."""
@@ -94,3 +133,25 @@ def test_snapshot_replays_the_same_windows(tmp_path, preprocess):
         for key, value in features.items():
             np.testing.assert_array_equal(got_features[key], value)
     assert len([p for p in (tmp_path / "snap").iterdir()]) == 1
+
+
+def test_datasets_that_cut_alike_share_one_trace(tmp_path, preprocess):
+    """The windowing (tokenizer included: seconds to trace) is traced once per kind of
+    cut, not once per dataset: training and validation batches share one trace, the
+    validation and test reports' windows another; both give the hand-worked windows."""
+    from tfapp.data.token_classification import _cut, eval_windows, make_ner_dataset
+
+    pre = preprocess(4)
+    data, cfg = ner_data(tmp_path, pre, 4)
+    split = data.split("train")
+    for training in (True, False):
+        make_ner_dataset(data, split, pre, cfg, batch_size=2, training=training, seed=0)
+    reports = [eval_windows(data, split, pre, 4, 8) for _ in range(2)]
+    assert _cut(pre.module, 4).experimental_get_tracing_count() == 1
+    assert _cut(pre.module, 4, eval_fields=True).experimental_get_tracing_count() == 1
+    for windows in reports:
+        (batch,) = list(windows.as_numpy_iterator())
+        np.testing.assert_array_equal(batch["input_word_ids"], [[2, 5, 6, 3], [2, 7, 8, 3],
+                                                                [2, 9, 10, 3], [2, 10, 3, 0]])
+        np.testing.assert_array_equal(batch["word_index"], [[-1, 0, 1, -1], [-1, -1, 2, -1],
+                                                            [-1, -1, 3, -1], [-1, 0, -1, -1]])

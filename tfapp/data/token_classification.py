@@ -20,6 +20,7 @@ words, cached by what decides them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable
@@ -43,12 +44,14 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = ["IGNORE", "NerData", "build_ner_data", "make_ner_dataset", "eval_windows",
-           "predict_tags", "gold_tags", "word_pieces", "window_features",
+           "KeptWindows", "predict_tags", "gold_tags", "word_pieces", "window_features",
            "windows_per_sentence"]
 
 IGNORE = -1
 #: sentences tokenised per call
 SENTENCE_BATCH = 256
+#: the most bytes of an evaluation split's windows ``KeptWindows`` holds in memory
+KEEP_WINDOWS_BYTES = 256 << 20
 
 
 def word_pieces(tokenize: Callable, words: tf.Tensor) -> tf.RaggedTensor:
@@ -159,10 +162,16 @@ def _sentences(split: SplitData, names: list[str], chunk: int
     return sentences
 
 
+@functools.lru_cache(maxsize=8)
 def _cut(module: Any, seq_length: int, *, eval_fields: bool = False) -> Callable[[dict], dict]:
     """A batch of sentences -> the batch of its windows: features, labels, the id of the
     window (sentence id x 2**16 + window) and, for evaluation, each position's word
-    index and the sentence's word count."""
+    index and the sentence's word count.
+
+    One tf.function per preprocessor, length and kind, so the datasets that cut alike
+    (training and validation; the validation and test reports) share one trace: the
+    tokenizer and windowing graph takes seconds to trace, and a dataset's own map
+    function is traced anew for every dataset."""
     def cut(batch):
         words, tags = batch["words"], batch["tags"]
         out = _windows(module.tokenize, module.bert_pack_inputs, words, None, seq_length,
@@ -177,7 +186,7 @@ def _cut(module: Any, seq_length: int, *, eval_fields: bool = False) -> Callable
             example["sentence"] = tf.gather(batch["id"], sentence)
         return example
 
-    return cut
+    return tf.function(cut)
 
 
 @dataclass
@@ -322,13 +331,42 @@ def eval_windows(data: NerData, split: SplitData, preprocess_fn: Any, seq_length
                               ).rebatch(batch_size).prefetch(2)
 
 
-def predict_tags(call: Callable, windows: tf.data.Dataset, tag_names: list[str]
+class KeptWindows:
+    """The numpy batches of an ``eval_windows`` dataset, read from it once and then kept
+    (up to ``limit`` bytes; a larger split is read again each time): a run scores its
+    validation windows at every epoch and at the end, and each new iterator of the
+    dataset costs seconds (its functions, the tokenizer's among them, are instantiated
+    and optimized anew) besides tokenising and windowing every sentence again."""
+
+    def __init__(self, dataset: tf.data.Dataset, limit: int = KEEP_WINDOWS_BYTES):
+        self.dataset, self.limit = dataset, limit
+        self.batches: list[dict[str, np.ndarray]] | None = None
+
+    def __iter__(self):
+        return iter(self.batches) if self.batches is not None else self._first_pass()
+
+    def _first_pass(self):
+        kept: list[dict[str, np.ndarray]] | None = []
+        size = 0
+        for batch in self.dataset.as_numpy_iterator():
+            if kept is not None:
+                size += sum(v.nbytes for v in batch.values())
+                if size <= self.limit:
+                    kept.append(batch)
+                else:
+                    kept = None
+            yield batch
+        self.batches = kept
+
+
+def predict_tags(call: Callable, windows: tf.data.Dataset | KeptWindows, tag_names: list[str]
                  ) -> list[list[str]]:
-    """The predicted IOB2 tags of every sentence of an ``eval_windows`` dataset, in order:
-    ``call`` (a tagger: features -> tag ids) on its windows, each word read at its first
-    piece (O for a word without pieces)."""
+    """The predicted IOB2 tags of every sentence of an ``eval_windows`` dataset (or its
+    ``KeptWindows``), in order: ``call`` (a tagger: features -> tag ids) on its windows,
+    each word read at its first piece (O for a word without pieces)."""
     window_sentences, window_words, positions, seen = [], [], [], 0
-    for batch in windows.as_numpy_iterator():
+    batches = windows.as_numpy_iterator() if isinstance(windows, tf.data.Dataset) else windows
+    for batch in batches:
         predicted = np.asarray(call({k: batch[k] for k in FEATURE_KEYS}))
         rows, cols = np.nonzero(batch["word_index"] >= 0)
         # (window, word in its sentence, predicted tag) of every word's first piece

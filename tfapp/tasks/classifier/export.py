@@ -65,9 +65,11 @@ class ClassifierServing(tf.Module):
 def export_classifier(serving: ClassifierServing, export_dir: str | os.PathLike, *,
                       metadata: dict, card: str = "") -> Path:
     """The serving SavedModel, its metadata and its model card (``README.md``)."""
-    signatures = {"serving_default": serving.serve.get_concrete_function()}
+    # The tf.functions, not their concrete functions: save traces them itself (in its save
+    # context, which keys the trace cache), so one traced before saving is traced again.
+    signatures = {"serving_default": serving.serve}
     if hasattr(serving, "serve_pair"):
-        signatures["serve_pair"] = serving.serve_pair.get_concrete_function()
+        signatures["serve_pair"] = serving.serve_pair
     return FORMAT.write(serving, export_dir, signatures=signatures, metadata=metadata,
                         files={CARD_FILE: card} if card else None)
 

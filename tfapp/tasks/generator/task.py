@@ -271,6 +271,9 @@ class GeneratorInputs(Inputs):
 class GeneratorTask(Task):
     """Seq2seq text generation (``task: generator``, ``model.kind: seq2seq``)."""
 
+    #: the TextGenerator the epoch samples decode with; the export reuses it (refreshed)
+    _generator: TextGenerator | None = None
+
     @classmethod
     def input_files(cls, cfg) -> dict[str, str]:
         files = zip(("train", "validation", "test"), text_lines.resolve_demo(cfg.data),
@@ -331,7 +334,9 @@ class GeneratorTask(Task):
                             log_dir)]
 
     def finish(self, model: Any, inputs: GeneratorInputs, history: dict) -> TaskOutput:
-        generator = self._generator_for(model, inputs)
+        # The samples' generator, refreshed: a new one would trace and compile its
+        # decoders again (seconds each) for the same graph.
+        generator = self._generator_for(model, inputs, self._generator)
         texts = generator.generate(tf.constant(inputs.sample_prompts))["text"].numpy()
         out = TaskOutput(paths={"vocab": self.layout.vocab})
         out.lines = [f"sample ({self.cfg.generation.method}): "
@@ -415,7 +420,9 @@ class GeneratorTask(Task):
             return previous
         # XLA's CPU backend binds to one device, and the copy lives on the default one.
         copy = serving_copy(model, d.context_words, d.target_words)
-        return TextGenerator(copy, inputs.vocabulary, context_words=d.context_words,
-                             keep="first" if d.example_shape == "pairs" else "last",
-                             strip_punctuation=d.strip_punctuation,
-                             generation=self.cfg.generation, target_words=d.target_words)
+        self._generator = TextGenerator(
+            copy, inputs.vocabulary, context_words=d.context_words,
+            keep="first" if d.example_shape == "pairs" else "last",
+            strip_punctuation=d.strip_punctuation, generation=self.cfg.generation,
+            target_words=d.target_words)
+        return self._generator

@@ -167,8 +167,10 @@ def entities(outputs: dict, index: int) -> list[dict]:
 def export_ner(serving: NerServing, export_dir: str | os.PathLike, *, metadata: dict,
                card: str = "") -> Path:
     """The serving SavedModel, its metadata and its model card (``README.md``)."""
+    # The tf.functions, not their concrete functions: save traces them itself (in its save
+    # context, which keys the trace cache), so one traced before saving is traced again.
     return FORMAT.write(serving, export_dir,
-                        signatures={"serving_default": serving.serve.get_concrete_function(),
-                                    "tag_words": serving.tag_words.get_concrete_function()},
+                        signatures={"serving_default": serving.serve,
+                                    "tag_words": serving.tag_words},
                         metadata=metadata, files={CARD_FILE: card} if card else None)
 

@@ -6,7 +6,6 @@ import json
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from tfapp.atomic import write_text
 from tfapp.data.ner_splits import load_ner_splits
@@ -15,6 +14,7 @@ from tfapp.data.prepare import RowSpec
 from tfapp.data.stream import start_at, steps_per_pass
 from tfapp.data.tagged import demo_ner_file
 from tfapp.data.token_classification import (
+    KeptWindows,
     NerData,
     build_ner_data,
     eval_windows,
@@ -53,12 +53,13 @@ class NerInputs(BertInputs):
     Attributes:
       data: the splits, tag names and windows per shard file (``build_ner_data``).
       gold: split name -> its sentences' tags (what the entity scores compare against).
-      windows: split name -> its windows in order (``eval_windows``), built once.
+      windows: split name -> its windows in order (``eval_windows``), built once and
+        kept after the first evaluation (``KeptWindows``).
     """
 
     data: NerData | None = None
     gold: dict[str, list[list[str]]] = field(default_factory=dict)
-    windows: dict[str, Any] = field(default_factory=dict)
+    windows: dict[str, KeptWindows] = field(default_factory=dict)
 
 
 def tagger(model: tf.keras.Model):
@@ -146,8 +147,9 @@ class NerTask(Task):
         validation = data.split("validation") if data.size(data.split("validation")) else None
         gold = {name: gold_tags(data, data.split(name)) for name in ("validation", "test")
                 if data.size(data.split(name))}
-        windows = {name: eval_windows(data, data.split(name), preprocess, d.seq_length,
-                                      global_batch) for name in gold}
+        windows = {name: KeptWindows(eval_windows(data, data.split(name), preprocess,
+                                                  d.seq_length, global_batch))
+                   for name in gold}
         return NerInputs(
             train=dataset(train, True),
             validation=dataset(validation, False) if validation else None,
