@@ -51,6 +51,15 @@ RECIPES = ("vm", "colab", "kaggle")
 KAGGLE_IMAGE = ["tensorflow-cpu==2.20.0", "tensorflow-hub", "libtpu==0.0.17"]
 
 
+def test_tools() -> list[str]:
+    """The ``test`` extra of pyproject.toml: what the suite imports (pytest, hypothesis, ...),
+    read from the one place that lists it rather than copied here."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    return list(project["optional-dependencies"]["test"])
+
+
 def recipe_blocks(text: str) -> dict[str, str]:
     """``<!-- recipe: NAME -->`` followed by a ```bash block -> {NAME: block}."""
     found = re.findall(r"<!-- recipe: (\w+) -->\s*```bash\n(.*?)```", text, flags=re.S)
@@ -192,8 +201,8 @@ def check_recipe(name: str, block: str, root: Path, suite: bool) -> list[str]:
         raise RuntimeError("python -m tfapp.train finished without an export")
     results.append(f"python -m tfapp.train (embedded default) completed ({t:.0f} s)")
     if suite:
-        run([str(venv / "bin" / "pip"), "install", "-q", "pytest>=8", "pytest-timeout>=2.3",
-             "pytest-xdist>=3.8,<4"], env=env, cwd=home, log=log, timeout=600)
+        run([str(venv / "bin" / "pip"), "install", "-q", *test_tools()], env=env, cwd=home,
+            log=log, timeout=600)
         # xla_cpu tests compile with XLA on the CPU, which the TPU build has no backend for.
         t = run([str(python), "-m", "pytest", "-q", "-m", "not slow and not xla_cpu", "-p",
                  "no:cacheprovider", "--maxprocesses", "2"], env=env, cwd=REPO, log=log,
