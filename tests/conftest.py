@@ -175,6 +175,39 @@ def run_two_workers(script: str, args: list[str], out_dir: Path, timeout: int) -
     return outs
 
 
+def shared_run(tmp_path_factory, config: str, *overrides: str) -> Path:
+    """The run directory of ``tfapp.train --config CONFIG OVERRIDES``, trained once per
+    test session for the test files that only read a finished run (its reports, export,
+    checkpoint). The first test process to ask trains it, in-process, under a file lock;
+    the others (xdist workers) wait for that and read the same run. Read it, never write
+    into it: another file's tests may be reading it at the same time."""
+    import fcntl
+    import hashlib
+
+    from tfapp.config import load_config
+    from tfapp.tasks import get_task
+    from tfapp.training.driver import train
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's folder, above each worker's own
+    key = hashlib.sha256("\0".join((config, *overrides)).encode()).hexdigest()[:12]
+    out = root / f"shared-run-{key}"
+    with open(root / f"shared-run-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        done = out / "run_dir.txt"
+        if not done.is_file():
+            cfg = load_config(REPO / config, [f"output_dir={out / 'runs'}", *overrides])
+            run_dir = train(cfg, task=get_task(cfg.task)).run_dir
+            done.write_text(str(run_dir))
+    return Path(done.read_text())
+
+
+# The NER run that test_ner and test_export_hf read: 90 steps of the tiny BERT on the demo.
+NER_RUN = ("configs/ner_local.yaml", "trainer.epochs=3", "trainer.steps_per_epoch=30",
+           "optimizer.learning_rate=3e-3")
+
+
 @pytest.fixture
 def repo() -> Path:
     return REPO

@@ -22,7 +22,7 @@ from tfapp.tasks import get_task
 
 import numpy as np
 import pytest
-from conftest import REPO
+from conftest import NER_RUN, REPO, shared_run
 from safetensors.numpy import load_file
 from test_hub_convert import numpy_bert
 
@@ -461,8 +461,7 @@ def test_bad_arguments_are_one_line(tmp_path, capsys, monkeypatch):
 # ------------------------------------------------------------------ the tagger
 @pytest.fixture(scope="module")
 def ner_export(tmp_path_factory) -> tuple[Path, Path]:
-    run = _train(tmp_path_factory, "configs/ner_local.yaml", "trainer.epochs=1",
-                 "trainer.steps_per_epoch=4", "optimizer.learning_rate=1e-2")
+    run = shared_run(tmp_path_factory, *NER_RUN)  # test_ner's run: 90 steps, tags that vary
     out = tmp_path_factory.mktemp("hf") / "ner"
     assert export_hf([str(run), "--out", str(out)]) == 0
     return run, out

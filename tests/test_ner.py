@@ -5,31 +5,24 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
-from conftest import REPO, run_python, run_tfapp, subprocess_env
+from conftest import NER_RUN, REPO, run_python, run_tfapp, shared_run, subprocess_env
 
 TEXTS = ["Anna Berg moved to Brindle on 3 May .", "Zoë Müller works for Acme Bakery in Falken.",
          "Nothing much happened in town today ."]
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """One short run on the demo: 90 steps of the tiny BERT."""
-    from tfapp.config import load_config
-    from tfapp.tasks import get_task
-    from tfapp.training.driver import train
-
-    out = tmp_path_factory.mktemp("runs")
-    cfg = load_config(REPO / "configs/ner_local.yaml", [
-        f"output_dir={out}", "trainer.epochs=3", "trainer.steps_per_epoch=30",
-        "optimizer.learning_rate=3e-3"])
-    return train(cfg, task=get_task(cfg.task))
+def trained(tmp_path_factory) -> Path:
+    """One short run on the demo: 90 steps of the tiny BERT (shared with test_export_hf)."""
+    return shared_run(tmp_path_factory, *NER_RUN)
 
 
 @pytest.mark.slow
 def test_run_learns_entities(trained):
-    run = trained.run_dir
+    run = trained
     for name in ("labels.json", "history.csv", "validation_report.json", "test_report.json",
                  "export/saved_model.pb", "export/ner_export.json", "export/README.md"):
         assert (run / name).exists(), name
@@ -54,7 +47,7 @@ def test_export_reloads_without_tfapp(trained, tmp_path):
     code = (
         "import json, sys, tensorflow as tf, tensorflow_text\n"
         "assert 'tfapp' not in sys.modules\n"
-        f"m = tf.saved_model.load({str(trained.run_dir / 'export')!r})\n"
+        f"m = tf.saved_model.load({str(trained / 'export')!r})\n"
         f"out = m.signatures['serving_default'](text=tf.constant({TEXTS!r}))\n"
         "print(json.dumps({k: v.numpy().tolist() if v.dtype != tf.string else "
         "[[s.decode() for s in row] for row in v.numpy()] for k, v in out.items()}))\n")
@@ -73,20 +66,20 @@ def test_export_reloads_without_tfapp(trained, tmp_path):
 
 @pytest.mark.slow
 def test_predict_and_evaluate_commands(trained):
-    proc = run_tfapp("tfapp.predict", ["--model", str(trained.run_dir), "--json", *TEXTS])
+    proc = run_tfapp("tfapp.predict", ["--model", str(trained), "--json", *TEXTS])
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [json.loads(line) for line in proc.stdout.strip().splitlines()]
     assert [r["text"] for r in rows] == TEXTS
     assert all(r["text"][e["start"]:e["end"]] == e["text"] for r in rows for e in r["entities"])
 
     test_file = REPO / "tfapp" / "demo" / "ner_test.conll"
-    proc = run_tfapp("tfapp.evaluate", ["--model", str(trained.run_dir), "--data",
+    proc = run_tfapp("tfapp.evaluate", ["--model", str(trained), "--data",
                                         str(test_file), "--json"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     # The export scores the test file exactly as the run's test report (the Keras model on
     # word pieces) did: the same words, the same raw tags, one token accuracy, seqeval's
     # strict and default modes.
-    expected = json.loads((trained.run_dir / "test_report.json").read_text())
+    expected = json.loads((trained / "test_report.json").read_text())
     got = json.loads(proc.stdout)
     assert got["mode"] == expected["mode"] == "seqeval strict IOB2"
     for key in ("f1", "precision", "recall", "token_accuracy", "sentences", "entities"):
@@ -95,14 +88,14 @@ def test_predict_and_evaluate_commands(trained):
     for kind, scores in expected["per_type"].items():
         assert got["per_type"][kind] == pytest.approx(scores), kind
     # CoNLL named as such; a format an NER export cannot read is refused in one line.
-    proc = run_tfapp("tfapp.evaluate", ["--model", str(trained.run_dir), "--data",
+    proc = run_tfapp("tfapp.evaluate", ["--model", str(trained), "--data",
                                         str(test_file), "--format", "conll", "--json"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["token_accuracy"] == pytest.approx(
         expected["token_accuracy"])
     for flags, fragment in ((["--format", "csv"], "--format csv: an NER export reads tagged"),
                             (["--label-column", "y"], "--label-column: an NER export reads")):
-        proc = run_tfapp("tfapp.evaluate", ["--model", str(trained.run_dir), "--data",
+        proc = run_tfapp("tfapp.evaluate", ["--model", str(trained), "--data",
                                             str(test_file), *flags])
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
         assert proc.stderr.strip().splitlines()[-1].startswith("tfapp: error: " + fragment), \
