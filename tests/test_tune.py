@@ -15,7 +15,7 @@ from tfapp.config import ConfigError, load_config
 
 import pytest
 import yaml
-from conftest import REPO, free_ports, run_python, subprocess_env
+from conftest import REPO, free_ports, run_python, run_tfapp, subprocess_env
 
 SPACE = ("tune.space={optimizer.learning_rate: {type: float, min: 1e-4, max: 1e-2, "
          "sampling: log}, model.dropout: {type: float, min: 0.0, max: 0.3, step: 0.1}}")
@@ -239,8 +239,7 @@ def test_killed_search_resumes_and_best_config_trains(tmp_path):
     events = list((search / "trial_0" / "run_0" / "logs").glob("events.out.tfevents.*"))
     assert any(b"hparams" in e.read_bytes() for e in events)
 
-    train = run_python(["-m", "tfapp.train", "--config", str(search / "best_params.yaml")],
-                       timeout=300)
+    train = run_tfapp("tfapp.train", ["--config", str(search / "best_params.yaml")])
     assert train.returncode == 0, train.stderr[-3000:]
     assert (tmp_path / "search_best" / "params.yaml").is_file()
 
