@@ -266,7 +266,7 @@ def export_run_to_hf(run_dir: str | Path, out: str | Path, *,
         raise ConfigError(f"{run_dir}: the export's vocab ({len(vocab)} tokens) does not fit "
                           f"its encoder ({bert_cfg.vocab_size} embeddings) or lacks [PAD]")
     seq_length = int(metadata.get("seq_length") or cfg.data.seq_length)
-    form = fmt.hf_form(cfg, module, metadata, kernel, bias, run_dir)
+    form = fmt.hf_form(module, metadata, kernel, bias, run_dir)
     labels = form.labels
     if form.kernel.shape != (bert_cfg.hidden_size, len(labels)):
         raise ConfigError(f"{run_dir}: the output layer has shape {tuple(form.kernel.shape)}, "

@@ -136,8 +136,8 @@ class ExportFormat(ABC):
         can), as the rest of a one-line error; empty when it can be written."""
         return ""
 
-    def hf_form(self, cfg: ExperimentConfig, module: Any, metadata: dict, kernel: Any,
-                bias: Any, run_dir: Path) -> HfForm:
+    def hf_form(self, module: Any, metadata: dict, kernel: Any, bias: Any,
+                run_dir: Path) -> HfForm:
         """The run's export (``module``: loaded, ``metadata``: its marker's JSON; ``kernel``
         and ``bias``: its output layer) as ``hf_architecture``. Only formats with an
         ``hf_architecture`` override it; ``tfapp export-hf`` asks no other."""

@@ -130,8 +130,8 @@ class ClassifierExport(ExportFormat):
                     "model.pooling=pooled (the default) to export")
         return ""
 
-    def hf_form(self, cfg: ExperimentConfig, module: Any, metadata: dict, kernel: Any,
-                bias: Any, run_dir: Path) -> HfForm:
+    def hf_form(self, module: Any, metadata: dict, kernel: Any, bias: Any,
+                run_dir: Path) -> HfForm:
         """One logit per label from the pooler; a binary classifier's one sigmoid unit
         (logit z) becomes the two softmax logits ``[0, z]``, exactly tfapp's two
         probabilities. Sentence pairs: transformers' tokenizer packs the second text as

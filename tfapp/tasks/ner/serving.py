@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tfapp.config import ConfigError, ExperimentConfig, load_config
+from tfapp.config import ConfigError, load_config
 from tfapp.hub.hf_checkpoint import TOKEN_CLASSIFICATION
 from tfapp.serving import (
     BATCH,
@@ -134,8 +134,8 @@ class NerExport(ExportFormat):
     def load(self, model: str | os.PathLike) -> LoadedTagger:
         return LoadedTagger(model)
 
-    def hf_form(self, cfg: ExperimentConfig, module: Any, metadata: dict, kernel: Any,
-                bias: Any, run_dir: Path) -> HfForm:
+    def hf_form(self, module: Any, metadata: dict, kernel: Any, bias: Any,
+                run_dir: Path) -> HfForm:
         """One logit per tag on every word piece (no pooler: BertForTokenClassification
         has none); the tags are the export's own ``tag_names``."""
         return HfForm(
