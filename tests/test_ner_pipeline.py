@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from tfapp.config import load_config
 
 import numpy as np
@@ -14,12 +16,19 @@ CONLL = "Anna B-PER\nMuller I-PER\nvisits O\nOslo B-LOC\n\nOslo B-LOC\n"
 
 
 @pytest.fixture(scope="module")
-def preprocess(tmp_path_factory):
+def vocab(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    path.write_text("\n".join(VOCAB) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def preprocess(vocab):
+    """One preprocessor per length for the module: the windowing traced for it (the
+    tokenizer included, seconds a trace) is cached per preprocessor, so tests share it."""
     from tfapp.data.bert_preprocess import make_bert_preprocess_fn
 
-    vocab = tmp_path_factory.mktemp("vocab") / "vocab.txt"
-    vocab.write_text("\n".join(VOCAB) + "\n")
-    return lambda n: make_bert_preprocess_fn(vocab_file=str(vocab), seq_length=n)
+    return functools.cache(lambda n: make_bert_preprocess_fn(vocab_file=vocab, seq_length=n))
 
 
 def ner_data(tmp_path, pre, seq_length, *overrides):
@@ -135,13 +144,15 @@ def test_snapshot_replays_the_same_windows(tmp_path, preprocess):
     assert len([p for p in (tmp_path / "snap").iterdir()]) == 1
 
 
-def test_datasets_that_cut_alike_share_one_trace(tmp_path, preprocess):
+def test_datasets_that_cut_alike_share_one_trace(tmp_path, vocab):
     """The windowing (tokenizer included: seconds to trace) is traced once per kind of
     cut, not once per dataset: training and validation batches share one trace, the
     validation and test reports' windows another; both give the hand-worked windows."""
+    from tfapp.data.bert_preprocess import make_bert_preprocess_fn
     from tfapp.data.token_classification import _cut, eval_windows, make_ner_dataset
 
-    pre = preprocess(4)
+    # A preprocessor of its own: the module's shared one is traced by the tests before.
+    pre = make_bert_preprocess_fn(vocab_file=vocab, seq_length=4)
     data, cfg = ner_data(tmp_path, pre, 4)
     split = data.split("train")
     for training in (True, False):
