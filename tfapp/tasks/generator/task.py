@@ -223,9 +223,8 @@ class TextSamples(tf.keras.callbacks.Callback):
     def __init__(self, prompts: list[str], make_generator, log_dir: str | Path | None):
         super().__init__()
         self.prompts = prompts
-        self.make_generator = make_generator
+        self.make_generator = make_generator  # model -> TextGenerator at its weights
         self.log_dir = log_dir
-        self._generator: TextGenerator | None = None
         self._writer = None
         self.last: list[str] = []
 
@@ -236,9 +235,9 @@ class TextSamples(tf.keras.callbacks.Callback):
             self.on_epoch_end(-1)
 
     def on_epoch_end(self, epoch, logs=None):
-        self._generator = self.make_generator(self.model, self._generator)
-        texts = self._generator.greedy(tf.constant(self.prompts),
-                                       tf.constant(self._generator.max_length))["text"]
+        generator = self.make_generator(self.model)
+        texts = generator.greedy(tf.constant(self.prompts),
+                                 tf.constant(generator.max_length))["text"]
         self.last = [t.decode("utf-8") for t in texts.numpy()]
         rows = ["| prompt | greedy continuation |", "|---|---|"]
         rows += [f"| {p or '(empty)'} | {t} |" for p, t in zip(self.prompts, self.last,
@@ -330,13 +329,11 @@ class GeneratorTask(Task):
             return []
         log_dir = self.layout.task_logs("samples") if self.cfg.tracking.tensorboard else None
         return [TextSamples(inputs.sample_prompts,
-                            lambda m, previous: self._generator_for(m, inputs, previous),
+                            lambda m: self._generator_for(m, inputs),
                             log_dir)]
 
     def finish(self, model: Any, inputs: GeneratorInputs, history: dict) -> TaskOutput:
-        # The samples' generator, refreshed: a new one would trace and compile its
-        # decoders again (seconds each) for the same graph.
-        generator = self._generator_for(model, inputs, self._generator)
+        generator = self._generator_for(model, inputs)
         texts = generator.generate(tf.constant(inputs.sample_prompts))["text"].numpy()
         out = TaskOutput(paths={"vocab": self.layout.vocab})
         out.lines = [f"sample ({self.cfg.generation.method}): "
@@ -410,14 +407,15 @@ class GeneratorTask(Task):
 
     # ----------------------------------------------------------------- helpers
 
-    def _generator_for(self, model: Any, inputs: GeneratorInputs,
-                       previous: TextGenerator | None = None) -> TextGenerator:
-        """A TextGenerator over a single-device copy of ``model``'s current weights;
-        ``previous`` is refreshed in place (its compiled decoders are kept)."""
+    def _generator_for(self, model: Any, inputs: GeneratorInputs) -> TextGenerator:
+        """A TextGenerator over a single-device copy of ``model``'s current weights: one
+        per run (the epoch samples' and the export's), its copy refreshed on each later
+        call, since a new one would trace and compile its decoders again (seconds each)
+        for the same graph."""
         d = self.cfg.data
-        if previous is not None:
-            serving_copy(model, d.context_words, d.target_words, source=previous.model)
-            return previous
+        if self._generator is not None:
+            serving_copy(model, d.context_words, d.target_words, source=self._generator.model)
+            return self._generator
         # XLA's CPU backend binds to one device, and the copy lives on the default one.
         copy = serving_copy(model, d.context_words, d.target_words)
         self._generator = TextGenerator(
