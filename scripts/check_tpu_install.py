@@ -204,11 +204,14 @@ def check_recipe(name: str, block: str, root: Path, suite: bool) -> list[str]:
         run([str(venv / "bin" / "pip"), "install", "-q", *test_tools()], env=env, cwd=home,
             log=log, timeout=600)
         # xla_cpu tests compile with XLA on the CPU, which the TPU build has no backend for.
-        t = run([str(python), "-m", "pytest", "-q", "-m", "not slow and not xla_cpu", "-p",
+        # -rs: each skipped test and its reason, so a skip is named, not just counted.
+        t = run([str(python), "-m", "pytest", "-q", "-rs", "-m", "not slow and not xla_cpu", "-p",
                  "no:cacheprovider", "--maxprocesses", "2"], env=env, cwd=REPO, log=log,
                 timeout=3600)
-        summary = [ln for ln in log.read_text().splitlines() if " passed" in ln][-1]
+        lines = log.read_text().splitlines()
+        summary = [ln for ln in lines if " passed" in ln][-1]
         results.append(f"fast test suite: {summary.strip()} ({t:.0f} s)")
+        results += [f"  {ln.strip()}" for ln in lines if ln.startswith("SKIPPED ")]
     return results
 
 
