@@ -67,11 +67,16 @@ class Rows:
 
 
 def rows(splits, name: str = "train") -> Rows:
+    """A split's rows in the sources' order (prepared shards hold them permuted; each row
+    carries its source and line in ``id``)."""
     batches = list(raw_batches(splits, getattr(splits, name)))
+    order = np.argsort(np.concatenate([b["id"] for b in batches])) if batches else []
     texts = [t.decode() for b in batches for t in b["text"]]
+    texts = [texts[i] for i in order]
     pairs = ([t.decode() for b in batches for t in b["text_pair"]]
              if batches and "text_pair" in batches[0] else None)
-    labels = np.concatenate([b["label"] for b in batches]) if batches else np.zeros(0)
+    pairs = [pairs[i] for i in order] if pairs is not None else None
+    labels = np.concatenate([b["label"] for b in batches])[order] if batches else np.zeros(0)
     return Rows(texts, pairs, labels)
 
 

@@ -32,15 +32,18 @@ from tfapp.errors import DataError
 import numpy as np
 
 __all__ = ["BUCKETS", "MANIFEST", "FORMAT_VERSION", "Manifest", "ShardInfo", "SourceInfo",
-           "SplitSelector", "row_buckets", "read_manifest", "find_manifest"]
+           "SplitSelector", "row_buckets", "read_manifest", "find_manifest", "damaged_shard",
+           "file_checksum"]
 
 MANIFEST = "tfapp_manifest.json"
 #: bump when the records or the manifest change meaning (old prepared folders are refused,
 #: cached ones rebuilt). 2: tagged rows read in each file's own tag scheme (format 1 read
 #: them as data.tag_scheme said and lost entities of another scheme), sources' entities.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 #: hash buckets of held-out splits: fractions are taken in steps of 1 / BUCKETS
 BUCKETS = 1000
+#: a folder of at most this many bytes has every shard's checksum checked when opened
+CHECKSUM_LIMIT = 256 << 20
 _MASK64 = (1 << 64) - 1
 
 
@@ -85,12 +88,16 @@ class SourceInfo:
 @dataclass
 class ShardInfo:
     """One TFRecord shard: its file (relative to the manifest), the source index it came
-    from, its rows, and its rows per bucket."""
+    from, its rows, its rows per bucket, and its size and checksum."""
 
     file: str
     source: int
     count: int
     buckets: list[int] = field(default_factory=list)
+    #: the file's size in bytes and its CRC-32 (``file_checksum``), checked when a run
+    #: opens the folder
+    bytes: int = 0
+    crc32: int = 0
 
 
 @dataclass
@@ -227,6 +234,40 @@ def read_manifest(path: str) -> Manifest:
             type(err).__name__
         raise DataError(f"{path}: not a readable tfapp manifest ({first}); prepare the data "
                         "again (python -m tfapp.prepare)") from None
+
+
+def file_checksum(path: str, chunk: int = 8 << 20) -> tuple[int, int]:
+    """Size in bytes and CRC-32 of a file (any file system TensorFlow reads)."""
+    import zlib
+
+    import tensorflow as tf
+
+    crc, size = 0, 0
+    with tf.io.gfile.GFile(path, "rb") as fh:
+        while block := fh.read(chunk):
+            crc = zlib.crc32(block, crc)
+            size += len(block)
+    return size, crc
+
+
+def damaged_shard(manifest: Manifest, checksum_limit: int = CHECKSUM_LIMIT) -> str | None:
+    """What is wrong with the first shard of ``manifest`` that is not as prepared (gone,
+    another size, another checksum), None when all are whole. Sizes are always checked
+    (one stat per shard); checksums when the folder holds at most ``checksum_limit``
+    bytes (larger folders rely on TFRecord's own per-record CRC, checked as it is read)."""
+    import tensorflow as tf
+
+    checksums = sum(s.bytes for s in manifest.shards) <= checksum_limit
+    for shard, path in zip(manifest.shards, manifest.files(), strict=True):
+        try:
+            size = tf.io.gfile.stat(path).length
+        except tf.errors.NotFoundError:
+            return f"shard {path} is missing"
+        if size != shard.bytes:
+            return f"shard {path} has {size} bytes, the manifest says {shard.bytes}"
+        if checksums and file_checksum(path) != (shard.bytes, shard.crc32):
+            return f"shard {path} does not match its checksum (the file was changed)"
+    return None
 
 
 def origin_order(origin: str) -> tuple[str, int]:

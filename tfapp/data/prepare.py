@@ -54,6 +54,8 @@ from tfapp.data.manifest import (
     Manifest,
     ShardInfo,
     SourceInfo,
+    damaged_shard,
+    file_checksum,
     read_manifest,
     row_buckets,
 )
@@ -614,16 +616,17 @@ def _arrow_input(path: str):
 
 # --------------------------------------------------------------------------- writing
 class _ShardWriter:
-    """Records of one source into shards of about ``SHARD_BYTES``, each written under a
-    temporary name and renamed when complete."""
+    """Records of one source into shards of about ``SHARD_BYTES``: each shard's rows are
+    gathered in memory (one shard at a time), permuted, written under a temporary name
+    and renamed when complete, with its size and checksum for the manifest."""
 
     def __init__(self, out: str, source: int, token: str, shard_bytes: int = SHARD_BYTES):
         self.out, self.source, self.token = out, source, token
         self.shard_bytes = shard_bytes
         self.shards: list[ShardInfo] = []
-        self._writer = None
+        self._pending: list[bytes] = []  # the rows of the shard being filled
+        self._tmp = ""
         self._bytes = 0
-        self._count = 0
         self._buckets = np.zeros(BUCKETS, np.int64)
 
     def _name(self) -> str:
@@ -634,30 +637,34 @@ class _ShardWriter:
         data = records.to_pylist()
         start = 0
         while start < len(data):
-            if self._writer is None:
-                self._tmp = f"{self.out}/.{self._name()}.tmp-{self.token}"
-                self._writer = tf.io.TFRecordWriter(self._tmp)
             room = self.shard_bytes - self._bytes
             end = start + max(1, int(np.searchsorted(np.cumsum(sizes[start:]), room)))
             end = min(end, len(data))
-            for record in data[start:end]:
-                self._writer.write(record)
+            self._pending.extend(data[start:end])
             self._bytes += int(sizes[start:end].sum())
-            self._count += end - start
             self._buckets += np.bincount(buckets[start:end], minlength=BUCKETS)
             start = end
             if self._bytes >= self.shard_bytes:
                 self._close()
 
     def _close(self) -> None:
-        if self._writer is None:
+        """Write the pending rows as one shard, in an order drawn from the shard's name:
+        a source sorted by label, date or length never reaches a shard sorted."""
+        if not self._pending:
             return
-        self._writer.close()
         name = self._name()
-        tf.io.gfile.rename(self._tmp, f"{self.out}/{name}", overwrite=True)
-        self.shards.append(ShardInfo(name, self.source, self._count,
-                                     self._buckets.tolist()))
-        self._writer, self._bytes, self._count = None, 0, 0
+        tmp = f"{self.out}/.{name}.tmp-{self.token}"
+        self._tmp = tmp
+        order = np.random.default_rng([self.source, len(self.shards)]).permutation(
+            len(self._pending))
+        with tf.io.TFRecordWriter(tmp) as writer:
+            for i in order:
+                writer.write(self._pending[i])
+        size, crc = file_checksum(tmp)
+        tf.io.gfile.rename(tmp, f"{self.out}/{name}", overwrite=True)
+        self.shards.append(ShardInfo(name, self.source, len(self._pending),
+                                     self._buckets.tolist(), size, crc))
+        self._pending, self._bytes = [], 0
         self._buckets = np.zeros(BUCKETS, np.int64)
 
     def finish(self) -> list[ShardInfo]:
@@ -665,8 +672,7 @@ class _ShardWriter:
         return self.shards
 
     def abandon(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
+        if self._tmp:
             with contextlib.suppress(tf.errors.OpError):
                 tf.io.gfile.remove(self._tmp)
         for shard in self.shards:
@@ -906,6 +912,18 @@ def prepared(files: list[str], spec: RowSpec, *, cache: str, mode: str, split: s
                 now = True
                 prepare(files, out, spec, mode=mode, split=split, skip_option=skip_option)
     manifest = read_manifest(path)
+    damage = damaged_shard(manifest)
+    if damage:
+        log.warning("data: the prepared cache %s is damaged (%s); preparing it again", out,
+                    damage)
+        with _locked(out):
+            for part in range(len(files)):
+                with contextlib.suppress(tf.errors.NotFoundError):
+                    tf.io.gfile.remove(_part_path(out, part))
+            tf.io.gfile.remove(path)
+            now = True
+            prepare(files, out, spec, mode=mode, split=split, skip_option=skip_option)
+        manifest = read_manifest(path)
     if mode == "fail" and manifest.bad_rows.get("count"):
         first = manifest.bad_rows.get("first") or manifest.bad_rows["examples"][0]
         fix = (f"fix the data, or set {skip_option} to drop such rows" if skip_option

@@ -19,6 +19,7 @@ from tfapp.data import sources
 from tfapp.data.manifest import (
     Manifest,
     SplitSelector,
+    damaged_shard,
     find_manifest,
     held_out_selectors,
     read_manifest,
@@ -102,6 +103,11 @@ def _manifest(spec: str, row: RowSpec, data_cfg, split: str, what: str
     if named is not None:
         manifest = read_manifest(named)
         _check_prepared(manifest, row, what, spec)
+        damage = damaged_shard(manifest)
+        if damage:
+            raise DataError(f"{what}: {spec}: {damage}; prepare it again (python -m "
+                            f"tfapp.prepare --config ... --out {manifest.root}) or restore the "
+                            "file")
         return manifest, None
     if data_cfg.format == "tfds":
         files = [spec]

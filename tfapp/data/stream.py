@@ -51,6 +51,8 @@ __all__ = ["Source", "Part", "partition", "steps_per_pass", "training_stream", "
 log = logging.getLogger("tfapp.data")
 
 ExamplesFn = Callable[[tf.Tensor, tf.Tensor], tf.data.Dataset]
+#: the most examples a merged pass takes from one file at a time
+MAX_UNIT = 64
 _warned: set[str] = set()
 
 
@@ -140,6 +142,50 @@ def _read(files: tf.Tensor, index: tf.Tensor, examples: ExamplesFn) -> tf.data.D
     return tf.data.Dataset.from_tensor_slices((files, index)).flat_map(examples)
 
 
+def merge_unit(block: int) -> int:
+    """Examples taken from one file at a time when a pass merges its files: small enough
+    that a shuffle block holds at least 64 such runs from files drawn at random, at most
+    ``MAX_UNIT`` (each run is one step of ``choose_from_datasets``)."""
+    return int(min(MAX_UNIT, max(1, block // 64)))
+
+
+def _merged(files: tf.Tensor, index: tf.Tensor, counts: tuple[int, ...],
+            examples: ExamplesFn, unit: int, key: tf.Tensor, skip: tf.Tensor
+            ) -> tf.data.Dataset:
+    """Every file's examples merged into one stream, from its example ``skip`` on.
+
+    Each file is read in its own order, cut into runs of ``unit`` examples (its last run
+    shorter); the runs of all files are merged in an order drawn from ``key``: a seeded
+    permutation of the multiset holding file ``j`` once per run, so at any point of the
+    pass every file has been read in proportion to its size, and each shuffle block draws
+    on all files at once. The merge is a pure function of ``key``, so a start at ``skip``
+    is exact: the runs wholly before it are found from the same permutation, each file
+    skips its own share of them, and the merged stream drops the rest of the way.
+    """
+    n = len(counts)
+    runs = [-(-c // unit) for c in counts]
+    last = [c - unit * (r - 1) if r else 0 for c, r in zip(counts, runs, strict=True)]
+    starts = np.concatenate([[0], np.cumsum(runs)[:-1]]).astype(np.int64)
+    total = int(sum(runs))
+    choice = tf.random.experimental.stateless_shuffle(
+        tf.repeat(tf.range(n, dtype=tf.int64), runs), seed=key)
+    # occurrence[k]: how many runs of choice[k]'s file come before position k.
+    by_file = tf.argsort(choice, stable=True)
+    rank = tf.range(total, dtype=tf.int64) - tf.gather(starts, tf.gather(choice, by_file))
+    occurrence = tf.scatter_nd(by_file[:, None], rank, [total])
+    sizes = tf.where(occurrence == tf.gather(tf.constant(runs, tf.int64) - 1, choice),
+                     tf.gather(tf.constant(last, tf.int64), choice), unit)
+    ends = tf.cumsum(sizes)
+    first = tf.reduce_sum(tf.cast(ends <= skip, tf.int64))  # runs wholly before skip
+    before = tf.concat([[0], ends], 0)[first]
+    done = tf.math.bincount(choice[:first], minlength=n, maxlength=n, dtype=tf.int64)
+    parts = [skip_rows(examples(files[j], index[j]), done[j] * unit).rebatch(unit)
+             for j in range(n)]
+    merged = tf.data.Dataset.choose_from_datasets(
+        parts, tf.data.Dataset.from_tensor_slices(choice[first:]))
+    return skip_rows(merged, skip - before)
+
+
 def rows(chunk: Any) -> tf.Tensor:
     """Examples in a chunk (int64)."""
     return tf.shape(tf.nest.flatten(chunk)[0], out_type=tf.int64)[0]
@@ -212,7 +258,6 @@ def training_stream(source: Source, part: Part, examples: ExamplesFn, *, seed: i
     completes every file in the first pass.
     """
     files, index, counts = _files(source, part)
-    n = len(part.files)
     shuffle = block > 0
     span = block if shuffle else 1
     start_epoch = tf.constant(start.epoch, tf.int64)
@@ -220,33 +265,47 @@ def training_stream(source: Source, part: Part, examples: ExamplesFn, *, seed: i
     total = tf.constant(examples_per_pass, tf.int64)
 
     def one_pass(epoch):
-        if shuffle and n > 1:
-            order = tf.random.experimental.stateless_shuffle(
-                tf.range(n, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64),
-                                                            epoch]))
-        else:
-            order = tf.range(n, dtype=tf.int64)
-        f, ix, c = tf.gather(files, order), tf.gather(index, order), tf.gather(counts, order)
         at = tf.where(epoch == start_epoch, start_at, 0)
         block_start = at // span * span
-        cum = tf.cumsum(c)
+        if shuffle:
+            dataset = _merged_pass(epoch, block_start)
+        else:
+            dataset = _in_order(block_start)
+        if shuffle:
+            dataset = _permute_blocks(dataset, block, block_start // block, seed, epoch)
+        dataset = skip_rows(dataset, at - block_start)
+        return take_rows(dataset, total - at, read_to_end)
+
+    def _merged_pass(epoch, block_start):
+        # Element sharding: this pipeline's example k is the pass's example k * count + i.
+        shard = part.element_shard
+        first = block_start * (shard[1] if shard else 1)
+        key = tf.stack([tf.constant(seed, tf.int64), epoch])
+        live = [k for k, j in enumerate(part.files) if source.counts[j]]
+        if not live:
+            return _read(files, index, examples)
+        dataset = _merged(tf.gather(files, live), tf.gather(index, live),
+                          tuple(source.counts[part.files[k]] for k in live), examples,
+                          merge_unit(block), key, first)
+        if shard is not None:
+            dataset = _keep_elements(dataset, shard, first)
+        return dataset
+
+    def _in_order(block_start):
+        cum = tf.cumsum(counts)
         if part.element_shard is not None:
             i, count = part.element_shard
             mine = tf.maximum(cum - i + count - 1, 0) // count  # my elements in the first cum
             skip = tf.reduce_sum(tf.cast(mine <= block_start, tf.int64))
             before_all = tf.concat([[0], cum], 0)[skip]
             before = tf.concat([[0], mine], 0)[skip]
-            dataset = _keep_elements(_read(f[skip:], ix[skip:], examples), part.element_shard,
-                                     before_all)
+            dataset = _keep_elements(_read(files[skip:], index[skip:], examples),
+                                     part.element_shard, before_all)
         else:
             skip = tf.reduce_sum(tf.cast(cum <= block_start, tf.int64))
             before = tf.concat([[0], cum], 0)[skip]
-            dataset = _read(f[skip:], ix[skip:], examples)
-        dataset = skip_rows(dataset, block_start - before)
-        if shuffle:
-            dataset = _permute_blocks(dataset, block, block_start // block, seed, epoch)
-        dataset = skip_rows(dataset, at - block_start)
-        return take_rows(dataset, total - at, read_to_end)
+            dataset = _read(files[skip:], index[skip:], examples)
+        return skip_rows(dataset, block_start - before)
 
     return tf.data.Dataset.range(start.epoch, tf.int64.max).flat_map(one_pass)
 
