@@ -228,12 +228,15 @@ def prepared_rows(paths, spec, tmp_path, mode: str = "fail") -> list[dict]:
     lists = {"labels", "words", "tags"}
     features = {n: (tf.io.RaggedFeature(tf.string) if n in lists
                     else tf.io.FixedLenFeature([], tf.string)) for n in names}
+    features["id"] = tf.io.FixedLenFeature([], tf.int64)
     rows = []
     for record in tf.data.TFRecordDataset(manifest.files()).as_numpy_iterator():
         parsed = tf.io.parse_single_example(record, features)
-        rows.append({n: ([v.decode() for v in parsed[n].numpy()] if n in lists
-                         else parsed[n].numpy().decode()) for n in names})
-    return rows
+        rows.append((int(parsed["id"]), {
+            n: ([v.decode() for v in parsed[n].numpy()] if n in lists
+                else parsed[n].numpy().decode()) for n in names}))
+    # Shards hold their rows permuted; ids (source << 40 | line) give the file order back.
+    return [row for _, row in sorted(rows, key=lambda r: r[0])]
 
 
 # --------------------------------------------------- XLA on the CPU needs the xla_cpu marker

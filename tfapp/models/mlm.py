@@ -41,8 +41,10 @@ class MaskedLMHead(tf.keras.layers.Layer):
             epsilon=cfg.layer_norm_epsilon, name="transform_layer_norm")
 
     def build(self, input_shape) -> None:
+        # autocast=False: the bias is added to float32 logits (below); under a mixed
+        # policy an autocast read would give the compute dtype and the add would fail.
         self.output_bias = self.add_weight("output_bias", shape=(self.cfg.vocab_size,),
-                                           initializer="zeros")
+                                           initializer="zeros", autocast=False)
         super().build(input_shape)
 
     def call(self, sequence_output: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
