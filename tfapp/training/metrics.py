@@ -119,6 +119,11 @@ class ConfusionMatrix(tf.keras.metrics.Metric):
     def result(self):
         return {}
 
+    def reset_state(self):
+        # Keras's default assigns a scalar 0, which a non-scalar variable refuses.
+        for v in self.variables:
+            v.assign(tf.zeros_like(v))
+
     def counts(self) -> np.ndarray:
         """The counts so far, summed over replicas, as ints (call outside a step)."""
         return np.rint(self.matrix.numpy()).astype(np.int64)

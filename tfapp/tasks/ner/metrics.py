@@ -119,6 +119,11 @@ class EntityCounts(tf.keras.metrics.Metric):
     def result(self):
         return {}
 
+    def reset_state(self):
+        # Keras's default assigns a scalar 0, which a non-scalar variable refuses.
+        for v in self.variables:
+            v.assign(tf.zeros_like(v))
+
     def counts(self) -> dict[str, np.ndarray]:
         """Per-type counts so far, summed over replicas (call outside a step)."""
         return {key: np.rint(getattr(self, key).numpy()).astype(np.int64) for key in COUNTS}
