@@ -80,6 +80,58 @@ class OneVsRestAUC(tf.keras.metrics.AUC):
         return {**super().get_config(), "num_classes": self.num_classes}
 
 
+@tf.keras.utils.register_keras_serializable(package="tfapp")
+class ConfusionMatrix(tf.keras.metrics.Metric):
+    """Streaming single-label confusion matrix: ``num_classes x num_classes`` counts (rows:
+    true label, columns: predicted), decided as the report decides (argmax; binary: the
+    sigmoid above 0.5, ``predicted_labels``).
+
+    Updated in fit's own steps, so the counts of the last evaluation are there at
+    ``on_epoch_end`` without predicting the split again; under a strategy its variable is
+    one per replica, summed when read (the usual metric aggregation). ``result()`` is an
+    empty dict: a matrix has no place among the scalar logs (progress bar, history.csv),
+    and no step reads it; ``counts()`` reads it, once per epoch (``ConfusionMatrixImage``).
+    Float32 counts are exact up to 2**24 per cell.
+    """
+
+    def __init__(self, num_classes: int, mode: str, name: str = "confusion_matrix", **kwargs):
+        super().__init__(name=name, **kwargs)
+        if mode == MULTILABEL:
+            raise ValueError("a confusion matrix is for single-label classification")
+        self.num_classes, self.mode = int(num_classes), mode
+        # float32, not int: an int32 variable lives in host memory on a GPU (a copy a step)
+        self.matrix = self.add_weight(name="matrix", shape=(self.num_classes, self.num_classes),
+                                      initializer="zeros", dtype=tf.float32)
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        n = self.num_classes
+        truth = tf.cast(tf.reshape(y_true, [-1]), tf.int32)
+        if self.mode == BINARY:  # class_probabilities' [1 - p, p] argmax: a tie is class 0
+            predicted = tf.cast(tf.reshape(y_pred, [-1]) > 0.5, tf.int32)
+        else:
+            predicted = tf.argmax(y_pred, axis=-1, output_type=tf.int32)
+        weights = (tf.ones_like(truth, tf.float32) if sample_weight is None
+                   else tf.cast(tf.reshape(sample_weight, [-1]), tf.float32))
+        # A segment sum, not tf.math.confusion_matrix: no assert ops in the (XLA) step.
+        counts = tf.math.unsorted_segment_sum(weights, truth * n + predicted, n * n)
+        return self.matrix.assign_add(tf.reshape(counts, [n, n]))
+
+    def result(self):
+        return {}
+
+    def reset_state(self):
+        # Keras's default assigns a scalar 0, which a non-scalar variable refuses.
+        for v in self.variables:
+            v.assign(tf.zeros_like(v))
+
+    def counts(self) -> np.ndarray:
+        """The counts so far, summed over replicas, as ints (call outside a step)."""
+        return np.rint(self.matrix.numpy()).astype(np.int64)
+
+    def get_config(self):
+        return {**super().get_config(), "num_classes": self.num_classes, "mode": self.mode}
+
+
 def build_metrics(num_classes: int, multi_label: bool) -> list:
     mode = label_mode(num_classes, multi_label)
     if mode == MULTILABEL:

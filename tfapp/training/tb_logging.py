@@ -18,14 +18,13 @@ import dataclasses
 import io
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tfapp.config import ExperimentConfig
 from tfapp.run_layout import RunLayout
 from tfapp.runtime import read_tf_config
-from tfapp.training.metrics import BINARY, MULTICLASS, class_probabilities, predicted_labels
+from tfapp.training.metrics import ConfusionMatrix
 
 import numpy as np
 import tensorflow as tf
@@ -148,42 +147,28 @@ def log_test_metrics(layout: RunLayout, values: dict[str, float]) -> None:
 
 
 class ConfusionMatrixImage(tf.keras.callbacks.Callback):
-    """After each epoch: predict ``dataset`` (ordered, unshuffled validation features), plot
-    the confusion matrix against ``labels`` and write it to TensorBoard's Images tab (the
-    share report's comes from the exported model instead: the task's ``finish``).
+    """After each epoch with validation: the validation confusion matrix, plotted and
+    written to TensorBoard's Images tab (the share report's comes from the exported model
+    instead: the task's ``finish``).
 
-    ``dataset_fn`` builds the plain (non-distributed) dataset lazily: Keras's ``predict``
-    distributes it over the replicas itself and keeps the row order.
+    The counts are ``metric``'s (a compiled ``ConfusionMatrix``): fit's own validation
+    pass made them, on every replica, from the predictions that gave ``val_accuracy``;
+    nothing is predicted again. Keras resets the metrics when the evaluation begins, so at
+    ``on_epoch_end`` they hold the evaluation's alone.
     """
 
-    def __init__(self, dataset_fn: Callable[[], tf.data.Dataset], labels: np.ndarray,
-                 label_names: list[str], log_dir: str | Path, batch_size: int = 0):
+    def __init__(self, metric: ConfusionMatrix, label_names: list[str], log_dir: str | Path):
         super().__init__()
-        self.dataset_fn = dataset_fn
-        self.batch_size = batch_size
-        self.labels = np.asarray(labels).reshape(-1).astype(int)
+        self.metric = metric
         self.label_names = list(label_names)
         self.log_dir = str(log_dir)
-        self._dataset = None
-        self._steps: int | None = None
         self._writer = None
         self.matrix: np.ndarray | None = None
 
     def on_epoch_end(self, epoch, logs=None):
-        if self._dataset is None:  # streamed each time: validation is never held in memory
-            self._dataset = self.dataset_fn().map(lambda x, y: x)
-            # predict needs the batch count when steps_per_execution > 1 and the pipeline's
-            # cardinality is unknown.
-            self._steps = (-(-len(self.labels) // self.batch_size) if self.batch_size
-                           else int(self._dataset.reduce(0, lambda n, _: n + 1)))
-        probs = np.asarray(self.model.predict(self._dataset, steps=self._steps, verbose=0),
-                           dtype=np.float64)
-        from sklearn.metrics import confusion_matrix
-
-        mode = BINARY if probs.shape[-1] == 1 else MULTICLASS
-        predicted = predicted_labels(class_probabilities(probs, mode), mode)
-        self.matrix = confusion_matrix(self.labels[:len(predicted)], predicted,
-                                       labels=np.arange(len(self.label_names)))
+        if logs is None or "val_loss" not in logs:  # no evaluation this epoch
+            return
+        self.matrix = self.metric.counts()
         png = plot_confusion_matrix(self.matrix, self.label_names,
                                     title=f"validation, epoch {epoch + 1}")
         if self._writer is None:

@@ -11,7 +11,6 @@ from tfapp.atomic import write_bytes, write_text
 from tfapp.data.bert_preprocess import vocab_tokens
 from tfapp.data.classification import (
     ClassificationSplits,
-    labels_of,
     load_classification_splits,
     make_classification_dataset,
     raw_batches,
@@ -25,6 +24,7 @@ from tfapp.tasks.classifier.export import ClassifierServing, export_classifier
 from tfapp.tasks.classifier.serving import FORMAT
 from tfapp.training.bert_inputs import BertInputs, bert_setup
 from tfapp.training.metrics import (
+    ConfusionMatrix,
     build_loss,
     build_metrics,
     class_weights_for,
@@ -126,26 +126,31 @@ class ClassifierTask(Task):
                           class_weights=weights)
 
     def build_metrics(self, inputs: ClassifierInputs) -> list:
-        return build_metrics(inputs.num_classes, inputs.splits.multi_label)
+        metrics = build_metrics(inputs.num_classes, inputs.splits.multi_label)
+        self._confusion = None
+        if self._confusion_image(inputs):
+            self._confusion = ConfusionMatrix(
+                inputs.num_classes, label_mode(inputs.num_classes, inputs.splits.multi_label))
+            metrics.append(self._confusion)
+        return metrics
+
+    def _confusion_image(self, inputs: ClassifierInputs) -> bool:
+        """Whether the run plots its validation confusion matrix per epoch: single-label
+        runs with validation and TensorBoard, on one worker (reading the counts of a
+        multi-worker run is a collective every worker would have to join)."""
+        return (self.cfg.tracking.tensorboard and not inputs.splits.multi_label
+                and inputs.validation is not None and self.runtime.kind != "multi_worker")
 
     def callbacks(self, model, inputs: ClassifierInputs) -> list:
-        """The validation confusion matrix per epoch (TensorBoard Images tab), single-label
-        runs on one worker (predict over an extra dataset would need every worker)."""
-        s, d = inputs.splits, self.cfg.data
-        if (not self.cfg.tracking.tensorboard or s.multi_label or inputs.validation is None
-                or self.runtime.kind == "multi_worker"):
+        """The validation confusion matrix per epoch (TensorBoard Images tab), from the
+        ``ConfusionMatrix`` metric that fit's validation pass updates."""
+        metric = getattr(self, "_confusion", None)
+        if metric is None:
             return []
         from tfapp.training.tb_logging import ConfusionMatrixImage
 
-        def validation_dataset():
-            return make_classification_dataset(
-                s, s.validation, inputs.preprocess, d,
-                batch_size=self.runtime.global_batch_size(d.batch_size), training=False,
-                seed=self.cfg.runtime.seed)
-
-        return [ConfusionMatrixImage(validation_dataset, labels_of(s, s.validation),
-                                     s.label_names, self.layout.task_logs("validation"),
-                                     batch_size=self.runtime.global_batch_size(d.batch_size))]
+        return [ConfusionMatrixImage(metric, inputs.splits.label_names,
+                                     self.layout.task_logs("validation"))]
 
     def finish(self, model, inputs: ClassifierInputs, history: dict) -> TaskOutput:
         """Score the serving model on validation and test, then export it with its card."""

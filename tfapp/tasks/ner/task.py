@@ -29,10 +29,10 @@ from tfapp.models.token_classifier import (
     masked_token_loss,
 )
 from tfapp.tasks.ner.export import NerServing, export_ner
+from tfapp.tasks.ner.metrics import EntityCounts, micro_scores
 from tfapp.tasks.ner.scores import entity_report, format_entity_report
 from tfapp.tasks.ner.serving import FORMAT
 from tfapp.training.bert_inputs import BertInputs, bert_setup
-from tfapp.training.callbacks import averaged_weights
 from tfapp.training.task import Task, TaskOutput
 from tfapp.training.tb_logging import log_test_metrics
 
@@ -65,8 +65,9 @@ class NerInputs(BertInputs):
 def tagger(model: tf.keras.Model):
     """``features -> tag ids [batch, seq_length]``, not ``predict``: every worker of a
     multi-worker run does it on its own. The model runs in a replica context (called
-    from the cross-replica context inside ``fit``, a mirrored model fails), every replica
-    on the same batch; the first one's answer is taken."""
+    from the cross-replica context, a mirrored model fails), every replica on the same
+    batch; the first one's answer is taken. For the end-of-run reports only: the
+    per-epoch scores come from fit's own validation pass (``EntityCounts``)."""
     strategy = model.distribute_strategy
 
     def tag(features):
@@ -80,21 +81,21 @@ def tagger(model: tf.keras.Model):
 
 
 class EntityF1(tf.keras.callbacks.Callback):
-    """Adds ``val_entity_f1`` (and precision, recall) to each evaluation's logs."""
+    """Adds ``val_entity_f1`` (and precision, recall) to each evaluation's logs, from the
+    entity counts fit's validation pass left in ``metric`` (Keras resets the metrics when
+    an evaluation begins, so at ``on_epoch_end`` they are the evaluation's alone)."""
 
-    def __init__(self, score):
+    def __init__(self, metric: EntityCounts):
         super().__init__()
-        self.score, self.call = score, None
+        self.metric = metric
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is None or "val_loss" not in logs:
             return
-        self.call = self.call or tagger(self.model)  # traced once per run
-        with averaged_weights(self.model):  # what validation scored (optimizer.ema_decay)
-            report = self.score(self.call)
-        logs.update({f"val_{k}": report[v] for k, v in SUMMARY.items() if k != "token_accuracy"})
-        log.info("validation entity F1 %.4f (precision %.4f, recall %.4f)", report["f1"],
-                 report["precision"], report["recall"])
+        scores = micro_scores(self.metric.counts())
+        logs.update({f"val_{k}": scores[v] for k, v in SUMMARY.items() if k != "token_accuracy"})
+        log.info("validation entity F1 %.4f (precision %.4f, recall %.4f)", scores["f1"],
+                 scores["precision"], scores["recall"])
 
 
 class NerTask(Task):
@@ -168,16 +169,20 @@ class NerTask(Task):
         return masked_token_loss
 
     def build_metrics(self, inputs: NerInputs) -> list:
-        return [MaskedTokenAccuracy()]
+        metrics: list = [MaskedTokenAccuracy()]
+        self._entities = None
+        if "validation" in inputs.gold:  # counted in every step, read after validation
+            self._entities = EntityCounts(inputs.data.tag_names)
+            metrics.append(self._entities)
+        return metrics
 
     def _report(self, call, inputs: NerInputs, split: str) -> dict:
         pred = predict_tags(call, inputs.windows[split], inputs.data.tag_names)
         return entity_report(inputs.gold[split], pred)
 
     def metric_callbacks(self, model, inputs: NerInputs) -> list:
-        if "validation" not in inputs.gold:
-            return []
-        return [EntityF1(lambda m: self._report(m, inputs, "validation"))]
+        metric = getattr(self, "_entities", None)
+        return [] if metric is None else [EntityF1(metric)]
 
     def finish(self, model, inputs: NerInputs, history: dict) -> TaskOutput:
         """Entity reports of the exported weights on validation and test; the export."""
