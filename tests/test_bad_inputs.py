@@ -260,6 +260,16 @@ ROWS = [
     ("generate-export-damaged", "tfapp.generate", ["--model", "{fake_generator}", "hello"],
      "the generator export {fake_generator} is damaged (variables/variables.index is missing)"),
     ("predict-no-texts", "tfapp.predict", ["--model", "{run}"], "no texts given"),
+    # a prepared folder (SETUP prepares {good} into {in}/prepared, then damages a shard)
+    ("prepared-shard-missing", "tfapp.train", ["--config", "configs/classifier_local.yaml",
+     "output_dir={out}", "data.train_files={in}/prepared/train"],
+     "is missing; prepare it again (python -m tfapp.prepare"),
+    ("prepared-shard-truncated", "tfapp.train", ["--config", "configs/classifier_local.yaml",
+     "output_dir={out}", "data.train_files={in}/prepared/train"],
+     "bytes, the manifest says"),
+    ("prepared-shard-bit-flipped", "tfapp.train", ["--config", "configs/classifier_local.yaml",
+     "output_dir={out}", "data.train_files={in}/prepared/train"],
+     "does not match its checksum (the file was changed); prepare it again"),
     # damaged exports (found by test_fuzz): cut short, or metadata that is not JSON
     ("predict-export-variables-cut-short", "tfapp.predict", ["--model", "{run}", "hello"],
      "is damaged (IndexError: Read less bytes than requested)"),
@@ -545,8 +555,31 @@ def _truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
 
 
+def _damaged_prepared(damage):
+    """A SETUP that prepares {good} into {in}/prepared and damages its first shard."""
+    @contextlib.contextmanager
+    def setup(names: dict) -> Iterator[dict]:
+        out = Path(names["in"]) / "prepared"
+        code = importlib.import_module("tfapp.prepare").main(
+            ["--config", "configs/classifier_local.yaml", "--out", str(out),
+             f"data.train_files={names['good']}"])
+        assert code in (0, None)
+        damage(next((out / "train").glob("*.tfrecord")))
+        yield {}
+    return setup
+
+
+def _flip_a_bit(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
 ONE_WORKER = {"worker": ["h0:1"]}
-SETUP = {"run-dir-locked": _run_dir_locked, "data-service-port-in-use": _port_in_use,
+SETUP = {"prepared-shard-missing": _damaged_prepared(Path.unlink),
+         "prepared-shard-truncated": _damaged_prepared(_truncate),
+         "prepared-shard-bit-flipped": _damaged_prepared(_flip_a_bit),
+         "run-dir-locked": _run_dir_locked, "data-service-port-in-use": _port_in_use,
          "tune-token-not-printable": _unprintable_token,
          "predict-export-pb-truncated": _damaged_export(lambda e: _truncate(e / "saved_model.pb")),
          "predict-export-variables-deleted": _damaged_export(
