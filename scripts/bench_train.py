@@ -154,12 +154,16 @@ def worker_tfapp(a: argparse.Namespace, s: dict):
         with float32_policy():
             export_encoder(BertEncoder(cfg, seed=0), module)
     tf.keras.mixed_precision.set_global_policy(
-        "mixed_bfloat16" if a.precision == "bfloat16" else "float32")
+        {"bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}.get(a.precision, "float32"))
     model = build_classifier(ClassifierModelConfig(kind="bert", pooling="pooled"), num_classes=2,
                              multi_label=False, seq_length=s["seq"], hub_handle=str(module))
     optimizer = build_optimizer(OptimizerConfig(), peak=5e-5, total_steps=10_000)
+    # --jit-compile / --steps-per-execution: the accelerator check's rows
+    # (scripts/check_accelerator.py); left out, Keras's defaults as before.
+    xla = {} if not a.jit_compile else {"jit_compile": a.jit_compile == "on"}
     model.compile(optimizer=optimizer, loss=build_loss(2, False),
-                  metrics=build_metrics(2, False))
+                  metrics=build_metrics(2, False), steps_per_execution=a.steps_per_execution,
+                  **xla)
     ds = _tf_data(a, s, ("input_word_ids", "input_mask", "input_type_ids"))
     ds = ds.map(lambda x, y: (x, tf.cast(y, tf.float32)[:, None]))
     info = {"encoder": type(model.get_layer("bert_encoder")).__name__,
@@ -354,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=4, help=argparse.SUPPRESS)
     p.add_argument("--hidden", type=int, default=256, help=argparse.SUPPRESS)
     p.add_argument("--heads", type=int, default=4, help=argparse.SUPPRESS)
+    p.add_argument("--jit-compile", default="", choices=["", "on", "off"],
+                   help=argparse.SUPPRESS)
+    p.add_argument("--steps-per-execution", type=int, default=1, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
 
     if a.worker and a.profile_dir:

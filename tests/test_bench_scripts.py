@@ -96,3 +96,52 @@ def test_per_step_loop_emits_the_compiled_decoders_greedy_tokens():
     np.testing.assert_array_equal(stepwise, compiled)
     sampled = bench.make_stepwise(model, words, method="top_k")(enc)
     assert sampled.shape == (5, words) and (sampled > bench.END_ID).all()
+
+
+def test_accelerator_check_peaks_and_table_rows():
+    check = load_script("check_accelerator")
+    assert check.peak_flops("NVIDIA H100 80GB HBM3") == pytest.approx(989.4e12)
+    assert check.peak_flops("NVIDIA H100 PCIe") == pytest.approx(756e12)  # not the SXM's
+    assert check.peak_flops("TPU v6e-8") == pytest.approx(918e12)
+    assert check.peak_flops("AMD EPYC 7B13") is None and check.mfu(100.0, 1e9, "cpu") is None
+    assert check.mfu(100.0, 312e9, "NVIDIA A100-SXM4-40GB") == pytest.approx(0.1)
+    results = {"device": {"kind": "GPU", "name": "NVIDIA L4", "peak_tflops": 121.0},
+               "dry_run": False, "total_s": 9.0, "parts": {
+                   "train": {"seconds": 5.0, "budget_s": 200.0, "flops_formula": "6NS", "rows": [
+                       {"name": "bfloat16 xla on spe 1", "median": 50.0, "mfu": 0.25,
+                        "tflops": 30.0, "spe_note": "1", "compile_s": 3.0},
+                       {"name": "bfloat16 xla off spe 1", "error": "boom"}]},
+                   "generate": {"seconds": 70.0, "budget_s": 70.0, "error": "ran past"}}}
+    rows = check.table_rows(results)
+    assert [(r["part"], r["item"]) for r in rows] == [
+        ("device", "NVIDIA L4"), ("train", "bfloat16 xla on spe 1"),
+        ("train", "bfloat16 xla off spe 1"), ("generate", "failed")]
+    assert rows[1]["value"] == 50.0 and rows[1]["note"] == "MFU 25.0%"
+    text = check.markdown(results)
+    assert "| train | bfloat16 xla on spe 1 | 50 | ex/s | MFU 25.0%" in text
+    assert "failed: boom" in text and "ran past" in text
+
+
+@pytest.mark.slow
+def test_accelerator_check_dry_run_writes_json_and_markdown(tmp_path):
+    """The CPU dry run at toy size: doctor and the train rows (the default run, generator
+    and input parts take minutes on CI's shared cores; the table test above covers their
+    rows)."""
+    import json
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "check_accelerator.py"), "--dry-run",
+                           "--out", str(tmp_path), "--parts", "doctor,train"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    results = json.loads((tmp_path / "accelerator.json").read_text())
+    assert results["device"]["kind"] == "CPU" and results["device"]["name"]
+    assert "plan" in results["parts"]["doctor"]["report"]
+    train = results["parts"]["train"]["rows"]
+    assert [r["name"] for r in train] == ["float32 xla off spe 1", "float32 xla off spe auto"]
+    assert all(r["median"] > 0 and r["mfu"] is None for r in train)
+    assert [r["steps_per_execution"] for r in train] == [1, 2]
+    assert results["parts"]["train"]["flops_per_example"] > 0
+    text = (tmp_path / "accelerator.md").read_text()
+    assert f"# tfapp accelerator check: {results['device']['name']}" in text
+    assert "| train | float32 xla off spe 1 |" in text and "| doctor | problems |" in text

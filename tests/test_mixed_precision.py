@@ -138,3 +138,121 @@ def test_uncovered_module_keeps_the_hub_layer(tmp_path, policy):
                              seq_length=SEQ, hub_handle=str(tmp_path / "foreign"))
     assert isinstance(model.get_layer("bert_encoder"), hub.KerasLayer)
     assert model(_batch()).shape == (4, 3)
+
+
+# --------------------------------------- which encoder was built, and XLA's auto from it
+
+
+@pytest.fixture(scope="module")
+def foreign_dir(tmp_path_factory) -> str:
+    """A BERT SavedModel without tfapp's get_bert_config (as an official encoder)."""
+    with float32_policy():
+        root = ReusableBertEncoder(BertEncoder(CFG, seed=1))
+    del root.get_bert_config
+    path = tmp_path_factory.mktemp("foreign") / "encoder"
+    tf.saved_model.save(root, str(path))
+    return str(path)
+
+
+def _classifier(handle: str, policy_name: str, kind: str = "bert") -> tf.keras.Model:
+    tf.keras.mixed_precision.set_global_policy(policy_name)
+    try:
+        return build_classifier(ClassifierModelConfig(kind=kind, embedding_dim=8, units=8),
+                                num_classes=2, multi_label=False, seq_length=SEQ,
+                                vocab_size=CFG.vocab_size, hub_handle=handle)
+    finally:
+        tf.keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.mark.parametrize("module,policy_name,kind,why", [
+    ("tfapp", "float32", "hub", "float32 compute: the module as restored"),
+    ("tfapp", "mixed_bfloat16", "native", "bfloat16 compute"),
+    ("tfapp", "mixed_float16", "native", "float16 compute"),
+    ("foreign", "mixed_bfloat16", "hub", "not tfapp's format"),
+])
+def test_built_encoder_names_the_encoder_and_why(module_dir, foreign_dir, module, policy_name,
+                                                 kind, why):
+    from tfapp.models.hub_encoder import built_encoder
+    from tfapp.training.accumulation import wrap_for_accumulation
+
+    model = _classifier(module_dir if module == "tfapp" else foreign_dir, policy_name)
+    built = built_encoder(model)
+    assert built is not None and built.kind == kind and why in built.reason, built
+    # The gradient-accumulation wrapper is a new model over the same layers: same answer.
+    assert built_encoder(wrap_for_accumulation(model, 2)) == built
+    assert ("native BertEncoder" if kind == "native" else "TF-Hub SavedModel") in \
+        built.describe()
+
+
+@pytest.fixture(scope="module")
+def built_models(module_dir) -> dict:
+    """One tiny classifier per encoder case: native (mixed precision), Hub (float32), none."""
+    return {"native": _classifier(module_dir, "mixed_bfloat16"),
+            "hub": _classifier(module_dir, "float32"),
+            "cnn": _classifier("", "float32", kind="cnn")}
+
+
+@pytest.mark.parametrize("device,encoder,expected,why", [
+    ("GPU", "native", True, "compiles once"),   # the case XLA was left off for before
+    ("GPU", "hub", False, "recompile every step"),
+    ("GPU", "cnn", True, "compiles once"),
+    ("GPU", None, False, "recompile every step"),  # bert before the model is built
+    ("CPU", "native", False, "off on CPU"),
+    ("CPU", "hub", False, "off on CPU"),
+    ("TPU", "native", True, "TPU compiles everything"),
+    ("TPU", "hub", True, "TPU compiles everything"),
+])
+def test_xla_auto_follows_the_encoder_built(built_models, device, encoder, expected, why):
+    from tfapp.config import load_config
+    from tfapp.runtime import Runtime
+    from tfapp.tasks.classifier.task import ClassifierTask
+    from tfapp.tasks.ner.task import NerTask
+    from tfapp.training.plan import resolve_jit_compile_choice
+
+    rt = Runtime(strategy=None, kind="one_device", reason="test", num_replicas=1,
+                 precision="float32", device_kind=device)
+    kind = "cnn" if encoder == "cnn" else "bert"
+    cfg = load_config(None, [f"model.kind={kind}"])
+    model = built_models[encoder] if encoder else None
+    jit, reason = resolve_jit_compile_choice(
+        cfg, rt, recompiles_under_xla=ClassifierTask.recompiles_under_xla(cfg, model))
+    assert (jit, why in reason) == (expected, True), reason
+    if kind == "bert":  # NER asks the same question of the same encoder
+        ner = load_config(None, ["task=ner"])
+        assert resolve_jit_compile_choice(
+            ner, rt, recompiles_under_xla=NerTask.recompiles_under_xla(ner, model))[0] is jit
+    # An explicit setting wins over any encoder.
+    pinned = load_config(None, [f"model.kind={kind}", "trainer.jit_compile=false"])
+    assert resolve_jit_compile_choice(pinned, rt, recompiles_under_xla=False) == (
+        False, "set by trainer.jit_compile")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision,encoder,why", [
+    ("mixed_bfloat16", "native BertEncoder", "bfloat16 compute"),
+    ("float32", "TF-Hub SavedModel", "float32 compute"),
+])
+def test_run_header_names_the_encoder_and_the_reason(tmp_path, precision, encoder, why):
+    """A real tiny classifier run (builtin:tiny, 2 steps): its header says which encoder
+    was built and why, and why XLA is off (CPU)."""
+    import json
+
+    from tfapp.config import load_config
+    from tfapp.tasks import get_task
+    from tfapp.training.driver import train
+
+    from conftest import REPO
+
+    cfg = load_config(REPO / "configs/classifier_local.yaml", [
+        f"output_dir={tmp_path}", f"runtime.precision={precision}", "trainer.epochs=1",
+        "trainer.steps_per_epoch=2", "trainer.export=false", "data.seq_length=16"])
+    try:
+        run = train(cfg, task=get_task("classifier")).run_dir
+    finally:
+        tf.keras.mixed_precision.set_global_policy("float32")
+    header = json.loads((run / "run_header.json").read_text())
+    assert header["encoder"].startswith(encoder) and why in header["encoder"], header
+    assert header["jit_compile"] is False and "off on CPU" in header["jit_compile_reason"]
+    text = (run / "run_header.txt").read_text()
+    assert f"BERT encoder:         {encoder}" in text, text
+    assert "jit_compile:          False (auto: off on CPU" in text, text

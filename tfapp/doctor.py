@@ -239,7 +239,30 @@ def _describe_tensorflow(report: Report, tf, distributions: list[str], hint: str
                    "precision_reason": precision_reason,
                    "jit_compile": rt.default_jit_compile(None),
                    "jit_compile_hub_finetune": rt.default_jit_compile(
-                       None, recompiles_under_xla=True)}
+                       None, recompiles_under_xla=True),
+                   **_bert_encoder_plan(rt)}
+
+
+def _bert_encoder_plan(rt: Runtime) -> dict:
+    """Which BERT encoder a BERT task builds at this device's auto precision and why, with
+    XLA's auto for it: the same choice the model build makes (``native_encoder_wanted``)
+    and the same XLA decision (``Runtime.default_jit_compile``)."""
+    try:
+        from tfapp.models.hub_encoder import native_encoder_wanted  # loads tensorflow_hub
+    except ImportError as err:  # listed among the packages; the rest of the plan stands
+        return {"bert_encoder": "unknown", "bert_encoder_why": f"cannot tell ({err})"}
+    compute = {"mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}.get(
+        rt.precision, "float32")
+    why = native_encoder_wanted(compute, deterministic_finetune=False)
+    if why:
+        return {"bert_encoder": "native", "bert_encoder_why": (
+                    f"{why}; for modules in tfapp's format (builtin:, tfapp.hub build-bert "
+                    "or convert); any other Hub SavedModel runs as restored"),
+                "jit_compile_native_bert": rt.default_jit_compile(None)}
+    return {"bert_encoder": "hub", "bert_encoder_why": (
+                "float32 compute: the module as restored (runtime.deterministic=true "
+                "fine-tuning reads a tfapp-format module into the native encoder)"),
+            "jit_compile_native_bert": rt.default_jit_compile(None)}
 
 
 def _caches(env: Mapping[str, str]) -> dict:
@@ -311,6 +334,10 @@ def render(report: Report) -> str:
                      f"({_fmt(p['jit_compile_hub_finetune'])} when fine-tuning a restored "
                      "TF-Hub encoder)")
         lines.append(f"  precision: {p['precision_reason']}")
+        if "bert_encoder" in p:
+            lines.append(f"  BERT encoder: {p['bert_encoder']} ({p['bert_encoder_why']})"
+                         + (f"; jit_compile auto -> {_fmt(p['jit_compile_native_bert'])} "
+                            "with the native encoder" if p["bert_encoder"] == "native" else ""))
     lines.append("")
     for name, info in report.caches.items():
         state = {True: "writable", False: "NOT writable", None: "remote, not checked"}[

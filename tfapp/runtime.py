@@ -130,11 +130,22 @@ class Runtime:
         docs/hub.md and docs/generator.md), so ``auto`` leaves XLA off for such models
         (``recompiles_under_xla``) on GPU too. TPUs compile everything regardless.
         """
+        return self.jit_compile_choice(configured, recompiles_under_xla=recompiles_under_xla)[0]
+
+    def jit_compile_choice(self, configured: bool | None, *,
+                           recompiles_under_xla: bool = False) -> tuple[bool, str]:
+        """(``default_jit_compile``'s answer, why), the why for the run header and logs."""
         if configured is not None:
-            return configured
+            return configured, "set by trainer.jit_compile"
         if self.device_kind == "TPU":
-            return True
-        return self.device_kind == "GPU" and not recompiles_under_xla
+            return True, "auto: a TPU compiles everything"
+        if self.device_kind != "GPU":
+            return False, (f"auto: off on {self.device_kind} (XLA measured slower there, "
+                           "and its CPU backend binds one device)")
+        if recompiles_under_xla:
+            return False, ("auto: off on GPU, the model's train step would recompile every "
+                           "step (a restored TF-Hub encoder or the fused LSTM)")
+        return True, "auto: on GPU, the model compiles once"
 
     def describe(self, per_replica_batch: int | None = None) -> str:
         parts = [f"strategy={self.kind}", f"replicas={self.num_replicas}",

@@ -25,7 +25,13 @@ from typing import Any
 
 from tfapp import compat
 from tfapp.config import ClassifierModelConfig, ConfigError, ModelConfig
-from tfapp.models.hub_encoder import BERT_INPUT_KEYS, load_hub_encoder, native_encoder_from_hub
+from tfapp.models.hub_encoder import (
+    BERT_INPUT_KEYS,
+    ENCODER_REASON_ATTR,
+    load_hub_encoder,
+    native_encoder_from_hub,
+    native_encoder_wanted,
+)
 
 import tensorflow as tf
 
@@ -93,20 +99,33 @@ def bert_encoder_outputs(model_cfg: ModelConfig, inputs: dict[str, tf.Tensor],
                          ) -> dict[str, tf.Tensor]:
     """The encoder's outputs (``pooled_output``, ``sequence_output``) on ``inputs``: the
     Hub layer, or the native encoder where precision or determinism need it (shared by
-    the classifier and the token classifier)."""
-    mixed = tf.keras.mixed_precision.global_policy().compute_dtype != "float32"
-    deterministic = model_cfg.trainable and compat.op_determinism_enabled()
-    if encoder is None and (mixed or deterministic):
+    the classifier and the token classifier). ``hub_encoder.built_encoder(model)`` says afterwards
+    which one and why."""
+    if encoder is not None:
+        reason = "handed in by the caller"
+    else:
         # A restored Hub graph stays float32 whatever the policy, and its dropout ops keep
         # the seed they were saved with (none, for most modules), which op determinism
         # refuses: read the module into the native encoder, so bfloat16/float16 reach the
         # encoder and its dropout is seeded from runtime.seed (None if not covered; the Hub
         # layer then checks its random ops).
-        encoder = native_encoder_from_hub(hub_handle)
+        wanted = native_encoder_wanted(
+            tf.keras.mixed_precision.global_policy().compute_dtype,
+            model_cfg.trainable and compat.op_determinism_enabled())
+        if wanted:
+            encoder = native_encoder_from_hub(hub_handle)
+            reason = (f"{wanted}; the module is tfapp's format" if encoder is not None else
+                      f"{wanted}, but the module is not tfapp's format (no get_bert_config, "
+                      "which builtin: and tfapp.hub build-bert/convert write), so it runs as "
+                      "restored, in float32")
+        else:
+            reason = ("float32 compute: the module as restored (the native encoder is for "
+                      "mixed precision or deterministic fine-tuning)")
     if encoder is None:
         encoder = load_hub_encoder(hub_handle, trainable=model_cfg.trainable)
     else:
         encoder.trainable = model_cfg.trainable
+    setattr(encoder, ENCODER_REASON_ATTR, reason)
     return encoder(dict(inputs))
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 from tfapp import compat
 from tfapp.config import ConfigError
@@ -29,8 +29,9 @@ from tfapp.models.bert import BertConfig, BertEncoder, stable_weight_name
 import tensorflow as tf
 import tensorflow_hub as hub
 
-__all__ = ["BERT_INPUT_KEYS", "BERT_OUTPUT_KEYS", "HubHandleError", "check_bert_interface",
-           "load_hub_encoder", "native_encoder_from_hub", "unseeded_random_ops"]
+__all__ = ["BERT_INPUT_KEYS", "BERT_OUTPUT_KEYS", "ENCODER_REASON_ATTR", "BuiltEncoder",
+           "HubHandleError", "built_encoder", "check_bert_interface", "load_hub_encoder",
+           "native_encoder_from_hub", "native_encoder_wanted", "unseeded_random_ops"]
 
 BERT_INPUT_KEYS = ("input_word_ids", "input_mask", "input_type_ids")
 BERT_OUTPUT_KEYS = ("pooled_output", "sequence_output")
@@ -133,7 +134,7 @@ def load_hub_encoder(handle: str, trainable: bool) -> hub.KerasLayer:
                 f"runtime.deterministic=true: the module '{handle}' fine-tunes with "
                 f"{len(unseeded)} unseeded random op(s) (e.g. '{unseeded[0]}', its dropout), "
                 "which TensorFlow's op determinism refuses; use a module tfapp reads natively "
-                "(builtin:, or one written by python -m tfapp.hub export), set "
+                "(builtin:, or one written by python -m tfapp.hub build-bert/convert), set "
                 "model.trainable=false, or runtime.deterministic=false")
     return layer
 
@@ -202,3 +203,51 @@ def native_encoder_from_hub(handle: str, name: str = "bert_encoder") -> BertEnco
     encoder.assign_named_weights(values)
     return encoder
 
+
+class BuiltEncoder(NamedTuple):
+    """Which BERT encoder a model holds: ``kind`` ``native`` (tfapp's ``BertEncoder``,
+    which XLA compiles once) or ``hub`` (a restored TF-Hub SavedModel, whose fine-tuning
+    XLA recompiles every step, docs/hub.md), and ``reason``: why that one was built."""
+
+    kind: str
+    reason: str
+
+    def describe(self) -> str:
+        what = ("native BertEncoder" if self.kind == "native"
+                else "TF-Hub SavedModel (hub.KerasLayer)")
+        return f"{what} ({self.reason})"
+
+
+# The attribute bert_encoder_outputs leaves on the encoder layer it built: why that one.
+# On the layer, not the model, so it survives the gradient-accumulation wrapper (a new
+# model over the same layers).
+ENCODER_REASON_ATTR = "tfapp_encoder_reason"
+
+
+def native_encoder_wanted(compute_dtype: str, deterministic_finetune: bool) -> str | None:
+    """Why ``bert_encoder_outputs`` reads a module into the native encoder (tried first,
+    where the module is tfapp's format), or None: the Hub layer as restored. The one
+    place the choice is made; ``doctor`` tells it for the device's precision."""
+    if compute_dtype != "float32":
+        return (f"{compute_dtype} compute: a restored Hub graph stays float32, tfapp's "
+                "encoder follows the policy")
+    if deterministic_finetune:
+        return ("runtime.deterministic fine-tuning: the module's dropout is unseeded, "
+                "tfapp's encoder seeds it from runtime.seed")
+    return None
+
+
+def built_encoder(model: tf.keras.Model) -> BuiltEncoder | None:
+    """The BERT encoder ``model`` holds (native or Hub) and why it was built; None for a
+    model without one (the cnn/rnn baselines, the generator). Read from the layers
+    themselves, so it is the encoder actually built, whatever predicted it."""
+    for layer in model.layers:
+        if isinstance(layer, BertEncoder):
+            kind = "native"
+        elif isinstance(layer, hub.KerasLayer):
+            kind = "hub"
+        else:
+            continue
+        return BuiltEncoder(kind, getattr(layer, ENCODER_REASON_ATTR, "built by the task "
+                                          "itself"))
+    return None

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tfapp.data.bert_preprocess import make_bert_preprocess_fn
 from tfapp.hub.handles import resolve_hub_handle
+from tfapp.models.hub_encoder import built_encoder
 from tfapp.training.task import Inputs
 
 if TYPE_CHECKING:
     from tfapp.config import ExperimentConfig
 
-__all__ = ["BertInputs", "BertSetup", "bert_setup"]
+__all__ = ["BertInputs", "BertSetup", "bert_setup", "hub_encoder_recompiles"]
 
 
 class BertSetup(NamedTuple):
@@ -54,3 +55,15 @@ class BertInputs(Inputs):
     preprocess: Any = None
     encoder_handle: str = ""
     preprocessor_handle: str = ""
+
+
+def hub_encoder_recompiles(model: Any) -> bool:
+    """The BERT tasks' ``recompiles_under_xla`` for their encoder: True when ``model``
+    holds a restored TF-Hub SavedModel, which XLA recompiles at every fine-tuning step
+    (docs/hub.md), False when it holds tfapp's native ``BertEncoder`` (compiles once).
+    Before the model is built (None) the Hub layer is assumed: XLA stays off until the
+    built model says otherwise, rather than recompiling every step."""
+    if model is None:
+        return True
+    encoder = built_encoder(model)
+    return encoder is None or encoder.kind == "hub"

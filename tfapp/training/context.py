@@ -2,7 +2,8 @@
 
 ``RunContext.create(cfg, task=...)`` sets up the runtime (seeds, strategy, precision policy; on a
 TPU the TPU system) unless one is handed in, decides XLA for the task (one place:
-``training.plan.resolve_jit_compile`` with the task's ``recompiles_under_xla`` trait),
+``training.plan.resolve_jit_compile`` with the task's ``recompiles_under_xla`` trait; settled
+from the built model by ``settle_jit_compile``, as the BERT encoder built decides it),
 and names the run directory's files (``RunLayout``). The training loop and the tasks
 receive it; nothing else reads ``TF_CONFIG`` for the run's role or spells a run-directory
 file name.
@@ -37,7 +38,7 @@ from tfapp.config import (
 )
 from tfapp.run_layout import RunLayout, aside_path
 from tfapp.run_status import write_status
-from tfapp.training.plan import resolve_jit_compile
+from tfapp.training.plan import resolve_jit_compile_choice
 
 if TYPE_CHECKING:
     from tfapp.training.task import Task
@@ -58,7 +59,8 @@ class RunContext:
       cfg: the validated experiment config.
       task: the task's class (``tfapp.training.task.Task``), handed in by the command.
       runtime: strategy, precision and cluster role (``tfapp.runtime.Runtime``).
-      jit_compile: whether the train step is compiled with XLA (decided once, here).
+      jit_compile: whether the train step is compiled with XLA (decided here, and
+        settled by ``settle_jit_compile`` once the model is built).
       run: the run directory's layout (``output_dir/name``); backups live there for every
         worker, as each worker restores from the chief's.
       layout: where *this process* writes: ``run`` on the chief, a scratch copy of it on
@@ -71,6 +73,7 @@ class RunContext:
     jit_compile: bool
     run: RunLayout
     layout: RunLayout
+    jit_reason: str = ""  # why jit_compile (the run header's line)
 
     @classmethod
     def create(cls, cfg: ExperimentConfig, *, task: type[Task],
@@ -85,13 +88,25 @@ class RunContext:
         else:
             _check_same_runtime(runtime.config, cfg.runtime)
             runtime_lib.seed(cfg.runtime)
-        jit = resolve_jit_compile(cfg, runtime,
-                                  recompiles_under_xla=task.recompiles_under_xla(cfg))
+        jit, jit_reason = resolve_jit_compile_choice(
+            cfg, runtime, recompiles_under_xla=task.recompiles_under_xla(cfg))
         run = RunLayout(Path(run_dir) if run_dir is not None else cfg.run_dir)
         layout = (run if runtime.is_chief
                   else run.worker_scratch(runtime.task_type, runtime.task_id))
         return cls(cfg=cfg, task=task, runtime=runtime, jit_compile=jit, run=run,
-                   layout=layout)
+                   layout=layout, jit_reason=jit_reason)
+
+    def settle_jit_compile(self, model: Any) -> None:
+        """XLA decided again with the model built (``fit.build_model`` calls it): a BERT
+        task's answer depends on the encoder actually built, tfapp's native encoder
+        (compiles once) or a restored Hub SavedModel (recompiles every step)."""
+        jit, self.jit_reason = resolve_jit_compile_choice(
+            self.cfg, self.runtime,
+            recompiles_under_xla=self.task.recompiles_under_xla(self.cfg, model))
+        if jit != self.jit_compile:
+            log.info("XLA %s for the model built (%s)", "on" if jit else "off",
+                     self.jit_reason)
+        self.jit_compile = jit
 
     @property
     def is_chief(self) -> bool:

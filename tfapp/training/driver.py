@@ -25,6 +25,7 @@ from pathlib import Path
 
 from tfapp.atomic import read_state, write_text
 from tfapp.config import ConfigError, ExperimentConfig
+from tfapp.models.hub_encoder import built_encoder
 from tfapp.run_layout import RunLayout
 from tfapp.tracking import profiler, wandb_run
 from tfapp.training import fit as fit_lib
@@ -189,7 +190,8 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, start_over: bool,
                     "validation": inputs.num_validation_examples}
         header = build_header(cfg, ctx.runtime, plan, examples=examples,
                               warmup=schedule.warmup_steps, peak_lr=lr, lr_source=lr_source,
-                              jit_compile=ctx.jit_compile)
+                              jit_compile=ctx.jit_compile, jit_reason=ctx.jit_reason,
+                              encoder=_encoder_line(model))
         log.info("%s", format_header(header))
         paths["header"] = save_header(header, run)
         evals = [(i + 1) * plan.fit_steps_per_epoch // plan.accumulation
@@ -259,6 +261,12 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, start_over: bool,
                                     if isinstance(v, int | float)})
     ctx.end()
     return result
+
+
+def _encoder_line(model) -> str:
+    """The BERT encoder ``model`` holds and why, for the run header ("" for none)."""
+    encoder = built_encoder(model)
+    return encoder.describe() if encoder else ""
 
 
 def _restore_best(model, run: RunLayout, *, fit_epochs: int) -> dict | None:

@@ -24,10 +24,13 @@ __all__ = ["build_model", "compile_model", "fit"]
 
 def build_model(ctx: RunContext, task: Task, inputs: Inputs) -> tf.keras.Model:
     """The task's model, built in the strategy's scope, wrapped for gradient accumulation
-    when ``trainer.gradient_accumulation_steps`` > 1."""
+    when ``trainer.gradient_accumulation_steps`` > 1; the run's XLA settled from it
+    (``RunContext.settle_jit_compile``: which BERT encoder was built)."""
     with ctx.runtime.strategy.scope():
         model = task.build_model(inputs)
-        return wrap_for_accumulation(model, ctx.cfg.trainer.gradient_accumulation_steps)
+        model = wrap_for_accumulation(model, ctx.cfg.trainer.gradient_accumulation_steps)
+    ctx.settle_jit_compile(model)
+    return model
 
 
 def compile_model(ctx: RunContext, model: tf.keras.Model, *, optimizer: Any, loss: Any,

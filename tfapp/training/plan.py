@@ -92,11 +92,18 @@ def plan_training(cfg: ExperimentConfig, num_train_examples: int, global_batch: 
 def resolve_jit_compile(cfg: ExperimentConfig, rt: Runtime, *,
                         recompiles_under_xla: bool) -> bool:
     """trainer.jit_compile, with auto decided per device and model: the one place XLA is
-    switched on or off for a run (``RunContext.create`` calls it with the task's trait)."""
-    jit = rt.default_jit_compile(cfg.trainer.jit_compile,
-                                 recompiles_under_xla=recompiles_under_xla)
+    switched on or off for a run (``RunContext.create`` asks it with the task's trait before
+    the model exists, ``RunContext.settle_jit_compile`` again with the model built)."""
+    return resolve_jit_compile_choice(cfg, rt, recompiles_under_xla=recompiles_under_xla)[0]
+
+
+def resolve_jit_compile_choice(cfg: ExperimentConfig, rt: Runtime, *,
+                               recompiles_under_xla: bool) -> tuple[bool, str]:
+    """``resolve_jit_compile``'s answer and why (the run header's jit_compile line)."""
+    jit, why = rt.jit_compile_choice(cfg.trainer.jit_compile,
+                                     recompiles_under_xla=recompiles_under_xla)
     if jit and rt.kind == "mirrored" and rt.device_kind == "CPU":
         raise ConfigError("trainer.jit_compile: XLA cannot run MirroredStrategy over CPU "
                           "devices (its CPU backend binds one device); set "
                           "trainer.jit_compile=false")
-    return jit
+    return jit, why

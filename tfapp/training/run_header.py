@@ -32,14 +32,18 @@ LABELS = {
     "schedule": "lr schedule",
     "precision": "precision",
     "jit_compile": "jit_compile",
+    "encoder": "BERT encoder",
     "steps_per_execution": "steps/execution",
 }
 
 
 def build_header(cfg: ExperimentConfig, rt: Runtime, plan: TrainingPlan, *,
                  examples: dict[str, int], warmup: int, peak_lr: float,
-                 lr_source: str, jit_compile: bool) -> dict[str, Any]:
-    """The header as a dict (the JSON file's content)."""
+                 lr_source: str, jit_compile: bool, jit_reason: str = "",
+                 encoder: str = "") -> dict[str, Any]:
+    """The header as a dict (the JSON file's content). ``jit_reason``: why XLA is on or
+    off; ``encoder``: the BERT encoder the model holds and why (``BuiltEncoder.describe``;
+    "" for a model without one)."""
     t = cfg.trainer
     examples_seen = plan.total_steps * plan.effective_batch
     passes = examples_seen / examples["train"] if examples.get("train") else 0.0
@@ -79,6 +83,8 @@ def build_header(cfg: ExperimentConfig, rt: Runtime, plan: TrainingPlan, *,
         "precision": rt.precision,
         "precision_reason": rt.precision_reason,
         "jit_compile": bool(jit_compile),
+        "jit_compile_reason": jit_reason,
+        "encoder": encoder or "none",
         "steps_per_execution": t.steps_per_execution,
     }
 
@@ -86,11 +92,13 @@ def build_header(cfg: ExperimentConfig, rt: Runtime, plan: TrainingPlan, *,
 def format_header(header: dict[str, Any]) -> str:
     lines = ["=" * 72, "run header"]
     for key, label in LABELS.items():
-        value = header[key]
+        value = header.get(key, "-")  # (a header saved before the key existed)
         if isinstance(value, dict):
             value = ", ".join(f"{k} {v}" for k, v in value.items())
         if key == "precision" and header.get("precision_reason"):
             value = f"{value} ({header['precision_reason']})"
+        if key == "jit_compile" and header.get("jit_compile_reason"):
+            value = f"{value} ({header['jit_compile_reason']})"
         lines.append(f"  {label + ':':21} {value}")
     lines.append("=" * 72)
     return "\n".join(lines)

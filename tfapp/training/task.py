@@ -93,9 +93,15 @@ class Task(abc.ABC):
         return RowSpec.from_config("labelled", cfg.data)
 
     @classmethod
-    def recompiles_under_xla(cls, cfg: ExperimentConfig) -> bool:
+    def recompiles_under_xla(cls, cfg: ExperimentConfig, model: Any = None) -> bool:
         """Whether this task's train step recompiles every step under XLA (so ``auto``
-        leaves XLA off on GPUs for it; see ``Runtime.default_jit_compile``)."""
+        leaves XLA off on GPUs for it; see ``Runtime.default_jit_compile``).
+
+        Asked twice: by ``RunContext.create`` with ``model=None`` (what a task's
+        ``build_model`` may read as ``ctx.jit_compile``), then by ``fit.build_model`` with
+        the model built, whose answer settles the run's XLA. A task whose answer depends
+        on the model (which BERT encoder was built) must not read ``ctx.jit_compile``
+        while building it."""
         return False
 
     @abc.abstractmethod

@@ -22,7 +22,7 @@ from tfapp.model_card import ModelCard, vocabulary_scripts
 from tfapp.models.classifier import build_classifier
 from tfapp.tasks.classifier.export import ClassifierServing, export_classifier
 from tfapp.tasks.classifier.serving import FORMAT
-from tfapp.training.bert_inputs import BertInputs, bert_setup
+from tfapp.training.bert_inputs import BertInputs, bert_setup, hub_encoder_recompiles
 from tfapp.training.metrics import (
     ConfusionMatrix,
     build_loss,
@@ -67,10 +67,12 @@ class ClassifierTask(Task):
         return {k: v for k, v in files.items() if v}
 
     @classmethod
-    def recompiles_under_xla(cls, cfg) -> bool:
-        # A restored TF-Hub encoder (bert) and tf-keras's fused LSTM (rnn) recompile the
-        # train step every step under XLA (docs/hub.md).
-        return cfg.model.kind in ("bert", "rnn")
+    def recompiles_under_xla(cls, cfg, model=None) -> bool:
+        # tf-keras's fused LSTM (rnn) and a restored TF-Hub encoder recompile the train step
+        # every step under XLA (docs/hub.md); the native encoder (mixed precision) does not.
+        if cfg.model.kind == "bert":
+            return hub_encoder_recompiles(model)
+        return cfg.model.kind == "rnn"
 
     def build_inputs(self) -> ClassifierInputs:
         d = self.cfg.data

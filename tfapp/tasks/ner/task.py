@@ -32,7 +32,7 @@ from tfapp.tasks.ner.export import NerServing, export_ner
 from tfapp.tasks.ner.metrics import EntityCounts, micro_scores
 from tfapp.tasks.ner.scores import entity_report, format_entity_report
 from tfapp.tasks.ner.serving import FORMAT
-from tfapp.training.bert_inputs import BertInputs, bert_setup
+from tfapp.training.bert_inputs import BertInputs, bert_setup, hub_encoder_recompiles
 from tfapp.training.task import Task, TaskOutput
 from tfapp.training.tb_logging import log_test_metrics
 
@@ -118,8 +118,8 @@ class NerTask(Task):
         return RowSpec.from_config("tagged", cfg.data)
 
     @classmethod
-    def recompiles_under_xla(cls, cfg) -> bool:
-        return True  # a restored TF-Hub encoder recompiles every step (docs/hub.md)
+    def recompiles_under_xla(cls, cfg, model=None) -> bool:
+        return hub_encoder_recompiles(model)  # a restored Hub encoder does (docs/hub.md)
 
     def build_inputs(self) -> NerInputs:
         d, rt = self.cfg.data, self.runtime
