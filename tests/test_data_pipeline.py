@@ -307,3 +307,39 @@ def test_mirrored_replicas_each_get_a_per_replica_batch(vocab_file, tmp_path):
     result = run_python([str(script)], timeout=240)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "OK 40" in result.stdout
+
+
+def write_sorted(folder, n: int, per_class_files: bool) -> str:
+    """n rows sorted by label (label 0 for the first 60%, then 1), as one file or one file
+    per class; returns the glob."""
+    os.makedirs(folder, exist_ok=True)
+    rows = [(f"w{i % 300} w{(i + 1) % 300}", int(i >= 0.6 * n)) for i in range(n)]
+    groups = ([[r for r in rows if r[1] == c] for c in (0, 1)] if per_class_files
+              else [rows])
+    for g, group in enumerate(groups):
+        (folder / f"class_{g}.csv").write_text(
+            "text,label\n" + "".join(f"{t},{y}\n" for t, y in group))
+    return str(folder / "class_*.csv")
+
+
+@pytest.mark.parametrize("per_class_files", [False, True])
+def test_batches_from_a_label_sorted_source_carry_the_global_label_mix(pre, tmp_path,
+                                                                       per_class_files):
+    from scipy.stats import chi2_contingency
+
+    # 10x the shuffle block, sorted: every batch of the old stream held one label.
+    n, block, batch = 2560, 256, 32
+    cfg = data_cfg(train_files=write_sorted(tmp_path / "d", n, per_class_files),
+                   shuffle_buffer=block)
+    splits = load_classification_splits(cfg, 0)
+    ds = make_classification_dataset(splits, splits.train, pre, cfg, batch_size=batch,
+                                     training=True, seed=3)
+    counts = np.array([np.bincount(y, minlength=2) for _, y in take(ds, 2 * n // batch)])
+    # Two passes: each pass holds every example once.
+    assert counts.sum(0).tolist() == [2 * int(0.6 * n), 2 * (n - int(0.6 * n))]
+    # Batches x labels: one mix for all of them (a test of homogeneity against the global
+    # mix), which a sorted stream fails with p ~ 0.
+    p = chi2_contingency(counts).pvalue
+    assert p > 0.01, (p, counts[:8].tolist())
+    # Every batch holds both labels (a sorted stream's hold one).
+    assert (counts.min(1) > 0).mean() > 0.95

@@ -34,9 +34,11 @@ def take(dataset, n: int) -> list[int]:
 
 
 @pytest.mark.parametrize("pipelines", [1, 2, 7])
-@pytest.mark.parametrize("block", [0, 4])
+@pytest.mark.parametrize("block", [0, 4, 768])
 def test_a_stream_resumed_anywhere_continues_exactly_where_it_stopped(pipelines, block):
     # 7 pipelines over 5 files: every pipeline reads every file and keeps its elements.
+    # Block 768 merges the files in runs of 3 (stream.merge_unit), with shorter last runs.
+    assert stream.merge_unit(768) == 3
     per_pass = min(stream.partition(SOURCE, i, pipelines, 3).size for i in range(pipelines))
     for index in range(pipelines):
         part = stream.partition(SOURCE, index, pipelines, 3)
