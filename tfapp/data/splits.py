@@ -105,9 +105,12 @@ def _manifest(spec: str, row: RowSpec, data_cfg, split: str, what: str
         _check_prepared(manifest, row, what, spec)
         damage = damaged_shard(manifest)
         if damage:
+            # prepare --out DIR writes DIR/train, DIR/validation and DIR/test.
+            root = manifest.root.rstrip("/")
+            head, _, tail = root.rpartition("/")
+            out = head if head and tail in ("train", "validation", "test") else root
             raise DataError(f"{what}: {spec}: {damage}; prepare it again (python -m "
-                            f"tfapp.prepare --config ... --out {manifest.root}) or restore the "
-                            "file")
+                            f"tfapp.prepare --config ... --out {out}) or restore the file")
         return manifest, None
     if data_cfg.format == "tfds":
         files = [spec]

@@ -10,18 +10,19 @@ tasks; what an example is (a parsed row, a window of a sentence...) is the task'
   (the same permutation on every worker) and pipeline ``i`` of ``N`` reads files ``i::N``
   of it, as Model Garden's input reader does. With fewer files than pipelines every
   pipeline reads every file and keeps elements ``i::N`` (said once in the log).
-* **A pass.** Pass ``e`` reads the pipeline's files in an order drawn from ``(seed, e)``,
-  cuts the examples into consecutive blocks of ``data.shuffle_buffer`` and permutes each
-  block with a seed of ``(seed, e, block)``: the mixing of ``shuffle(buffer)`` over a
-  stream, but a pure function of the position. Every pipeline takes the same number of
-  examples per pass (``examples_per_pass``: whole global batches of the smallest part),
-  so all workers run the same steps.
+* **A pass.** Pass ``e`` merges all the pipeline's files (``_merged``): runs of
+  ``merge_unit(block)`` examples of each file, taken in an order drawn from ``(seed, e)``,
+  so a sorted source or one file per class reaches every block mixed. It cuts the merged
+  examples into consecutive blocks of ``data.shuffle_buffer`` and permutes each block
+  with a seed of ``(seed, e, block)``. Every pipeline takes the same number of examples
+  per pass (``examples_per_pass``: whole global batches of the smallest part), so all
+  workers run the same steps. Block 0 reads the files one after another, in order.
 * **Exact resume.** Because the order is a function of the position, a stream can start
-  anywhere: at example ``p`` of pass ``e`` it skips the files wholly before the block of
-  ``p`` (their counts are in the manifest), skips to the block's first example, permutes
-  the block exactly as the first run did and drops the examples before ``p``. A run killed
-  mid-epoch resumes at its next unseen batch, reading at most one file part and one block
-  it does not use.
+  anywhere: at example ``p`` of pass ``e`` it draws the pass's merge order again, finds
+  the runs wholly before the block of ``p`` and each file's share of them, skips those
+  examples of each file, permutes the block exactly as the first run did and drops the
+  examples before ``p``. A run killed mid-epoch resumes at its next unseen batch,
+  reading (and dropping) what the interrupted pass had read.
 * **Evaluation** reads its files in order, all examples, once per pass.
 
 Examples travel in *chunks*: ``examples(file, file_index)`` yields nests of tensors whose
