@@ -169,7 +169,11 @@ def test_run_header_one_replica(step_run):
         1, BATCH, BATCH)
     assert header["gradient_accumulation_steps"] == 2 and header["effective_batch"] == 2 * BATCH
     assert (header["total_steps"], header["warmup_steps"], header["evaluations"]) == (6, 3, 2)
-    assert header["steps_per_execution"] == 4 and header["precision"] == "float32"
+    # precision auto: mixed_bfloat16 on a CPU with native bfloat16, else float32.
+    from tfapp.runtime import choose_precision
+
+    assert header["steps_per_execution"] == 4
+    assert header["precision"] == choose_precision("auto", "CPU", None)
     text = (step_run.run_dir / "run_header.txt").read_text()
     assert "optimizer steps:      6" in text and "effective batch:      8" in text
 
