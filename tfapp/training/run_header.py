@@ -38,8 +38,10 @@ LABELS = {
 
 def build_header(cfg: ExperimentConfig, rt: Runtime, plan: TrainingPlan, *,
                  examples: dict[str, int], warmup: int, peak_lr: float,
-                 lr_source: str, jit_compile: bool) -> dict[str, Any]:
-    """The header as a dict (the JSON file's content)."""
+                 lr_source: str, jit_compile: bool,
+                 steps_per_execution: tuple[int, str] | None = None) -> dict[str, Any]:
+    """The header as a dict (the JSON file's content). ``steps_per_execution``: the value
+    compiled and where it came from (``plan.resolve_steps_per_execution``)."""
     t = cfg.trainer
     examples_seen = plan.total_steps * plan.effective_batch
     passes = examples_seen / examples["train"] if examples.get("train") else 0.0
@@ -79,7 +81,8 @@ def build_header(cfg: ExperimentConfig, rt: Runtime, plan: TrainingPlan, *,
         "precision": rt.precision,
         "precision_reason": rt.precision_reason,
         "jit_compile": bool(jit_compile),
-        "steps_per_execution": t.steps_per_execution,
+        "steps_per_execution": (steps_per_execution or (t.steps_per_execution, "config"))[0],
+        "steps_per_execution_source": (steps_per_execution or (None, "config"))[1],
     }
 
 
@@ -91,6 +94,8 @@ def format_header(header: dict[str, Any]) -> str:
             value = ", ".join(f"{k} {v}" for k, v in value.items())
         if key == "precision" and header.get("precision_reason"):
             value = f"{value} ({header['precision_reason']})"
+        if key == "steps_per_execution" and header.get("steps_per_execution_source"):
+            value = f"{value} ({header['steps_per_execution_source']})"
         lines.append(f"  {label + ':':21} {value}")
     lines.append("=" * 72)
     return "\n".join(lines)
