@@ -163,8 +163,8 @@ class Runtime:
 #   per-call overhead (~ms) is saved: a few steps per call take most of it, with less loss
 #   of callback granularity than a TPU's 50. Not measured here (no GPU).
 # * CPU: 1, measured with scripts/bench_train.py (docs/performance.md#steps-per-execution):
-#   8-32 steps per call saved 3-6 ms a step on a ~50 ms step but compiled ~5 s longer, a
-#   loss for runs under ~1,500 steps (the demo's included).
+#   8-32 steps per call saved 2-7 ms a step on a 30-50 ms step but compiled 1-5 s longer:
+#   break-even at ~250-1,700 steps, and the default demo runs ~280.
 AUTO_STEPS_PER_EXECUTION = {"TPU": 50, "GPU": 8, "CPU": 1}
 
 

@@ -107,7 +107,7 @@ class TrainerConfig:
       steps_per_execution: batches run per tf.function call: fewer host round trips, but
         callbacks run once per call (step log lines, the NaN stop, the SIGTERM backup and
         exact-resume point come at the end of a call, up to this many batches late); null =
-        auto (50 on TPU, 8 on GPU, 1 on CPU, where more compiled ~5 s longer for a few
+        auto (50 on TPU, 8 on GPU, 1 on CPU, where more compiled 1-5 s longer for a few
         ms a step; capped at log_every_steps and at one epoch). The LR range test runs 1.
       jit_compile: compile the train step with XLA; null = auto (on for TPU, and for GPU
         except for a TF-Hub encoder or the rnn baseline, which XLA recompiles every step;
