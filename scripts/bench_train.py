@@ -3,6 +3,7 @@
     python scripts/bench_train.py --peers-python .venv-peers/bin/python
         [--shapes toy,minilm,bert-base] [--precisions float32,bfloat16] [--steps 10]
         [--rounds 3] [--warmup 1] [--threads 2] [--json train.json]
+        [--steps-per-execution 1,auto,4,16]
 
 Shapes (``name`` or ``name:batch`` to change the batch of that shape; default batch 32,
 seq 128, vocab 30522, FFN 4 x hidden, dropout 0.1, AdamW, 2 labels):
@@ -34,6 +35,9 @@ deleting fit's tf.data iterator sometimes blocks until tf.data's autotune thread
 compile time (first repetition less the median), GFLOP/s (6 x non-embedding parameters
 x tokens + 12 x layers x hidden x seq per token, per example) and the ratio to the faster
 HF row. ``--rows`` picks rows (tfapp, hf, hf-passive, keras_hub, keras_hub-onednn).
+``--steps-per-execution`` gives the tfapp row once per value (``auto``: what
+``trainer.steps_per_execution`` null picks on this device, ``runtime.default_steps_per_execution``),
+in the same alternation; ``--steps`` should be a multiple of each value.
 """
 
 from __future__ import annotations
@@ -132,6 +136,15 @@ def fit_rep(model, ds, steps: int, batch: int):
     return rep
 
 
+def _spe(value: str) -> int:
+    """--spe: a number, or auto (tfapp's default on this machine's device kind: CPU)."""
+    if value != "auto":
+        return int(value)
+    from tfapp.runtime import default_steps_per_execution
+
+    return default_steps_per_execution("CPU")
+
+
 def worker_tfapp(a: argparse.Namespace, s: dict):
     sys.path.insert(0, str(REPO))
     import tfapp  # noqa: F401  (tf-keras before TensorFlow)
@@ -158,12 +171,11 @@ def worker_tfapp(a: argparse.Namespace, s: dict):
     model = build_classifier(ClassifierModelConfig(kind="bert", pooling="pooled"), num_classes=2,
                              multi_label=False, seq_length=s["seq"], hub_handle=str(module))
     optimizer = build_optimizer(OptimizerConfig(), peak=5e-5, total_steps=10_000)
-    # --jit-compile / --steps-per-execution: the accelerator check's rows
+    # --jit-compile: the accelerator check's rows
     # (scripts/check_accelerator.py); left out, Keras's defaults as before.
     xla = {} if not a.jit_compile else {"jit_compile": a.jit_compile == "on"}
     model.compile(optimizer=optimizer, loss=build_loss(2, False),
-                  metrics=build_metrics(2, False), steps_per_execution=a.steps_per_execution,
-                  **xla)
+                  metrics=build_metrics(2, False), steps_per_execution=_spe(a.spe), **xla)
     ds = _tf_data(a, s, ("input_word_ids", "input_mask", "input_type_ids"))
     ds = ds.map(lambda x, y: (x, tf.cast(y, tf.float32)[:, None]))
     info = {"encoder": type(model.get_layer("bert_encoder")).__name__,
@@ -305,13 +317,17 @@ def rows_for(a: argparse.Namespace, s: dict, precision: str, base: list[str]) ->
                 "TF_USE_LEGACY_KERAS": None}  # keras-hub needs Keras 3
     argv = [*base, "--precision", precision, "--batch", str(s["batch"])]
     rows = []
+    spes = [v.strip() for v in a.steps_per_execution.split(",") if v.strip()]
     for key in filter(None, a.rows.split(",")):
         name, system, where, extra = ROWS[key]
         if where == "peers" and not a.peers_python:
             continue
         python = a.peers_python if where == "peers" else sys.executable
         row_env = {**(peer_env if where == "peers" else env), **extra}
-        rows.append(bc.Row(name, [python, __file__, "--worker", system, *argv], row_env))
+        for spe in spes if system == "tfapp" else ["1"]:
+            shown = f"{name} spe={spe}" if spes != ["1"] and system == "tfapp" else name
+            rows.append(bc.Row(shown, [python, __file__, "--worker", system, *argv,
+                                       "--spe", spe], row_env))
     return rows
 
 
@@ -347,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--examples", type=int, default=1024, help="generated examples")
     p.add_argument("--work-dir", default="")
     p.add_argument("--json", default="", help="also write all results to this file")
+    p.add_argument("--steps-per-execution", default="1",
+                   help="comma list of the tfapp row's steps_per_execution (numbers, auto): "
+                        "one tfapp row per value")
     p.add_argument("--profile-dir", default="",
                    help="instead of timing: profile one repetition of each --rows row "
                         "(TensorFlow profiler op table / torch.profiler table) into this dir")
@@ -355,12 +374,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", default="", help=argparse.SUPPRESS)
     p.add_argument("--workdir", default="", help=argparse.SUPPRESS)
     p.add_argument("--precision", default="float32", help=argparse.SUPPRESS)
+    p.add_argument("--spe", default="1", help=argparse.SUPPRESS)
     p.add_argument("--layers", type=int, default=4, help=argparse.SUPPRESS)
     p.add_argument("--hidden", type=int, default=256, help=argparse.SUPPRESS)
     p.add_argument("--heads", type=int, default=4, help=argparse.SUPPRESS)
     p.add_argument("--jit-compile", default="", choices=["", "on", "off"],
                    help=argparse.SUPPRESS)
-    p.add_argument("--steps-per-execution", type=int, default=1, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
 
     if a.worker and a.profile_dir:

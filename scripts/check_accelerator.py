@@ -97,22 +97,6 @@ def device_name(doctor: dict) -> tuple[str, str]:
     return "CPU", cpu
 
 
-def auto_steps_per_execution() -> tuple[int | None, str]:
-    """(value for the "auto" rows, note). None: ``trainer.steps_per_execution=null`` (auto)
-    is a config value of this tfapp, so tfapp decides; else the fixed FIXED_SPE."""
-    sys.path.insert(0, str(REPO))
-    from tfapp.config import ConfigError, load_config
-
-    try:
-        cfg = load_config(None, ["trainer.steps_per_execution=null"])
-    except ConfigError:
-        cfg = None
-    if cfg is not None and cfg.trainer.steps_per_execution is None:
-        return None, "auto (trainer.steps_per_execution=null)"
-    return FIXED_SPE, (f"{FIXED_SPE} (fixed: this tfapp has no trainer.steps_per_execution: "
-                       "auto)")
-
-
 # --------------------------------------------------------------------------- the parts
 def _run(cmd: list[str], timeout: float, log: Path, env: dict | None = None
          ) -> subprocess.CompletedProcess:
@@ -167,10 +151,12 @@ def train_rows(a, device_kind: str, device: str) -> tuple[list[dict], str, dict]
                  "vocab": 30522}
         no_bf16 = device_kind == "GPU" and any(k in device.lower() for k in NO_BF16)
         precision = "float16" if no_bf16 else "bfloat16"
-    auto, auto_note = auto_steps_per_execution()
-    spe_auto = auto if auto is not None else FIXED_SPE
-    if auto is None:  # tfapp decides; the bench worker compiles directly, so say which
-        auto_note += f"; the bench worker runs it as {FIXED_SPE}"
+    sys.path.insert(0, str(REPO))
+    from tfapp.runtime import default_steps_per_execution
+
+    # What trainer.steps_per_execution: auto (null) picks on this device kind.
+    spe_auto = default_steps_per_execution(device_kind)
+    auto_note = f"{spe_auto} (auto on {device_kind}: runtime.default_steps_per_execution)"
     if a.dry_run:
         spe_auto = 2
         auto_note = f"{spe_auto} (dry run)"
@@ -226,7 +212,7 @@ def train_worker_part(a) -> int:
             r["steps_per_execution"]  # whole executions
         bench_rows.append(bc.Row(r["name"], [
             *base, "--precision", r["precision"], "--jit-compile", r["xla"],
-            "--steps-per-execution", str(r["steps_per_execution"]), "--steps", str(steps)],
+            "--spe", str(r["steps_per_execution"]), "--steps", str(steps)],
             {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}))
     bc.alternate(bench_rows, rounds=a.rounds, warmup=1, log_dir=work / "train-logs",
                  pause_s=0.2)

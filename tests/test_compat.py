@@ -21,7 +21,8 @@ from conftest import REPO, run_python
 def test_no_private_library_name_outside_the_compat_module():
     pattern = re.compile(r"tensorflow\.python|tf_keras\.src|keras_tuner\.src|"
                          r"\._(learning_rate|training_state|ckpt_saved|index_dict|var_key|"
-                         r"momentums|velocities|is_graph_network|retry_queue|current_epoch)\b")
+                         r"momentums|velocities|is_graph_network|retry_queue|current_epoch|"
+                         r"supports_tf_logs)\b")
     offenders = [f"{p.relative_to(REPO)}:{n}" for p in (REPO / "tfapp").rglob("*.py")
                  if p.name != "compat.py"
                  for n, line in enumerate(p.read_text().splitlines(), 1)
@@ -445,3 +446,32 @@ def test_deferred_train_graph_both_ways(tmp_path):
     acc = ea.EventAccumulator(str(tmp_path / "train"))
     acc.Reload()
     assert len(acc.Graph().node) > 5
+
+
+def test_tensor_logs_both_ways():
+    """Internal path: a callback that declares it gets its batch logs as tensors (Keras
+    copies nothing to the host for it); public path: Keras converts them to NumPy."""
+    class Seen(tf.keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.declared = compat.accept_tensor_logs(self)
+            self.losses: list = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.losses.append(logs["loss"])
+
+    def fit() -> Seen:
+        seen = Seen()
+        model = tf.keras.Sequential([tf.keras.Input([2]), tf.keras.layers.Dense(1)])
+        model.compile("sgd", "mse")
+        model.fit(np.ones([8, 2], np.float32), np.ones([8, 1], np.float32), batch_size=4,
+                  verbose=0, callbacks=[seen])
+        return seen
+
+    seen = fit()
+    assert seen.declared and len(seen.losses) == 2
+    assert all(isinstance(v, tf.Tensor) for v in seen.losses)
+    with compat.public_path("tensor_logs"):
+        seen = fit()
+    assert not seen.declared and len(seen.losses) == 2
+    assert not any(isinstance(v, tf.Tensor) for v in seen.losses)

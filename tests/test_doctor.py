@@ -23,6 +23,9 @@ def test_doctor_on_this_machine_reports_and_exits_0():
     policy, why = precision_choice("auto", "CPU", None)  # bfloat16 where the CPU has it
     assert f"precision auto -> {policy}; jit_compile auto -> no" in out
     assert f"precision: {why}" in out
+    from tfapp.runtime import AUTO_STEPS_PER_EXECUTION
+
+    assert f"steps_per_execution auto -> {AUTO_STEPS_PER_EXECUTION['CPU']} " in out
     assert "oneDNN CPU kernels: on" in out
     assert "no problems found" in out
 
@@ -46,6 +49,7 @@ def test_doctor_json_on_a_faked_tpu_vm_names_the_stock_build(tmp_path):
     report = json.loads(proc.stdout)
     assert report["plan"]["strategy"] == "tpu"
     assert report["plan"]["precision"] == "mixed_bfloat16" and report["plan"]["jit_compile"]
+    assert report["plan"]["steps_per_execution"] == 50  # the TPU guide's value
     assert report["tpu"]["hint"] == "TPU_ACCELERATOR_TYPE is set"
     assert report["wandb"]["api_key_set"] is True
     assert report["tensorflow"]["build"] in ("cuda", "cpu")

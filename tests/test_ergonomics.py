@@ -84,6 +84,34 @@ def test_plan_epochs_and_steps():
         plan_training(cfg, num_train_examples=100, global_batch=8)
 
 
+def test_steps_per_execution_auto_per_device_and_capped():
+    """null (auto) takes the device kind's value, capped at log_every_steps (in batches)
+    and at one fit epoch; an explicit value is kept but for the epoch cap; 0 is refused."""
+    from tfapp.runtime import AUTO_STEPS_PER_EXECUTION, Runtime
+    from tfapp.training.plan import resolve_steps_per_execution
+
+    def resolved(device: str, *overrides: str, examples: int = 1000) -> tuple[int, str]:
+        cfg = load_config(None, list(overrides))
+        rt = Runtime(strategy=None, kind="cpu", reason="", num_replicas=1,
+                     precision="float32", device_kind=device)
+        return resolve_steps_per_execution(cfg, rt, plan_training(cfg, examples, 8))
+
+    assert load_config(None, []).trainer.steps_per_execution is None  # auto by default
+    assert resolved("TPU") == (50, "auto: TPU")  # 125 batches an epoch
+    assert resolved("GPU") == (8, "auto: GPU")
+    assert resolved("CPU") == (AUTO_STEPS_PER_EXECUTION["CPU"], "auto: CPU")
+    assert resolved("TPU", "trainer.log_every_steps=5",
+                    "trainer.gradient_accumulation_steps=2") == (
+        10, "auto: TPU, capped at log_every_steps")
+    assert resolved("TPU", examples=80) == (10, "auto: TPU, capped at one epoch")
+    assert resolved("CPU", "trainer.steps_per_execution=7",
+                    "trainer.log_every_steps=2") == (7, "config")  # the user's choice
+    assert resolved("GPU", "trainer.steps_per_execution=64", examples=80) == (
+        10, "config, capped at one epoch")
+    with pytest.raises(ConfigError, match="trainer.steps_per_execution: 0 is too small"):
+        load_config(None, ["trainer.steps_per_execution=0"])
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["trainer.max_steps=10", "trainer.eval_every_steps=4"],
      "trainer.max_steps=10 is not a multiple of trainer.eval_every_steps=4; set "
@@ -172,9 +200,11 @@ def test_run_header_one_replica(step_run):
     # precision auto: mixed_bfloat16 on a CPU with native bfloat16, else float32.
     from tfapp.runtime import choose_precision
 
-    assert header["steps_per_execution"] == 4
     assert header["precision"] == choose_precision("auto", "CPU", None)
     text = (step_run.run_dir / "run_header.txt").read_text()
+    assert header["steps_per_execution_source"] == "config"
+    assert "steps/execution:      4 (config)" in text
+    assert header["steps_per_execution"] == 4
     assert "optimizer steps:      6" in text and "effective batch:      8" in text
 
 

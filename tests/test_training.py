@@ -332,3 +332,68 @@ def test_ema_validation_and_best_checkpoint_use_the_averaged_weights(tmp_path):
     saved.load_weights(str(layout.best_checkpoint)).expect_partial()
     averages = compat.ema_averages(saved.optimizer, saved.trainable_variables)
     np.testing.assert_allclose(averages[0].numpy(), model.get_weights()[0], rtol=1e-6)
+
+
+def test_training_callbacks_leave_the_step_logs_on_the_device(tmp_path, caplog):
+    """tfapp's own training callbacks (the standard list with TensorBoard, early stopping,
+    EMA validation and step logs) all take tensor logs: Keras hands the batch hooks the
+    step's logs as tensors, so no execution ends with a device-to-host copy of them (one
+    callback that did not declare it would make Keras convert them all to NumPy). The
+    step log counts optimizer steps on the host and still prints the right steps."""
+    from tfapp import compat
+    from tfapp.config import ClassifierConfig
+    from tfapp.run_layout import RunLayout
+    from tfapp.training.callbacks import standard_callbacks
+    from tfapp.training.step_logs import LearningRateLogger, StepLogger
+
+    class Probe(tf.keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            compat.accept_tensor_logs(self)
+            self.batches: list[int] = []
+            self.kinds: set[type] = set()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.batches.append(batch)
+            self.kinds.update(type(v) for v in logs.values())
+
+    cfg = ClassifierConfig()
+    cfg.trainer.log_every_steps = 2
+    cfg.trainer.early_stopping_patience = 2
+    cfg.optimizer.ema_decay = 0.9
+    layout = RunLayout(tmp_path)
+    callbacks, nan_stop = standard_callbacks(cfg, layout, backup=tmp_path / "backup",
+                                             monitor="loss", has_validation=False)
+    probe = Probe()
+    callbacks += [LearningRateLogger(layout.logs / "train"), StepLogger(2, 16, 4), probe]
+    tf.keras.utils.set_random_seed(3)
+    model = tf.keras.Sequential([tf.keras.Input([2]), tf.keras.layers.Dense(1)])
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse", metrics=["mae"],
+                  steps_per_execution=3)
+    x = np.random.default_rng(0).normal(size=(32, 2)).astype("float32")
+    with caplog.at_level("INFO", logger="tfapp"):
+        model.fit(x, x.sum(axis=1), batch_size=4, epochs=2, verbose=0, callbacks=callbacks)
+    # 8 batches an epoch in executions of 3: Keras calls the batch hooks at 2, 5, 7.
+    assert probe.batches == [2, 5, 7, 2, 5, 7]
+    assert probe.kinds and all(issubclass(k, tf.Tensor) for k in probe.kinds), probe.kinds
+    assert nan_stop.bad_batch is None and not model.stop_training
+    steps = [int(r.getMessage().split()[1].split("/")[0]) for r in caplog.records
+             if r.getMessage().startswith("step ")]
+    assert steps == [3, 6, 8, 11, 14, 16]  # the first execution end past each multiple of 2
+    assert all("loss=" in r.getMessage() and "mae=" in r.getMessage()
+               for r in caplog.records if r.getMessage().startswith("step "))
+
+
+def test_non_finite_loss_stops_at_the_end_of_its_execution():
+    """The NaN stop reads the loss (a tensor) once per execution: a loss that turns
+    non-finite in the second execution stops training at that execution's end."""
+    from tfapp.training.callbacks import NonFiniteLossStop
+
+    stop = NonFiniteLossStop()
+    model = tf.keras.Sequential([tf.keras.Input([2]), tf.keras.layers.Dense(1)])
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse", steps_per_execution=2)
+    x = np.ones([16, 2], np.float32)
+    x[5] = np.inf  # batch 2 (batch size 2): the second execution covers batches 2 and 3
+    model.fit(x, np.ones([16], np.float32), batch_size=2, epochs=1, verbose=0, shuffle=False,
+              callbacks=[stop])
+    assert stop.bad_batch == 3 and model.stop_training

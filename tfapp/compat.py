@@ -65,6 +65,11 @@ TOUCHES: dict[str, tuple[str, str, str]] = {
                              "end is slow' warning)",
                              "Keras writes it after the first batch (and may warn that "
                              "on_train_batch_end is slow)"),
+    "tensor_logs": ("tf_keras", "batch callbacks get a step's logs as tensors: Keras copies "
+                    "no metric to the host at the end of an execution, a callback reads only "
+                    "the values it needs when it needs them",
+                    "Keras converts every execution's logs to NumPy (a device-to-host copy "
+                    "of every metric per execution)"),
     "ema_averages": ("tf_keras", "validation scores the averaged weights (optimizer.ema_decay)",
                      "validation scores the raw weights; the export still uses the average"),
     "tuner_debug": ("keras_tuner", "one line per failed trial instead of its traceback",
@@ -344,6 +349,22 @@ def defer_train_graph(callback: Any) -> Callable[[], None] | None:
         return None
     callback._should_write_train_graph = False
     return write
+
+
+def accept_tensor_logs(callback: Any) -> bool:
+    """Declare that ``callback`` takes its batch logs as tensors, so Keras does not convert
+    the logs of every execution to NumPy for it (tf-keras converts them for all callbacks
+    unless every callback with batch hooks declares this; its own TensorBoard,
+    BackupAndRestore and ProgbarLogger do). Returns whether it was declared: on the public
+    path the callback gets NumPy values, so it must read both (``float(v)`` does).
+    """
+    if not use_private("tensor_logs"):
+        return False
+    if not hasattr(callback, "_supports_tf_logs"):  # set by tf-keras's Callback.__init__
+        _missing("tensor_logs", AttributeError("Callback._supports_tf_logs"))
+        return False
+    callback._supports_tf_logs = True
+    return True
 
 
 def step_backups_supported() -> bool:

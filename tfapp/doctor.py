@@ -23,7 +23,14 @@ import tfapp
 from tfapp import cli, compat, tpu_vm
 from tfapp.cachedir import cache_dir, cache_problem, unwritable_reason
 from tfapp.compat import TESTED_VERSIONS, parse_version
-from tfapp.runtime import Runtime, TFConfigError, choose_strategy, precision_choice, read_tf_config
+from tfapp.runtime import (
+    Runtime,
+    TFConfigError,
+    choose_strategy,
+    default_steps_per_execution,
+    precision_choice,
+    read_tf_config,
+)
 
 import click
 
@@ -241,6 +248,7 @@ def _describe_tensorflow(report: Report, tf, distributions: list[str], hint: str
                    "jit_compile_hub_finetune": rt.default_jit_compile(
                        None, recompiles_under_xla=True),
                    **_bert_encoder_plan(rt)}
+    report.plan["steps_per_execution"] = default_steps_per_execution(device_kind)
 
 
 def _bert_encoder_plan(rt: Runtime) -> dict:
@@ -338,6 +346,8 @@ def render(report: Report) -> str:
             lines.append(f"  BERT encoder: {p['bert_encoder']} ({p['bert_encoder_why']})"
                          + (f"; jit_compile auto -> {_fmt(p['jit_compile_native_bert'])} "
                             "with the native encoder" if p["bert_encoder"] == "native" else ""))
+        lines.append(f"  steps_per_execution auto -> {p['steps_per_execution']} (capped at "
+                     "log_every_steps and one epoch; docs/performance.md)")
     lines.append("")
     for name, info in report.caches.items():
         state = {True: "writable", False: "NOT writable", None: "remote, not checked"}[

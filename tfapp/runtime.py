@@ -163,6 +163,28 @@ class Runtime:
 
 
 
+# trainer.steps_per_execution null (auto): batches per tf.function call, per device kind.
+# Every execution ends on the host (Keras's batch callbacks, the SIGTERM check): more
+# batches per call, fewer round trips.
+# * TPU: 50, the value TensorFlow's TPU guide compiles its Keras example with ("anything
+#   between 2 and steps_per_epoch could help here", tensorflow.org/guide/tpu): a TPU waits
+#   for the host at every call, and Keras's own advice for TPUs is many steps per call.
+# * GPU: 8. Keras documents the gain for "TPUs or small models with a large Python
+#   overhead" (Model.compile); a GPU queues kernels while the host moves on, so only the
+#   per-call overhead (~ms) is saved: a few steps per call take most of it, with less loss
+#   of callback granularity than a TPU's 50. Not measured here (no GPU).
+# * CPU: 1, measured with scripts/bench_train.py (docs/performance.md#steps-per-execution):
+#   8-32 steps per call saved 2-7 ms a step on a 30-50 ms step but compiled 1-5 s longer:
+#   break-even at ~250-1,700 steps, and the default demo runs ~280.
+AUTO_STEPS_PER_EXECUTION = {"TPU": 50, "GPU": 8, "CPU": 1}
+
+
+def default_steps_per_execution(device_kind: str) -> int:
+    """What ``trainer.steps_per_execution: null`` (auto) runs on ``device_kind`` (TPU, GPU,
+    CPU), before the plan caps it (``training.plan.resolve_steps_per_execution``)."""
+    return AUTO_STEPS_PER_EXECUTION.get(device_kind, 1)
+
+
 def choose_strategy(requested: str, *, env: Mapping[str, str], tpu_found: bool,
                     num_gpus: int, tpu_hint: str | None = None) -> tuple[str, str]:
     """Pure selection logic: (strategy kind, reason) for ``runtime.strategy=requested``.

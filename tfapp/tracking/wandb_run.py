@@ -196,6 +196,9 @@ class WandbLogger(tf.keras.callbacks.Callback):
         super().__init__()
         self.every = max(1, every)
         self._last = -1
+        # The logs stay tensors (only the row it logs is read); it still reads the step
+        # (optimizer.iterations) at every execution end while a W&B run is active.
+        compat.accept_tensor_logs(self)
 
     def _run(self):
         import wandb
@@ -204,8 +207,10 @@ class WandbLogger(tf.keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         run = self._run()
+        if run is None:
+            return  # no step read without a run
         step = int(self.model.optimizer.iterations.numpy())
-        if run is None or step == self._last or step % self.every:
+        if step == self._last or step % self.every:
             return
         self._last = step
         row = {f"batch/{k}": float(v) for k, v in (logs or {}).items()

@@ -43,16 +43,22 @@ class NonFiniteLossStop(tf.keras.callbacks.Callback):
 
     Like TerminateOnNaN, but it records the failure so the driver can report it and
     never export weights from the broken step.
+
+    Keras calls it once per execution (``trainer.steps_per_execution`` batches), with the
+    logs as tensors (``compat.accept_tensor_logs``): the loss is the only value copied to
+    the host, once per execution, and a non-finite loss stops training at the end of the
+    execution it appeared in.
     """
 
     def __init__(self):
         super().__init__()
         self.bad_batch: int | None = None
+        compat.accept_tensor_logs(self)
 
     def on_train_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")
         # math, not tf.math: a TensorFlow op's first eager call costs ~30 ms, in the first
-        # batch Keras times its callbacks on.
+        # batch Keras times its callbacks on. float() of a tensor is its one host copy.
         if loss is not None and not math.isfinite(float(loss)):
             self.bad_batch = batch
             self.model.stop_training = True
@@ -250,6 +256,10 @@ class AveragedWeightsForValidation(tf.keras.callbacks.Callback):
 
 class KillPoints(tf.keras.callbacks.Callback):
     """The crash test's points inside ``fit`` (``tfapp.killpoints``); added only when armed."""
+
+    def __init__(self):
+        super().__init__()
+        compat.accept_tensor_logs(self)  # reads no logs
 
     def on_train_batch_end(self, batch, logs=None):
         killpoints.reached("train-batch")

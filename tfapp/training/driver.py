@@ -40,7 +40,7 @@ from tfapp.training.context import RunContext
 from tfapp.training.lr_finder import LRFindResult, find_lr, plot_lr_find
 from tfapp.training.metrics import AUC_NOTE
 from tfapp.training.optimizers import build_optimizer, build_schedule
-from tfapp.training.plan import TrainingPlan, plan_training
+from tfapp.training.plan import TrainingPlan, plan_training, resolve_steps_per_execution
 from tfapp.training.run_header import build_header, format_header, save_header
 from tfapp.training.schedule_plot import plot_schedule
 from tfapp.training.step_logs import LearningRateLogger, StepLogger
@@ -185,13 +185,16 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, start_over: bool,
         with ctx.runtime.strategy.scope():  # metrics hold variables: made in the scope
             optimizer = build_optimizer(cfg.optimizer, schedule=schedule)
             loss, metrics = task.build_losses(inputs), task.build_metrics(inputs)
-        fit_lib.compile_model(ctx, model, optimizer=optimizer, loss=loss, metrics=metrics)
+        spe, spe_source = resolve_steps_per_execution(cfg, ctx.runtime, plan)
+        fit_lib.compile_model(ctx, model, optimizer=optimizer, loss=loss, metrics=metrics,
+                              steps_per_execution=spe)
         examples = {"train": inputs.num_train_examples,
                     "validation": inputs.num_validation_examples}
         header = build_header(cfg, ctx.runtime, plan, examples=examples,
                               warmup=schedule.warmup_steps, peak_lr=lr, lr_source=lr_source,
                               jit_compile=ctx.jit_compile, jit_reason=ctx.jit_reason,
-                              encoder=_encoder_line(model))
+                              encoder=_encoder_line(model),
+                              steps_per_execution=(spe, spe_source))
         log.info("%s", format_header(header))
         paths["header"] = save_header(header, run)
         evals = [(i + 1) * plan.fit_steps_per_epoch // plan.accumulation

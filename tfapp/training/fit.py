@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tfapp import console
+from tfapp.runtime import default_steps_per_execution
 from tfapp.training.accumulation import wrap_for_accumulation
 
 if TYPE_CHECKING:
@@ -36,13 +37,16 @@ def build_model(ctx: RunContext, task: Task, inputs: Inputs) -> tf.keras.Model:
 def compile_model(ctx: RunContext, model: tf.keras.Model, *, optimizer: Any, loss: Any,
                   metrics: list | None = None, steps_per_execution: int | None = None
                   ) -> None:
-    """``model.compile`` in the strategy's scope with the run's XLA decision."""
+    """``model.compile`` in the strategy's scope with the run's XLA decision.
+    ``steps_per_execution``: what ``plan.resolve_steps_per_execution`` decided (the
+    training loop), or 1 (the LR range test); None: the config's value, auto the device
+    kind's default uncapped."""
+    if steps_per_execution is None:
+        steps_per_execution = (ctx.cfg.trainer.steps_per_execution
+                               or default_steps_per_execution(ctx.runtime.device_kind))
     with ctx.runtime.strategy.scope():
         model.compile(optimizer=optimizer, loss=loss, metrics=metrics or None,
-                      jit_compile=ctx.jit_compile,
-                      steps_per_execution=(ctx.cfg.trainer.steps_per_execution
-                                           if steps_per_execution is None
-                                           else steps_per_execution))
+                      jit_compile=ctx.jit_compile, steps_per_execution=steps_per_execution)
 
 
 def fit(ctx: RunContext, model: tf.keras.Model, data: Any, *, epochs: int,

@@ -14,10 +14,13 @@ schedule count optimizer steps.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from tfapp.config import ConfigError, ExperimentConfig
-from tfapp.runtime import Runtime
+from tfapp.runtime import Runtime, default_steps_per_execution
+
+log = logging.getLogger("tfapp")
 
 
 @dataclass(frozen=True)
@@ -107,3 +110,31 @@ def resolve_jit_compile_choice(cfg: ExperimentConfig, rt: Runtime, *,
                           "devices (its CPU backend binds one device); set "
                           "trainer.jit_compile=false")
     return jit, why
+
+
+def resolve_steps_per_execution(cfg: ExperimentConfig, rt: Runtime,
+                                plan: TrainingPlan) -> tuple[int, str]:
+    """trainer.steps_per_execution, with auto (null) decided per device kind
+    (``runtime.default_steps_per_execution``), and where it came from (for the run
+    header): the one place the batches per ``tf.function`` call of a run are decided.
+
+    Capped at one fit epoch (Keras runs the rest of an epoch in one shorter call anyway;
+    the cap keeps the number the header shows true). ``auto`` is also capped at
+    ``log_every_steps`` (in batches), so every log line the config asks for still comes at
+    its step; an explicit value is the user's choice (lines then come once per execution).
+    """
+    configured = cfg.trainer.steps_per_execution
+    if configured is None:
+        value, source = default_steps_per_execution(rt.device_kind), f"auto: {rt.device_kind}"
+        every = cfg.trainer.log_every_steps * plan.accumulation
+        if every and value > every:
+            log.debug("trainer.steps_per_execution auto: %d capped at log_every_steps "
+                      "(%d batches)", value, every)
+            value, source = every, f"{source}, capped at log_every_steps"
+    else:
+        value, source = configured, "config"
+    if value > plan.fit_steps_per_epoch:
+        log.debug("trainer.steps_per_execution: %d capped at the %d batches of a fit epoch",
+                  value, plan.fit_steps_per_epoch)
+        value, source = plan.fit_steps_per_epoch, f"{source}, capped at one epoch"
+    return value, source

@@ -40,10 +40,12 @@ LABELS = {
 def build_header(cfg: ExperimentConfig, rt: Runtime, plan: TrainingPlan, *,
                  examples: dict[str, int], warmup: int, peak_lr: float,
                  lr_source: str, jit_compile: bool, jit_reason: str = "",
-                 encoder: str = "") -> dict[str, Any]:
+                 encoder: str = "",
+                 steps_per_execution: tuple[int, str] | None = None) -> dict[str, Any]:
     """The header as a dict (the JSON file's content). ``jit_reason``: why XLA is on or
     off; ``encoder``: the BERT encoder the model holds and why (``BuiltEncoder.describe``;
-    "" for a model without one)."""
+    "" for a model without one); ``steps_per_execution``: the value compiled and where it
+    came from (``plan.resolve_steps_per_execution``)."""
     t = cfg.trainer
     examples_seen = plan.total_steps * plan.effective_batch
     passes = examples_seen / examples["train"] if examples.get("train") else 0.0
@@ -85,7 +87,8 @@ def build_header(cfg: ExperimentConfig, rt: Runtime, plan: TrainingPlan, *,
         "jit_compile": bool(jit_compile),
         "jit_compile_reason": jit_reason,
         "encoder": encoder or "none",
-        "steps_per_execution": t.steps_per_execution,
+        "steps_per_execution": (steps_per_execution or (t.steps_per_execution, "config"))[0],
+        "steps_per_execution_source": (steps_per_execution or (None, "config"))[1],
     }
 
 
@@ -99,6 +102,8 @@ def format_header(header: dict[str, Any]) -> str:
             value = f"{value} ({header['precision_reason']})"
         if key == "jit_compile" and header.get("jit_compile_reason"):
             value = f"{value} ({header['jit_compile_reason']})"
+        if key == "steps_per_execution" and header.get("steps_per_execution_source"):
+            value = f"{value} ({header['steps_per_execution_source']})"
         lines.append(f"  {label + ':':21} {value}")
     lines.append("=" * 72)
     return "\n".join(lines)

@@ -12,6 +12,8 @@ import logging
 import time
 from pathlib import Path
 
+from tfapp import compat
+
 import numpy as np
 import tensorflow as tf
 
@@ -76,26 +78,60 @@ class LearningRateLogger(tf.keras.callbacks.Callback):
 
 class StepLogger(tf.keras.callbacks.Callback):
     """One log line every ``every`` optimizer steps: step, loss and metrics (running means
-    since the last evaluation, as Keras reports them), learning rate, examples/s."""
+    since the last evaluation, as Keras reports them), learning rate, examples/s.
+
+    No device-to-host copy between lines: the logs stay tensors
+    (``compat.accept_tensor_logs``) and the optimizer step is counted on the host from
+    Keras's batch indices (a batch index counts batches, ``steps_per_execution`` included;
+    gradient accumulation runs ``model.accumulation_steps`` of them per optimizer step).
+    ``optimizer.iterations`` and the logged values are read only when a line is due, and
+    once at the first execution of a fit (a resumed fit starts inside an epoch, at a
+    batch index this callback is not told).
+    """
 
     def __init__(self, every: int, total_steps: int, examples_per_step: int):
         super().__init__()
         self.every, self.total, self.examples_per_step = every, total_steps, examples_per_step
-        self._last_step = 0
+        self._last_step = 0  # the optimizer step of the last line (or of the fit's start)
         self._last_time = 0.0
+        self._read = 0  # the optimizer step last read from the device ...
+        self._batches = 0  # ... and the batches run since
+        self._prev_batch: int | None = None  # last batch index of this epoch; None: unknown
+        compat.accept_tensor_logs(self)
 
     def on_train_begin(self, logs=None):
-        self._last_step = _iterations(self.model)
+        self._last_step = self._read = _iterations(self.model)
+        self._batches = 0
+        self._prev_batch = None
         self._last_time = time.perf_counter()
 
+    def on_epoch_begin(self, epoch, logs=None):
+        if self._prev_batch is not None:  # not the fit's first epoch: it starts at batch 0
+            self._prev_batch = -1
+
+    def _due(self, batch: int) -> bool:
+        """Whether the host's count says a line may be due (then the device is asked)."""
+        if self._prev_batch is None:
+            return True
+        self._batches += batch - self._prev_batch
+        accumulation = int(getattr(self.model, "accumulation_steps", 1))
+        estimate = (self._read * accumulation + self._batches) // accumulation
+        return estimate // self.every != self._last_step // self.every
+
     def on_train_batch_end(self, batch, logs=None):
-        now = _iterations(self.model)
-        if now // self.every == self._last_step // self.every:
+        due = self._due(batch)
+        self._prev_batch = batch
+        if not due:
             return
+        now = _iterations(self.model)
+        self._read, self._batches = now, 0
+        if now // self.every == self._last_step // self.every:
+            return  # an accumulation left half done by a resume: the step is not there yet
         elapsed = time.perf_counter() - self._last_time
         rate = (now - self._last_step) * self.examples_per_step / max(elapsed, 1e-9)
+        # len(shape), not np.ndim: np.ndim would copy a tensor to the host to ask.
         shown = "  ".join(f"{k}={float(v):.4g}" for k, v in (logs or {}).items()
-                          if np.ndim(v) == 0)
+                          if len(getattr(v, "shape", ())) == 0)
         lr = float(self.model.optimizer.learning_rate)
         log.info("step %d/%d  %s  lr=%.3g  %.1f examples/s", now, self.total, shown, lr, rate)
         self._last_step, self._last_time = now, time.perf_counter()

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tfapp import compat
 from tfapp.config import ExperimentConfig
 from tfapp.run_layout import RunLayout
 from tfapp.runtime import read_tf_config
@@ -52,6 +53,7 @@ class Throughput(tf.keras.callbacks.Callback):
         self._last: tuple[int, float] | None = None
         self._epoch_start = 0.0
         self.history: list[dict] = []
+        compat.accept_tensor_logs(self)  # times batches, reads no logs
 
     def on_epoch_begin(self, epoch, logs=None):
         self._first = self._last = None
