@@ -175,3 +175,19 @@ def test_why_keras_auc_and_the_reports_auc_differ():
     assert keras_auc(narrow) == pytest.approx(0.5, abs=0.02)
     assert report_auc(narrow) > 0.55
     assert keras_auc(spread) == pytest.approx(report_auc(spread), abs=0.01)
+
+
+def test_macro_f1_keeps_plain_float32_counts_under_a_mixed_policy():
+    # Under MirroredStrategy, Keras reads result() inside the replicas' sync-on-read
+    # context, which refuses autocast variables: the counts must stay plain float32.
+    import tensorflow as tf
+
+    before = tf.keras.mixed_precision.global_policy()
+    tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        metric = MacroF1(3, "multiclass")
+    finally:
+        tf.keras.mixed_precision.set_global_policy(before)
+    assert metric.variables
+    for v in metric.variables:
+        assert v.dtype == tf.float32 and type(v).__name__ != "AutoCastVariable", v

@@ -45,7 +45,11 @@ class MacroF1(tf.keras.metrics.F1Score):
         for key in ("average", "beta", "threshold"):  # fixed here; present in get_config
             kwargs.pop(key, None)
         # The predictions arrive as 0/1 (the report's >= 0.5 and argmax), so any threshold
-        # in (0, 1) keeps them as they are.
+        # in (0, 1) keeps them as they are. float32 whatever the global policy: under a
+        # mixed policy F1Score's counts would be autocast variables, and its result() adds
+        # them inside the replicas' sync-on-read context, which refuses autocast reads
+        # (MirroredStrategy + mixed_bfloat16 failed at the first epoch's end).
+        kwargs.setdefault("dtype", "float32")
         super().__init__(average="macro", threshold=0.5, name=name, **kwargs)
         self.num_classes, self.mode = int(num_classes), mode
         # Create the variables now, where the metric is made (the strategy's scope), not
