@@ -343,3 +343,41 @@ def test_batches_from_a_label_sorted_source_carry_the_global_label_mix(pre, tmp_
     assert p > 0.01, (p, counts[:8].tolist())
     # Every batch holds both labels (a sorted stream's hold one).
     assert (counts.min(1) > 0).mean() > 0.95
+
+
+def test_held_out_splits_are_prepared_into_shards_of_their_own(pre, tmp_path):
+    from tfapp.data.classification import raw_batches
+
+    def ids(splits, split):
+        return sorted(int(i) for b in raw_batches(splits, split) for i in b["id"])
+
+    path = write_examples(tmp_path / "d", n=400, files=2)
+    cfg = data_cfg(train_files=path, validation_split=0.2, test_split=0.1)
+    splits = load_classification_splits(cfg, 0)
+    by_split = {}
+    for shard in splits.train.manifest.shards:
+        by_split.setdefault(shard.split, []).append(shard.count)
+    # Each source's rows went to a train, a validation and a test shard.
+    assert sorted(by_split) == ["test", "train", "validation"]
+    assert [len(v) for v in by_split.values()] == [2, 2, 2]
+    # Each split reads only its own shards, and they hold exactly its rows.
+    for split in (splits.train, splits.validation, splits.test):
+        assert {s.split for j, s in enumerate(split.manifest.shards)
+                if j in split.shards()} == {split.name}
+        assert sum(split.counts()) == split.rows == sum(by_split[split.name])
+    seen = {s.name: ids(splits, s) for s in (splits.train, splits.validation, splits.test)}
+    assert sorted(sum(seen.values(), [])) == sorted(set(sum(seen.values(), [])))
+    assert len(sum(seen.values(), [])) == 400
+    # The same rows as the bucket filter picks from shards of every split (a folder
+    # prepared for another seed or fraction still reads right, filtering each shard).
+    other = load_classification_splits(dataclasses.replace(cfg, validation_split=0.3), 0)
+    assert other.train.manifest.root != splits.train.manifest.root  # prepared again
+    mixed = load_classification_splits(dataclasses.replace(
+        cfg, validation_files=path, test_split=0.0, validation_split=0.0), 0)
+    assert all(s.split == "" for s in mixed.train.manifest.shards)
+    from tfapp.data.manifest import held_out_selectors
+    from tfapp.data.splits import SplitData
+
+    selector = held_out_selectors(0, 0.2, 0.1)["validation"]
+    filtered = SplitData("validation", mixed.train.manifest, selector)
+    assert sum(filtered.counts()) == splits.validation.rows

@@ -66,20 +66,27 @@ def command(cfg: ExperimentConfig, args: SimpleNamespace) -> int:
     from tfapp.data.prepare import prepare
 
     task = get_task(cfg.task)
-    files = task.input_files(cfg)
+    files = given = task.input_files(cfg)
     if args.split != "all":
         if args.split not in files:
             raise ConfigError(f"--split {args.split}: the config gives no "
                               f"data.{args.split}_files")
         files = {args.split: files[args.split]}
     spec, out = task.row_spec(cfg), args.out.rstrip("/")
+    # Held-out fractions of the training files get shards of their own (the run's seed
+    # and fractions; a run with others still reads the folder, filtering by bucket).
+    held_out = spec.with_held_out(
+        cfg.runtime.seed,
+        0.0 if "validation" in given else getattr(cfg.data, "validation_split", 0.0),
+        0.0 if "test" in given else getattr(cfg.data, "test_split", 0.0))
     overrides, waiting = [], []
     for split, pattern in files.items():
         what = f"data.{split}_files"
         paths = [pattern] if cfg.data.format == "tfds" else \
             sources.resolve_files(pattern, what)
         started = time.time()
-        manifest = prepare(paths, f"{out}/{split}", spec, mode=cfg.data.on_bad_rows,
+        manifest = prepare(paths, f"{out}/{split}", held_out if split == "train" else spec,
+                           mode=cfg.data.on_bad_rows,
                            split=split, shard=shard, workers=args.workers,
                            shard_bytes=int(args.shard_mb * (1 << 20)),
                            progress=lambda line: print(line, flush=True))

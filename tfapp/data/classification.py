@@ -197,7 +197,7 @@ def _split_counts(splits: ClassificationSplits, split: SplitData, data_cfg: Clas
     counted by a pass over the split's labels)."""
     unknown = [n for n in split.manifest.labels if n not in set(splits.label_names)]
     if not unknown:
-        return split.manifest.counts(split.selector)
+        return split.counts()
     names = splits.label_names
     shown = ", ".join(names[:10]) + (" ..." if len(names) > 10 else "")
     origin = min((split.manifest.first_seen[n] for n in unknown), key=origin_order)
@@ -211,7 +211,7 @@ def _split_counts(splits: ClassificationSplits, split: SplitData, data_cfg: Clas
                         "data.on_bad_rows=skip to drop such rows)")
     counts = []
     examples = _examples_fn(split, splits, with_text=False)
-    for j, path in enumerate(split.manifest.files()):
+    for j, path in enumerate(split.files()):
         counts.append(int(examples(tf.constant(path), tf.constant(j, tf.int64)).reduce(
             np.int64(0), lambda n, chunk: n + stream.rows(chunk))))
     dropped = split.rows - sum(counts)

@@ -98,6 +98,8 @@ class ShardInfo:
     #: opens the folder
     bytes: int = 0
     crc32: int = 0
+    #: the split whose rows it holds ("": every split's; see ``RowSpec.held_out``)
+    split: str = ""
 
 
 @dataclass

@@ -56,6 +56,7 @@ from tfapp.data.manifest import (
     SourceInfo,
     damaged_shard,
     file_checksum,
+    held_out_selectors,
     read_manifest,
     row_buckets,
 )
@@ -75,6 +76,8 @@ __all__ = ["RowSpec", "prepare", "prepared", "KINDS"]
 log = logging.getLogger("tfapp.data")
 
 KINDS = ("labelled", "texts", "pairs", "tagged")
+#: what a shard holds: every split's rows (""), or one split's
+SPLITS = ("", "train", "validation", "test")
 PARTS = ".parts"
 #: shards are cut near this size, so files (the unit workers shard by) stay many
 SHARD_BYTES = 64 << 20
@@ -109,6 +112,10 @@ class RowSpec:
     tag_scheme: str = "iob2"
     #: how a missing column's message says to fix it ("": the config keys of the kind)
     column_hint: str = dataclasses.field(default="", compare=False)
+    #: (seed, validation fraction, test fraction) when held-out splits are taken from
+    #: these rows: each split's rows then go to shards of their own
+    #: (``manifest.held_out_selectors``), so a held-out split reads only its own rows
+    held_out: tuple = ()
 
     _KEYS = {"labelled": ("text_column", "text_pair_column", "label_column", "multi_label",
                           "label_separator"),
@@ -119,14 +126,21 @@ class RowSpec:
     def from_config(cls, kind: str, data_cfg: Any) -> RowSpec:
         """The spec of ``kind`` with the reading settings of a task's data config (which
         holds only the keys its task reads: the others keep the defaults here)."""
-        names = [f.name for f in dataclasses.fields(cls) if f.name not in ("kind",
-                                                                            "column_hint")]
+        names = [f.name for f in dataclasses.fields(cls) if f.name not in (
+            "kind", "column_hint", "held_out")]
         return cls(kind=kind, **{n: getattr(data_cfg, n) for n in names
                                  if hasattr(data_cfg, n)})
 
     def settings(self) -> dict[str, Any]:
         return {"kind": self.kind, "format": self.format,
-                **{k: getattr(self, k) for k in self._KEYS[self.kind]}}
+                **{k: getattr(self, k) for k in self._KEYS[self.kind]},
+                **({"held_out": list(self.held_out)} if self.held_out else {})}
+
+    def with_held_out(self, seed: int, validation: float, test: float) -> RowSpec:
+        """This spec preparing the shards of held-out fractions apart (none: as it is)."""
+        if not (validation or test):
+            return self
+        return dataclasses.replace(self, held_out=(int(seed), float(validation), float(test)))
 
     @property
     def columns(self) -> list[str]:
@@ -620,9 +634,11 @@ class _ShardWriter:
     gathered in memory (one shard at a time), permuted, written under a temporary name
     and renamed when complete, with its size and checksum for the manifest."""
 
-    def __init__(self, out: str, source: int, token: str, shard_bytes: int = SHARD_BYTES):
+    def __init__(self, out: str, source: int, token: str, shard_bytes: int = SHARD_BYTES,
+                 split: str = ""):
         self.out, self.source, self.token = out, source, token
         self.shard_bytes = shard_bytes
+        self.split = split  # "": the rows of every split
         self.shards: list[ShardInfo] = []
         self._pending: list[bytes] = []  # the rows of the shard being filled
         self._tmp = ""
@@ -630,7 +646,8 @@ class _ShardWriter:
         self._buckets = np.zeros(BUCKETS, np.int64)
 
     def _name(self) -> str:
-        return f"{self.source:05d}-{len(self.shards):04d}.tfrecord"
+        split = f"{self.split}-" if self.split else ""
+        return f"{self.source:05d}-{split}{len(self.shards):04d}.tfrecord"
 
     def write(self, records: pa.Array, buckets: np.ndarray) -> None:
         sizes = pc.binary_length(records).to_numpy(zero_copy_only=False)
@@ -655,7 +672,8 @@ class _ShardWriter:
         name = self._name()
         tmp = f"{self.out}/.{name}.tmp-{self.token}"
         self._tmp = tmp
-        order = np.random.default_rng([self.source, len(self.shards)]).permutation(
+        order = np.random.default_rng(
+            [self.source, len(self.shards), SPLITS.index(self.split)]).permutation(
             len(self._pending))
         with tf.io.TFRecordWriter(tmp) as writer:
             for i in order:
@@ -663,7 +681,7 @@ class _ShardWriter:
         size, crc = file_checksum(tmp)
         tf.io.gfile.rename(tmp, f"{self.out}/{name}", overwrite=True)
         self.shards.append(ShardInfo(name, self.source, len(self._pending),
-                                     self._buckets.tolist(), size, crc))
+                                     self._buckets.tolist(), size, crc, self.split))
         self._pending, self._bytes = [], 0
         self._buckets = np.zeros(BUCKETS, np.int64)
 
@@ -678,7 +696,34 @@ class _ShardWriter:
         for shard in self.shards:
             with contextlib.suppress(tf.errors.OpError):
                 tf.io.gfile.remove(f"{self.out}/{shard.file}")
-        self.__init__(self.out, self.source, self.token, self.shard_bytes)
+        self.__init__(self.out, self.source, self.token, self.shard_bytes, self.split)
+
+
+class _SplitWriters:
+    """One ``_ShardWriter`` per split when the rows of held-out splits go to shards of
+    their own (``RowSpec.held_out``), else one for all rows; the same interface."""
+
+    def __init__(self, out: str, source: int, token: str, shard_bytes: int,
+                 held_out: tuple):
+        self.selectors = held_out_selectors(*held_out) if held_out else {}
+        self.writers = {name: _ShardWriter(out, source, token, shard_bytes, name)
+                        for name in (self.selectors or [""])}
+
+    def write(self, records: pa.Array, buckets: np.ndarray) -> None:
+        if not self.selectors:
+            self.writers[""].write(records, buckets)
+            return
+        for name, selector in self.selectors.items():
+            mine = selector.mask()[buckets]
+            if mine.any():
+                self.writers[name].write(records.filter(pa.array(mine)), buckets[mine])
+
+    def finish(self) -> list[ShardInfo]:
+        return [s for w in self.writers.values() for s in w.finish()]
+
+    def abandon(self) -> None:
+        for w in self.writers.values():
+            w.abandon()
 
 
 def _prefetch(rows: Iterator[_Rows], depth: int = 2) -> Iterator[_Rows]:
@@ -726,7 +771,7 @@ def _prepare_source(index: int, path: str, spec: RowSpec, out: str, *, mode: str
     fmt = sources.detect_format(path, spec.format, "text" if spec.kind == "texts" else None) \
         if spec.kind != "tagged" else spec.format
     token = uuid.uuid4().hex[:8]
-    writer = _ShardWriter(out, index, token, shard_bytes)
+    writer = _SplitWriters(out, index, token, shard_bytes, spec.held_out)
     log_ = _SourceLog(path, mode, split, skip_option)
 
     def run(rows: Iterator[_Rows]) -> None:

@@ -57,15 +57,31 @@ class SplitData:
     def rows(self) -> int:
         return sum(self.manifest.counts(self.selector))
 
+    def shards(self) -> list[int]:
+        """The manifest's shards that hold rows of this split, by index: a held-out split
+        prepared into shards of its own (``tfapp.data.prepare``) reads only those, and
+        training skips them."""
+        return [j for j, n in enumerate(self.manifest.counts(self.selector)) if n]
+
+    def files(self) -> list[str]:
+        """The paths of ``shards()``: the files this split's streams and counts read."""
+        paths = self.manifest.files()
+        return [paths[j] for j in self.shards()]
+
+    def counts(self) -> list[int]:
+        """Rows of this split in each of ``files()``."""
+        counts = self.manifest.counts(self.selector)
+        return [counts[j] for j in self.shards()]
+
     def source(self, counts: list[int] | None = None) -> Source:
-        """The split as a stream reads it; ``counts``: examples per file when a row is
-        not one example (windows), else its rows."""
-        return Source(self.name, tuple(self.manifest.files()),
-                      tuple(counts if counts is not None else self.manifest.counts(self.selector)))
+        """The split as a stream reads it; ``counts``: examples per file of ``files()``
+        when a row is not one example (windows), else its rows."""
+        return Source(self.name, tuple(self.files()),
+                      tuple(counts if counts is not None else self.counts()))
 
     def chunks(self, chunk: int) -> list[int]:
-        """Chunks of ``chunk`` rows in each file (what a store keeps per file)."""
-        return [math.ceil(s.count / chunk) for s in self.manifest.shards]
+        """Chunks of ``chunk`` rows in each of ``files()`` (what a store keeps per file)."""
+        return [math.ceil(self.manifest.shards[j].count / chunk) for j in self.shards()]
 
 
 @dataclass
@@ -127,7 +143,9 @@ def _check_prepared(manifest: Manifest, row: RowSpec, what: str, spec: str) -> N
                         "tfapp.prepare --config ...)")
     wanted = row.settings()
     for key, value in manifest.settings.items():
-        if key in ("kind", "format"):
+        # held_out: how the rows were laid out in shards; any split of them still reads
+        # right (rows are picked by their buckets), only faster when it matches.
+        if key in ("kind", "format", "held_out"):
             continue
         if wanted.get(key) != value:
             raise DataError(f"{what}: {spec} was prepared with data.{key}={value!r}, the config "
@@ -140,7 +158,10 @@ def prepared_splits(train: str, validation: str, test: str, row: RowSpec, data_c
     """The splits of a task (specs already resolved from ``demo``; ``what`` names the
     training files in messages); see the module docstring. The task checks its held-out
     splits (``check_held_out``) once it has checked the data itself."""
-    train_m, done = _manifest(train, row, data_cfg, "train", what)
+    # Held-out fractions of the training files are prepared into shards of their own.
+    train_row = row.with_held_out(seed, 0.0 if validation else data_cfg.validation_split,
+                                  0.0 if test else data_cfg.test_split)
+    train_m, done = _manifest(train, train_row, data_cfg, "train", what)
     made = [done] if done else []
     selectors = held_out_selectors(seed, 0.0 if validation else data_cfg.validation_split,
                                    0.0 if test else data_cfg.test_split)

@@ -377,7 +377,7 @@ def _count(split: SplitData, cfg: GeneratorDataConfig, table) -> dict[str, Any]:
         return cached
     lines, windows = _cleaned_lines(split, cfg, 1024), _windows(table.table, cfg)
     counts, texts, unk, labels = [], 0, 0, 0
-    for j, file in enumerate(split.manifest.files()):
+    for j, file in enumerate(split.files()):
         n = np.zeros(4, np.int64)
         for batch in lines(tf.constant(file), tf.constant(j, tf.int64)).map(
                 lambda b: (b, windows(b))).prefetch(2).as_numpy_iterator():

@@ -244,7 +244,7 @@ def build_ner_data(splits: NerSplits, preprocess_fn: Any, seq_length: int) -> Ne
                 return tf.reduce_sum(windows_per_sentence(totals, seq_length))
 
             counts, total = [], 0
-            for j, file in enumerate(split.manifest.files()):
+            for j, file in enumerate(split.files()):
                 batches = sentences(tf.constant(file), tf.constant(j, tf.int64))
                 n = np.zeros(2, np.int64)
                 for w, rows in batches.map(lambda b: (windows(b), tf.size(b["id"]))) \
