@@ -385,15 +385,3 @@ def raw_batches(splits: ClassificationSplits, split: SplitData, batch: int = 256
     part = stream.partition(source, 0, 1, 0)
     dataset = stream.eval_stream(source, part, _examples_fn(split, splits))
     yield from dataset.rebatch(batch).prefetch(2).as_numpy_iterator()
-
-
-def labels_of(splits: ClassificationSplits, split: SplitData) -> np.ndarray:
-    """The labels of ``split`` in order (one pass that parses labels only)."""
-    source = splits.source(split)
-    dataset = stream.eval_stream(source, stream.partition(source, 0, 1, 0),
-                                 _examples_fn(split, splits, with_text=False))
-    out = [b["label"] for b in dataset.as_numpy_iterator()]
-    if out:
-        return np.concatenate(out)
-    width = (0, splits.num_classes) if splits.multi_label else (0,)
-    return np.zeros(width, np.float32 if splits.multi_label else np.int32)
