@@ -12,6 +12,11 @@ from pathlib import Path
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("WANDB_MODE", "disabled")
+# precision auto keeps float32 on every CPU (tfapp.runtime.CPU_BF16_ENV): the suite's
+# numeric comparisons (exports against transformers, replicas against one device) are
+# float32's; bfloat16 is tested where it is asked for (test_mixed_precision), and the
+# auto choice itself from given CPU flags (test_runtime).
+os.environ.setdefault("TFAPP_CPU_BFLOAT16", "0")
 # builtin:tiny (the tiny Hub BERT) is built once per test session into a private cache,
 # never into the user's ~/.cache/tfapp.
 os.environ.setdefault("TFAPP_CACHE_DIR", tempfile.mkdtemp(prefix="tfapp-test-cache-"))

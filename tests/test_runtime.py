@@ -70,6 +70,20 @@ def test_auto_picks_bfloat16_on_cpus_with_native_bfloat16_and_says_why():
         "float32", "set by runtime.precision")
 
 
+def test_auto_keeps_float32_on_this_cpu_when_told(monkeypatch):
+    from tfapp import runtime
+
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
+    monkeypatch.setenv("TFAPP_CPU_BFLOAT16", "1")
+    assert precision_choice("auto", "CPU", None)[0] == "mixed_bfloat16"
+    monkeypatch.setenv("TFAPP_CPU_BFLOAT16", "0")
+    policy, why = precision_choice("auto", "CPU", None)
+    assert policy == "float32" and "TFAPP_CPU_BFLOAT16=0" in why
+    # an explicit precision, and other devices, are not its business
+    assert precision_choice("mixed_bfloat16", "CPU", None)[0] == "mixed_bfloat16"
+    assert precision_choice("auto", "TPU", None)[0] == "mixed_bfloat16"
+
+
 def test_cpu_flags_read_the_kernels_list(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx512_bf16 amx_tile\n\n"

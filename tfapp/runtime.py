@@ -212,6 +212,8 @@ def choose_strategy(requested: str, *, env: Mapping[str, str], tpu_found: bool,
 #: /proc/cpuinfo flags of CPUs that run bfloat16 matmuls natively (oneDNN uses them):
 #: AVX512-BF16 (Cooper Lake, Zen 4 and later) and AMX (Sapphire Rapids and later).
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+#: set to 0, precision auto keeps float32 on a CPU even where it has native bfloat16
+CPU_BF16_ENV = "TFAPP_CPU_BFLOAT16"
 
 
 def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
@@ -245,6 +247,10 @@ def precision_choice(requested: str, device_kind: str, gpu_compute_capability: t
             return "mixed_bfloat16", (f"auto: GPU compute capability "
                                       f"{'.'.join(map(str, gpu_compute_capability))} >= 8.0")
         return "mixed_float16", "auto: GPU older than compute capability 8.0"
+    if flags is None and os.environ.get(CPU_BF16_ENV, "").strip() == "0":
+        # One config, one numeric result on every CPU of a fleet (and the test suite's
+        # float32 comparisons), whichever CPUs have native bfloat16.
+        return "float32", f"auto: {CPU_BF16_ENV}=0 keeps float32 on this CPU"
     flags = cpu_flags() if flags is None else flags
     native = [f for f in BF16_CPU_FLAGS if f in flags]
     if native:
