@@ -47,8 +47,11 @@ def load(tmp_path, path, **kw):
 
 
 def texts(splits) -> list[str]:
-    """The training texts of ``splits``, in file order."""
-    return [t.decode() for b in raw_batches(splits, splits.train) for t in b["text"]]
+    """The training texts of ``splits``, in file order (shards hold their rows permuted;
+    each row's id is its source and line)."""
+    rows = [(int(i), t.decode()) for b in raw_batches(splits, splits.train)
+            for i, t in zip(b["id"], b["text"], strict=True)]
+    return [t for _, t in sorted(rows)]
 
 
 def stdin(monkeypatch, data: bytes) -> None:
