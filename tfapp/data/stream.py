@@ -143,6 +143,10 @@ def _read(files: tf.Tensor, index: tf.Tensor, examples: ExamplesFn) -> tf.data.D
     return tf.data.Dataset.from_tensor_slices((files, index)).flat_map(examples)
 
 
+def _own_buffers(chunk: Any) -> Any:
+    return tf.nest.map_structure(lambda t: tf.raw_ops.DeepCopy(x=t), chunk)
+
+
 def merge_unit(block: int) -> int:
     """Examples taken from one file at a time when a pass merges its files: small enough
     that a shuffle block holds at least 256 such runs from files drawn at random, at most
@@ -184,8 +188,11 @@ def _merged(files: tf.Tensor, index: tf.Tensor, counts: tuple[int, ...],
     first = tf.reduce_sum(tf.cast(ends <= skip, tf.int64))  # runs wholly before skip
     before = tf.concat([[0], ends], 0)[first]
     done = tf.math.bincount(choice[:first], minlength=n, maxlength=n, dtype=tf.int64)
-    parts = [skip_rows(examples(files[j], index[j]), done[j] * unit).rebatch(unit)
-             for j in range(n)]
+    # Each run in a buffer of its own: a run that rebatch cut out of a chunk aliases it,
+    # and the shuffle block's rebatch of aliased runs logs TensorFlow's "RefCount not
+    # reliable if buf_ points to a SubBuffer" error line once per run.
+    parts = [skip_rows(examples(files[j], index[j]), done[j] * unit).rebatch(unit).map(
+        _own_buffers) for j in range(n)]
     merged = tf.data.Dataset.choose_from_datasets(
         parts, tf.data.Dataset.from_tensor_slices(choice[first:]))
     return skip_rows(merged, skip - before)
