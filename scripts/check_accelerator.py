@@ -59,8 +59,6 @@ PEAK_TFLOPS: list[tuple[str, float]] = [
 ]
 #: GPUs without bfloat16 tensor cores: their 16-bit rows run float16.
 NO_BF16 = ("t4", "v100", "p100")
-#: steps_per_execution for the "auto" rows when tfapp has no trainer.steps_per_execution: auto.
-FIXED_SPE = 32
 
 
 def peak_flops(device: str) -> float | None:

@@ -957,7 +957,7 @@ def prepared(files: list[str], spec: RowSpec, *, cache: str, mode: str, split: s
                 now = True
                 prepare(files, out, spec, mode=mode, split=split, skip_option=skip_option)
     manifest = read_manifest(path)
-    damage = damaged_shard(manifest)
+    damage = None if now else damaged_shard(manifest)  # shards just written are whole
     if damage:
         log.warning("data: the prepared cache %s is damaged (%s); preparing it again", out,
                     damage)

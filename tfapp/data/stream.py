@@ -150,11 +150,11 @@ def _own_buffers(chunk: Any) -> Any:
 def merge_unit(block: int) -> int:
     """Examples taken from one file at a time when a pass merges its files: small enough
     that a shuffle block holds at least 256 such runs from files drawn at random, at most
-    ``MAX_UNIT``. Each run is one step of ``choose_from_datasets``: runs of 1 read ~18k
-    examples/s on a 2-core CPU, runs of 64 ~130k (docs/data.md); a batch's label mix
-    varies a little more than a full shuffle's as runs grow (at the default block of
-    10,000: runs of 39, a batch of 32's share of a 60% class varies by 0.092 instead of
-    0.087)."""
+    ``MAX_UNIT``. Each run is one step of ``choose_from_datasets``, so short runs read
+    slower (docs/data.md has the rates, ``scripts/bench_stream.py`` measures them); a
+    batch's label mix varies a little more than a full shuffle's as runs grow (at the
+    default block of 10,000: runs of 39, a batch of 32's share of a 60% class varies by
+    0.092 instead of 0.087)."""
     return int(min(MAX_UNIT, max(1, block // 256)))
 
 
@@ -280,11 +280,10 @@ def training_stream(source: Source, part: Part, examples: ExamplesFn, *, seed: i
         at = tf.where(epoch == start_epoch, start_at, 0)
         block_start = at // span * span
         if shuffle:
-            dataset = _merged_pass(epoch, block_start)
+            dataset = _permute_blocks(_merged_pass(epoch, block_start), block,
+                                      block_start // block, seed, epoch)
         else:
             dataset = _in_order(block_start)
-        if shuffle:
-            dataset = _permute_blocks(dataset, block, block_start // block, seed, epoch)
         dataset = skip_rows(dataset, at - block_start)
         return take_rows(dataset, total - at, read_to_end)
 
