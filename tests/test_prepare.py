@@ -190,6 +190,24 @@ def test_a_run_prepares_raw_files_once_and_says_which_it_did(tmp_path, monkeypat
     assert said[1].startswith("data: reading 40 rows of 1 file(s) prepared earlier in ")
 
 
+def test_a_damaged_cache_entry_is_prepared_again(tmp_path, caplog):
+    import logging
+    from pathlib import Path
+
+    path = write_csv(tmp_path / "t.csv", 40)
+    cache = str(tmp_path / "cache")
+    first = P.prepared([path], LABELLED, cache=cache, mode="fail", split="train")
+    shard = Path(first.manifest.files()[0])
+    whole = shard.read_bytes()
+    shard.write_bytes(whole[:len(whole) // 2])
+    with caplog.at_level(logging.WARNING, logger="tfapp.data"):
+        again = P.prepared([path], LABELLED, cache=cache, mode="fail", split="train")
+    assert again.prepared_now and again.manifest.rows == 40
+    assert shard.read_bytes() == whole  # the same shard, written again whole
+    assert any("is damaged" in r.getMessage() and str(shard) in r.getMessage()
+               for r in caplog.records)
+
+
 def test_a_rerun_resumes_the_sources_left_and_refuses_a_changed_one(tmp_path):
     files = [write_csv(tmp_path / f"p{k}.csv", 200, 200 * k) for k in range(3)]
     out = str(tmp_path / "out")
