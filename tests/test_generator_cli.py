@@ -6,6 +6,7 @@ import math
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp import generate
+from tfapp.data.text_lines import clean_lines
 from tfapp.errors import ConfigError
 
 import pytest
@@ -60,7 +61,12 @@ def test_train_then_generate_from_the_command_line(tmp_path, capsys):
     # better than a uniform guess over the vocabulary (its perplexity is the vocab size)
     assert 1 < report["perplexity"] < len(vocabulary) and 0 < report["token_accuracy"] < 1
     assert report["perplexity"] == pytest.approx(math.exp(report["cross_entropy"]))
-    assert "test report:\nperplexity " in train.stdout
+    # ... and the LM perplexity: each of the 40 lines' words and [END]s scored once.
+    words = sum(len(line.split()) for line in clean_lines(corpus[-40:]))
+    assert report["lm_tokens"] == words + 40 < report["tokens"]
+    assert 1 < report["lm_perplexity"] < len(vocabulary)
+    assert "test report:\nLM perplexity " in train.stdout
+    assert "\nwindow perplexity " in train.stdout
     # evaluate on the export reproduces it: the same examples scored by the same function.
     proc = run_tfapp("tfapp.evaluate", ["--model", str(run_dir), "--data",
                                         str(test_file), "--json"])
@@ -107,13 +113,13 @@ def test_train_then_generate_from_the_command_line(tmp_path, capsys):
     card = (run_dir / "export" / "README.md").read_text()
     record = json.loads((run_dir / "checkpoints" / "best.json").read_text())
     assert f"* weights: epoch {record['epoch']}, the best `val_loss`" in card
-    perplexity = next(line for line in card.split("## Metrics")[1].splitlines()
-                      if line.startswith("| validation |"))
-    assert abs(float(perplexity.split("|")[3]) - math.exp(record["value"])) < 0.05 * math.exp(
-        record["value"])  # perplexity = exp(loss), averaged per batch by Keras
-    test_row = next(line for line in card.split("## Metrics")[1].splitlines()
-                    if line.startswith("| test |"))
-    assert f"{report['perplexity']:.4f}" in test_row, test_row
+    table = [[cell.strip() for cell in line.split("|")[1:-1]]
+             for line in card.split("## Metrics")[1].split("\n\n")[1].splitlines()]
+    rows = {row[0]: dict(zip(table[0], row, strict=True)) for row in table[2:]}
+    assert abs(float(rows["validation"]["perplexity"]) - math.exp(record["value"])) < 0.05 * (
+        math.exp(record["value"]))  # perplexity = exp(loss), averaged per batch by Keras
+    assert rows["test"]["perplexity"] == f"{report['perplexity']:.4f}", rows
+    assert rows["test"]["lm_perplexity"] == f"{report['lm_perplexity']:.4f}", rows
     snippet = card.split("```python\n")[1].split("```")[0]
     namespace: dict = {}
     exec(snippet.replace("PATH_TO_THIS_FOLDER", str(run_dir / "export")), namespace)  # noqa: S102

@@ -59,8 +59,10 @@ class TextGenerator(tf.Module):
     And, given ``target_words``, the ``score`` signature (``score_lines(texts)`` for
     continuation, ``score_pairs(sources, targets)`` for pairs): the examples training
     made of each text, scored by teacher forcing; per text the sums ``cross_entropy``,
-    ``tokens``, ``correct`` (argmax right) and ``examples``, float32 ``[B]``, from which
-    the test report's perplexity and token accuracy come (``tfapp.tasks.generator.scores``).
+    ``tokens``, ``correct`` (argmax right) and ``examples``, and ``lm_cross_entropy`` and
+    ``lm_tokens`` of the windows that score each token once (``lm_windows``), float32
+    ``[B]``, from which the test report's LM perplexity, window perplexity and token
+    accuracy come (``tfapp.tasks.generator.scores``).
     """
 
     def __init__(self, model: seq2seq.Seq2Seq, vocabulary: list[str], *, context_words: int,
@@ -156,8 +158,9 @@ class TextGenerator(tf.Module):
     def beam_search(self, prompts, max_length, length_penalty):
         return self._run(self._beam, prompts, max_length, length_penalty=length_penalty)
 
-    def _score(self, windows: dict, texts: tf.Tensor) -> dict:
-        """Per-text sums of the token scores of ``windows`` (of ``texts`` texts)."""
+    def _score(self, windows: dict, texts: tf.Tensor, lm: tf.Tensor) -> dict:
+        """Per-text sums of the token scores of ``windows`` (of ``texts`` texts); the
+        ``lm_*`` sums count only the windows where ``lm`` [W] is 1 (float32)."""
         logits = self.model({"encoder_ids": windows["encoder_ids"],
                              "decoder_ids": windows["decoder_ids"]}, training=False)
         losses, mask, right = seq2seq.token_scores(windows["labels"], logits)
@@ -165,6 +168,8 @@ class TextGenerator(tf.Module):
                        "tokens": tf.reduce_sum(mask, axis=1),
                        "correct": tf.reduce_sum(right, axis=1),
                        "examples": tf.ones_like(mask[:, 0])}
+        per_example["lm_cross_entropy"] = per_example["cross_entropy"] * lm
+        per_example["lm_tokens"] = per_example["tokens"] * lm
         return {name: tf.math.unsorted_segment_sum(x, windows["line"], texts)
                 for name, x in per_example.items()}
 
@@ -175,14 +180,18 @@ class TextGenerator(tf.Module):
     def score_lines(self, texts):
         windows = text_lines.continuation_windows(self._ids(texts), self.context_words,
                                                   self.target_words)
-        return self._score(windows, tf.shape(texts, out_type=tf.int64)[0])
+        texts = tf.shape(texts, out_type=tf.int64)[0]
+        return self._score(windows, texts, lm_windows(windows["line"], texts,
+                                                      self.target_words))
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sources"),
                                   tf.TensorSpec([None], tf.string, name="targets")])
     def score_pairs(self, sources, targets):
         windows = text_lines.pair_windows(self._ids(sources), self._ids(targets),
                                           self.context_words, self.target_words)
-        return self._score(windows, tf.shape(sources, out_type=tf.int64)[0])
+        # One window a pair: each target token is scored once already.
+        return self._score(windows, tf.shape(sources, out_type=tf.int64)[0],
+                           tf.ones_like(windows["line"], tf.float32))
 
     @property
     def score(self):
@@ -195,6 +204,17 @@ class TextGenerator(tf.Module):
         if self.target_words is not None:
             out["score"] = self.score
         return out
+
+
+def lm_windows(line: tf.Tensor, texts: tf.Tensor, target_words: int) -> tf.Tensor:
+    """Which continuation windows (``line`` [W], in line order, every position of each of
+    ``texts`` lines) score each token of a line once: float32 [W], 1 at the windows at
+    positions 0, ``target_words``, ``2 * target_words``, ... of their line, whose targets
+    are the consecutive ``target_words``-token chunks of ``line + [END]``."""
+    index = tf.range(tf.size(line, out_type=tf.int64))
+    first = tf.math.unsorted_segment_min(index, line, texts)
+    position = index - tf.gather(first, line)
+    return tf.cast(tf.equal(position % target_words, 0), tf.float32)
 
 
 def serving_copy(model: seq2seq.Seq2Seq, context_words: int, target_words: int,
@@ -401,6 +421,14 @@ class GeneratorTask(Task):
                   f"A {m.kind} model of {m.units} units trained on {inputs.num_train_examples} "
                   "examples: it continues text in the style of its corpus, it does not "
                   "know facts."]
+        if test:
+            limits.append("Metrics: test `lm_perplexity` scores each test token once, from the "
+                          f"left context the model reads ({d.context_words} words, then its "
+                          "own target so far), `[END]` counted and unknown words as `[UNK]`: "
+                          "comparable with an n-gram model's perplexity over the same "
+                          "vocabulary. `perplexity` is the window perplexity (Keras's "
+                          "`val_perplexity`: a token counted once in each training window "
+                          "that holds it).")
         return ModelCard(title=f"Text generator ({m.kind})", cfg=self.cfg, examples=examples,
                          files=files, details=details, metrics=metrics, best=best, usage=usage,
                          limits=limits)
