@@ -13,7 +13,9 @@
 / test files (``--test-share``, ``--validation-share``) under ``--out``; every run reads
 those three files (``data.train_files``, ``data.validation_files``, ``data.test_files``:
 the seeds change the initialisation and the batch order, never the lines). Runs train
-one after another (``python -m tfapp.train``, ``nice``); a setting is a name, then
+one after another (``python -m tfapp.train``, ``nice``; a run directory under ``--out``
+that already holds ``bench_row.json`` is read, not trained again, so more seeds or
+settings can be added later); a setting is a name, then
 ``=`` and comma-separated config overrides. Each row gives the test **LM perplexity**
 (each held-out token scored once, docs/generator.md#held-out-perplexity) of every seed,
 their mean and spread (max - min), the window perplexity and the seconds per run.
@@ -194,7 +196,11 @@ def split_corpus(corpus: Path, out: Path, *, seed: int, test_share: float,
 def train_run(config: str, overrides: list[str], files: dict[str, Path], out: Path,
               name: str, seed: int, threads: int) -> dict:
     """One ``python -m tfapp.train`` (niced, ``threads`` TensorFlow threads): its test
-    report, best epoch and seconds."""
+    report, best epoch and seconds (kept in ``RUN/bench_row.json``: a run that has one is
+    not trained again)."""
+    done = out / name / "bench_row.json"
+    if done.is_file():
+        return json.loads(done.read_text())
     env = {**os.environ, "TF_USE_LEGACY_KERAS": "1"}
     if threads:
         env.update(TF_NUM_INTRAOP_THREADS=str(threads), TF_NUM_INTEROP_THREADS=str(threads))
@@ -210,8 +216,11 @@ def train_run(config: str, overrides: list[str], files: dict[str, Path], out: Pa
     run = out / name
     report = json.loads((run / "test_report.json").read_text())
     best = json.loads((run / "checkpoints" / "best.json").read_text())
-    return {"run": str(run), "seed": seed, "seconds": seconds, "best_epoch": best["epoch"],
-            **{k: report[k] for k in ("lm_perplexity", "perplexity", "lm_tokens")}}
+    row = {"run": str(run), "seed": seed, "seconds": seconds, "best_epoch": best["epoch"],
+           "overrides": overrides,
+           **{k: report[k] for k in ("lm_perplexity", "perplexity", "lm_tokens")}}
+    done.write_text(json.dumps(row, indent=1))
+    return row
 
 
 def summary(rows: list[dict]) -> dict:
