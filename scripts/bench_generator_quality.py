@@ -1,5 +1,10 @@
 """Held-out quality of the generator beside interpolated Kneser-Ney n-gram models (NLTK).
 
+    # two offline corpora: Debian package descriptions, Python's docstrings
+    python scripts/bench_generator_quality.py --make-corpus debian debian.txt
+    python scripts/bench_generator_quality.py --make-corpus pydoc pydoc.txt \\
+        --stdlib /usr/lib/python3.11
+
     # KN beside finished runs (each run's own training lines, vocabulary and test split)
     python scripts/bench_generator_quality.py --run runs/generator [--run ...]
 
@@ -223,6 +228,54 @@ def train_run(config: str, overrides: list[str], files: dict[str, Path], out: Pa
     return row
 
 
+def make_corpus(kind: str, path: Path, lines: int = 5200, seed: int = 0,
+                stdlib: str = "") -> int:
+    """Write ``lines`` shuffled (seeded) lines of an offline corpus to ``path``; returns
+    how many there were to choose from.
+
+    * ``debian``: the distinct short descriptions of the packages ``apt-cache dumpavail``
+      lists (3 words or more), e.g. "HTTP basic access authentication for Flask";
+    * ``pydoc``: the sentences (5-40 words) of the docstrings of this Python's standard
+      library (``stdlib``, else this interpreter's; ``ast``; ``test`` folders,
+      site-packages and paragraphs with code left out).
+    """
+    import ast
+    import re
+    import sysconfig
+
+    if kind == "debian":
+        dump = subprocess.run(["apt-cache", "dumpavail"], capture_output=True, text=True,
+                              check=True).stdout
+        found = {line.removeprefix("Description:").strip() for line in dump.splitlines()
+                 if line.startswith("Description:")}
+        found = {d for d in found if len(d.split()) >= 3}
+    elif kind == "pydoc":
+        found = set()
+        for file in sorted(Path(stdlib or sysconfig.get_paths()["stdlib"]).rglob("*.py")):
+            if {"test", "site-packages", "dist-packages"} & set(file.parts):
+                continue
+            try:
+                tree = ast.parse(file.read_text(errors="ignore"))
+            except (SyntaxError, ValueError):
+                continue
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef
+                                  | ast.AsyncFunctionDef):
+                    continue
+                for para in re.split(r"\n\s*\n", ast.get_docstring(node) or ""):
+                    if re.search(r">>>|^\s{4,}", para, re.M):
+                        continue
+                    for sentence in re.split(r"(?<=[.!?])\s+", " ".join(para.split())):
+                        if 5 <= len(sentence.split()) <= 40:
+                            found.add(sentence)
+    else:
+        raise SystemExit(f"--make-corpus: debian or pydoc, not {kind!r}")
+    chosen = sorted(found)
+    random.Random(seed).shuffle(chosen)
+    path.write_text("\n".join(chosen[:lines]) + "\n", encoding="utf-8")
+    return len(found)
+
+
 def summary(rows: list[dict]) -> dict:
     """Mean, spread (max - min) and spread share of the runs' LM perplexities."""
     values = [r["lm_perplexity"] for r in rows]
@@ -270,7 +323,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--orders", type=int, nargs="+", default=[2, 3])
     parser.add_argument("--discounts", type=float, nargs="+", default=[0.1, 0.75])
     parser.add_argument("--json", type=Path, help="write the rows here too")
+    parser.add_argument("--make-corpus", nargs=2, metavar=("debian|pydoc", "FILE"),
+                        help="write 5,200 lines of an offline corpus to FILE and stop")
+    parser.add_argument("--stdlib", default="",
+                        help="--make-corpus pydoc: the standard library folder to read "
+                             "(default: this interpreter's)")
     args = parser.parse_args(argv)
+    if args.make_corpus:
+        kind, path = args.make_corpus
+        print(f"{path}: 5200 of {make_corpus(kind, Path(path), stdlib=args.stdlib)} {kind} lines")
+        return 0
     if bool(args.run) == bool(args.corpus):
         parser.error("give --run RUN_DIR (repeatable) or --corpus FILE --out DIR")
 
