@@ -361,26 +361,38 @@ def service_stream(source: Source, examples: ExamplesFn, *, seed: int, block: in
 
 def batches(source: Source, examples: ExamplesFn, data_cfg: Any, *, training: bool,
             seed: int, batch_size: int, input_context: tf.distribute.InputContext | None,
-            start: Start | None = None, store: Any = None, what: str = "example"
-            ) -> tf.data.Dataset:
+            start: Start | None = None, store: Any = None, what: str = "example",
+            grouping: Any = None) -> tf.data.Dataset:
     """Batches of one pipeline of ``source``: the training stream from ``start`` (whole
     per-replica batches) or an evaluation pass (every example), or the tf.data service's
     shape of them when ``data.service.address`` is set. ``batch_size`` is the global
     batch; ``store`` (``tfapp.data.store``), when ``examples`` reads through one, makes
     the first pass read its files to the end so the store completes. A DataError when a
-    training pipeline's part holds less than one step (``what``: its unit, for it)."""
+    training pipeline's part holds less than one step (``what``: its unit, for it).
+
+    With a ``grouping`` (``tfapp.data.lengths.Grouping``) batches are grouped by length
+    (windows of whole batches, aligned to the stream's batch count so a resume rebuilds
+    its window and skips the batches already done)."""
     start = start or Start()
-    pipelines, index, local_batch = 1, 0, batch_size
+    pipelines, index, local_batch, replicas = 1, 0, batch_size, 1
     if input_context is not None:
         pipelines, index = input_context.num_input_pipelines, input_context.input_pipeline_id
         local_batch = input_context.get_per_replica_batch_size(batch_size)
+        replicas = input_context.num_replicas_in_sync // pipelines
+    plan = grouping.plan(local_batch, replicas) if grouping is not None else None
     if data_cfg.service.address:
         dataset = service_stream(source, examples, seed=seed, block=data_cfg.shuffle_buffer,
                                  training=training, deterministic=data_cfg.deterministic)
+        if plan is not None:
+            return grouping(dataset.rebatch(plan.window_examples, drop_remainder=training),
+                            plan, training=training)
         return dataset.rebatch(local_batch, drop_remainder=training)
     part = partition(source, index, pipelines, seed)
     if not training:
-        return eval_stream(source, part, examples).rebatch(local_batch)
+        dataset = eval_stream(source, part, examples)
+        if plan is not None:
+            return grouping(dataset.rebatch(plan.window_examples), plan, training=False)
+        return dataset.rebatch(local_batch)
     per_step = batch_size // pipelines
     steps = steps_per_pass(source, pipelines, per_step, seed)
     if steps < 1:
@@ -390,9 +402,18 @@ def batches(source: Source, examples: ExamplesFn, data_cfg: Any, *, training: bo
                else "")
             + f", fewer than one batch of {per_step}; training drops incomplete batches, "
             "so lower data.batch_size or add data")
+    first = (start.epoch * steps * per_step + start.consumed) // local_batch
+    aligned = first - first % plan.window_batches if plan is not None else first
+    if aligned != first:
+        done = aligned * local_batch
+        start = Start(done // (steps * per_step), done % (steps * per_step))
     dataset = training_stream(source, part, examples, seed=seed, block=data_cfg.shuffle_buffer,
                               examples_per_pass=steps * per_step, start=start,
                               read_to_end=store is not None and store.done() < len(source.files))
-    dataset = dataset.rebatch(local_batch, drop_remainder=True)
-    first = (start.epoch * steps * per_step + start.consumed) // local_batch
+    if plan is None:
+        dataset = dataset.rebatch(local_batch, drop_remainder=True)
+    else:
+        dataset = grouping(dataset.rebatch(plan.window_examples, drop_remainder=True), plan,
+                           training=True, first_window=aligned // plan.window_batches)
+        dataset = dataset.skip(first - aligned)
     return stages.log_ids(dataset, first_batch=first, pipeline=index)

@@ -15,7 +15,9 @@ from tfapp.data.classification import (
     make_classification_dataset,
     raw_batches,
     resolve_demo,
+    token_lengths,
 )
+from tfapp.data.lengths import grouping_for
 from tfapp.data.pipeline import distribute
 from tfapp.data.stream import start_at, steps_per_pass
 from tfapp.model_card import ModelCard, vocabulary_scripts
@@ -88,12 +90,17 @@ class ClassifierTask(Task):
         train_source = s.source(s.train)
         steps = steps_per_pass(train_source, pipelines, per_step, seed)
         start = start_at(self.ctx.resumed_batches(), steps, per_step)
+        grouping, why = grouping_for(
+            d.length_buckets, d.seq_length, seed,
+            token_lengths(s, preprocess) if d.length_buckets > 1 else np.zeros([0]),
+            device_kind=rt.device_kind, input_pipelines=pipelines)
+        log.info("data: %s", why)
 
         def dataset(split, training):
             return distribute(rt.strategy, lambda input_context: (
                 make_classification_dataset(
                     s, split, preprocess, d, batch_size=global_batch, training=training,
-                    seed=seed, input_context=input_context, start=start)))
+                    seed=seed, input_context=input_context, start=start, grouping=grouping)))
 
         validation = s.validation if s.size(s.validation) else None
         return ClassifierInputs(

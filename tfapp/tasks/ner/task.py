@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 
 from tfapp.atomic import write_text
+from tfapp.data.lengths import grouping_for
 from tfapp.data.ner_splits import load_ner_splits
 from tfapp.data.pipeline import distribute
 from tfapp.data.prepare import RowSpec
@@ -21,6 +22,7 @@ from tfapp.data.token_classification import (
     gold_tags,
     make_ner_dataset,
     predict_tags,
+    window_lengths,
 )
 from tfapp.model_card import ModelCard
 from tfapp.models.token_classifier import (
@@ -36,6 +38,7 @@ from tfapp.training.bert_inputs import BertInputs, bert_setup, hub_encoder_recom
 from tfapp.training.task import Task, TaskOutput
 from tfapp.training.tb_logging import log_test_metrics
 
+import numpy as np
 import tensorflow as tf
 
 log = logging.getLogger("tfapp")
@@ -138,12 +141,17 @@ class NerTask(Task):
         train = data.split("train")
         steps = steps_per_pass(data.source(train), rt.input_pipelines, per_step, seed)
         start = start_at(self.ctx.resumed_batches(), steps, per_step)
+        grouping, why = grouping_for(
+            d.length_buckets, d.seq_length, seed,
+            window_lengths(data, preprocess, d.seq_length) if d.length_buckets > 1
+            else np.zeros([0]), device_kind=rt.device_kind, input_pipelines=rt.input_pipelines)
+        log.info("data: %s", why)
 
         def dataset(split, training):
             return distribute(rt.strategy, lambda input_context: (
                 make_ner_dataset(data, split, preprocess, d, batch_size=global_batch,
                                  training=training, seed=seed, input_context=input_context,
-                                 start=start)))
+                                 start=start, grouping=grouping)))
 
         validation = data.split("validation") if data.size(data.split("validation")) else None
         gold = {name: gold_tags(data, data.split(name)) for name in ("validation", "test")
