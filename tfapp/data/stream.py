@@ -106,6 +106,47 @@ def start_at(batches: int, steps: int, examples_per_step: int) -> Start:
     return Start(batches // steps, batches % steps * examples_per_step) if steps else Start()
 
 
+@dataclass(frozen=True)
+class StepPlan:
+    """A training input's step arithmetic, the one copy every task uses (``plan_steps``).
+
+    Attributes:
+      global_batch: examples per optimizer step, over all replicas.
+      pipelines: input pipelines (one per input worker).
+      steps: steps in one pass over the training split.
+      start: where a resumed run's stream begins.
+    """
+
+    global_batch: int
+    pipelines: int
+    steps: int
+    start: Start
+
+    @property
+    def per_step(self) -> int:
+        """Examples each input pipeline gives one step."""
+        return self.global_batch // self.pipelines
+
+    def first_batch(self, local_batch: int) -> int:
+        """The stream's batch number (of ``local_batch`` examples) at ``start``."""
+        return (self.start.epoch * self.steps * self.per_step + self.start.consumed) \
+            // local_batch
+
+    def eval_steps(self, examples: int) -> int | None:
+        """Steps of an evaluation pass over ``examples`` (fit needs the count: a
+        distributed dataset has no known size); None without examples."""
+        return -(-examples // self.global_batch) if examples else None
+
+
+def plan_steps(source: Source, *, global_batch: int, pipelines: int, seed: int,
+               resumed_batches: int = 0) -> StepPlan:
+    """The ``StepPlan`` of training on ``source``: whole steps of the smallest pipeline's
+    part per pass, resumed after ``resumed_batches`` global batches."""
+    per_step = global_batch // pipelines
+    steps = steps_per_pass(source, pipelines, per_step, seed)
+    return StepPlan(global_batch, pipelines, steps, start_at(resumed_batches, steps, per_step))
+
+
 def partition(source: Source, index: int, count: int, seed: int) -> Part:
     """The part pipeline ``index`` of ``count`` reads (see the module docstring)."""
     n = len(source.files)
