@@ -199,3 +199,18 @@ def test_the_layers_contracts_name_every_module_of_tfapp_and_of_its_config():
                    or (p.is_dir() and (p / "__init__.py").is_file())}
         assert named == modules, container
 
+
+
+def test_every_task_takes_its_step_arithmetic_from_the_one_reader():
+    # Global batch, examples per step, steps per pass and the resume point are worked out
+    # once, in tfapp.data.stream.plan_steps; a task that recomputes them drifts from the
+    # stream that cuts its batches (the four copies once disagreed).
+    tasks = sorted((REPO / "tfapp" / "tasks").glob("*/task.py"))
+    assert len(tasks) == 4
+    for path in tasks:
+        calls = {node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+                 for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.Call)
+                 and isinstance(node.func, (ast.Attribute, ast.Name))}
+        assert "plan_steps" in calls, path
+        assert not calls & {"steps_per_pass", "start_at", "ceil"}, (path, calls)
