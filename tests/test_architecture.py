@@ -4,7 +4,9 @@
 run one way through the layers. These tests check what it cannot: that its layers name
 every module of tfapp (a new module outside them would be unchecked), and that a function
 imports a tfapp module only to put off loading TensorFlow (or another heavy library) until
-it is needed -- never to dodge an import cycle.
+it is needed -- never to dodge an import cycle -- and that no cycle runs through tfapp's
+modules, imports inside functions included (``lint-imports`` sees those as well, but its
+layers allow a cycle inside one layer, such as a task's own package).
 """
 
 from __future__ import annotations
@@ -98,6 +100,93 @@ def test_the_rule_sees_a_cycle_dodge(tmp_path):
     assert [_loads_heavy(name) for _, name in inner] == [False, True]
 
 
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """module -> the tfapp modules it imports anywhere (top level or in a function; not
+    under ``TYPE_CHECKING``), for ``sources`` (module name -> its source)."""
+    graph: dict[str, set[str]] = {}
+    for module, source in sources.items():
+        tree = ast.parse(source)
+        names = _imports(tree, top_level=True) + _imports(tree, top_level=False)
+        graph[module] = {name for _, name in names
+                         if name.startswith("tfapp") and name != module}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (its modules, first repeated last) per strongly connected group of
+    modules (Tarjan's algorithm), each found by a walk inside its group."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[set[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    cycles = []
+    for group in groups:
+        start = min(group)
+        path, node = [start], start
+        while True:  # every member has an edge inside its group; follow one until it closes
+            node = min(n for n in graph[node] if n in group and n not in path[1:])
+            if node in path:
+                cycles.append(path[path.index(node):] + [node])
+                break
+            path.append(node)
+    return cycles
+
+
+def test_no_import_cycle_among_tfapp_modules_imports_in_functions_included():
+    sources = {_module_name(p): p.read_text() for p in sorted(PACKAGE.rglob("*.py"))}
+    graph = _import_graph(sources)
+    assert len(graph) > 100 and "tfapp.tasks.ner.serving" in graph["tfapp.tasks.ner.export"]
+    assert _cycles(graph) == [], ("import cycles (an import inside a function included; "
+                                  "move the shared part down a layer, see "
+                                  "docs/architecture.md)")
+
+
+def test_the_cycle_check_sees_a_cycle_hidden_in_a_function():
+    # The cycle tasks/ner/export.py <-> serving.py had: serving imported export inside a
+    # method, export imported serving at its top.
+    sources = {"tfapp.tasks.ner.export": "from tfapp.tasks.ner.serving import FORMAT\n",
+               "tfapp.tasks.ner.serving": "from tfapp.serving import ExportFormat\n"
+                                          "class T:\n    def entities(self):\n"
+                                          "        from tfapp.tasks.ner.export import "
+                                          "entities\n",
+               "tfapp.serving": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                "    from tfapp.tasks.ner.export import NerServing\n"}
+    graph = _import_graph(sources)
+    assert _cycles(graph) == [["tfapp.tasks.ner.export", "tfapp.tasks.ner.serving",
+                               "tfapp.tasks.ner.export"]]
+    del sources["tfapp.tasks.ner.serving"]  # without the function-level import: none
+    sources["tfapp.tasks.ner.serving"] = "from tfapp.serving import ExportFormat\n"
+    assert _cycles(_import_graph(sources)) == []
+
+
 def test_the_layers_contracts_name_every_module_of_tfapp_and_of_its_config():
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
     for container, folder in (("tfapp", PACKAGE), ("tfapp.config", PACKAGE / "config")):
@@ -110,3 +199,18 @@ def test_the_layers_contracts_name_every_module_of_tfapp_and_of_its_config():
                    or (p.is_dir() and (p / "__init__.py").is_file())}
         assert named == modules, container
 
+
+
+def test_every_task_takes_its_step_arithmetic_from_the_one_reader():
+    # Global batch, examples per step, steps per pass and the resume point are worked out
+    # once, in tfapp.data.stream.plan_steps; a task that recomputes them drifts from the
+    # stream that cuts its batches (the four copies once disagreed).
+    tasks = sorted((REPO / "tfapp" / "tasks").glob("*/task.py"))
+    assert len(tasks) == 4
+    for path in tasks:
+        calls = {node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+                 for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.Call)
+                 and isinstance(node.func, (ast.Attribute, ast.Name))}
+        assert "plan_steps" in calls, path
+        assert not calls & {"steps_per_pass", "start_at", "ceil"}, (path, calls)

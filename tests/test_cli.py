@@ -149,7 +149,36 @@ def test_help_gives_each_config_key_its_whole_description(capsys):
     docs = [(key, doc) for key, _, _, doc in config_reference() if ". " in doc]
     assert len(docs) > 10  # descriptions of several sentences exist, so this checks something
     for key, doc in docs:
-        assert " ".join(doc.split()) in text, key
+        assert " ".join(cli.plain(doc).split()) in text, key
+
+
+def test_every_help_is_plain_text_without_restructuredtext(capsys):
+    """Helps are module docstrings written for the docs: the terminal gets them without
+    ``literal`` quotes, `*` bullets or `::` (a docstring that has them shows they are
+    dropped, not absent)."""
+    import tfapp.export_hf
+
+    assert "``config.json``" in tfapp.export_hf.__doc__ and "\n* ``" in tfapp.export_hf.__doc__
+    paths = [name.split() for name, _ in _leaf_commands()]
+    paths += [[name] for name, module in MODULES.items() if module == "tfapp.hub.__main__"]
+    paths += [[], ["profile"]]
+    for path in paths:
+        assert cli.main([*path, "--help"]) == 0, path
+        text = capsys.readouterr().out
+        assert text.startswith("Usage: tfapp"), path
+        assert "``" not in text, path
+        assert not re.search(r"^\s*\* ", text, re.MULTILINE), path
+        assert not re.search(r"\w::$", text, re.MULTILINE), path
+    assert cli.main(["export-hf", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "  - config.json: BertForSequenceClassification (classifier)" in text
+
+
+def test_plain_drops_restructuredtext_markup_only():
+    doc = ("Reads ``data.format`` (see :func:`tfapp.data.sources.read_examples`) as::\n\n"
+           "    tfapp train x=1\n\n* ``a``: one\n  * b [::]:port\n")
+    assert cli.plain(doc) == ("Reads data.format (see tfapp.data.sources.read_examples) as:"
+                              "\n\n    tfapp train x=1\n\n- a: one\n  - b [::]:port\n")
 
 
 def _layers(tmp_path: Path) -> tuple[Path, Path]:

@@ -392,6 +392,7 @@ def test_share_report_is_self_contained_and_renders(classifier_run, tmp_path):
     assert "waiting on input:" in page and "top ops by self time" in page
     assert "learning_rate: 0.001" in page  # the resolved config
     assert FAKE_KEY not in page
+    _assert_titles_whole_and_captions_with_their_figures(out, tmp_path)
 
     # Tall enough for the first run's own curves (train blue, validation red): in the
     # comparison charts the copy's red line covers the original's blue one.
@@ -403,8 +404,7 @@ def test_share_report_is_self_contained_and_renders(classifier_run, tmp_path):
         assert (pixels == colour).all(axis=1).sum() > 200
 
 
-def _rendered_pixels(page: Path, shot: Path, *, height: int):
-    """The RGB pixels ([n, 3]) of ``page`` rendered 1200 wide by headless chromium."""
+def _chromium() -> str:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         # .ci/run installs it and sets CI: there a missing browser is a failure, not a skip.
@@ -412,7 +412,72 @@ def _rendered_pixels(page: Path, shot: Path, *, height: int):
         if os.environ.get("CI"):
             pytest.fail(f"{message}; CI must have it (.ci/run installs it)")
         pytest.skip(message)
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+    return chromium
+
+
+#: Measures the laid-out page once it has loaded (images decoded) and leaves the numbers
+#: on <body> for --dump-dom: per figure, the gap from its image down to its caption's
+#: words and how far the words' centre is from the image's; every chart text that lies
+#: outside its chart (a cut title).
+_LAYOUT_JS = """<script>addEventListener('load', () => {
+  const box = e => e.getBoundingClientRect();
+  const figures = [...document.querySelectorAll('figure')].map(f => {
+    const img = f.querySelector('img'), words = document.createRange();
+    words.selectNodeContents(f.querySelector('figcaption'));  // the words, not the block
+    const i = box(img), c = words.getBoundingClientRect();
+    return {caption: words.toString(), gap: c.top - i.bottom,
+            offset: (c.left + c.right - i.left - i.right) / 2,
+            scaled: img.naturalWidth - i.width};
+  });
+  const cut = [...document.querySelectorAll('svg.chart')].flatMap(svg => {
+    const s = box(svg);
+    return [...svg.querySelectorAll('text')].filter(t => {
+      const b = box(t);
+      return b.left < s.left || b.right > s.right || b.top < s.top || b.bottom > s.bottom;
+    }).map(t => t.textContent);
+  });
+  document.body.setAttribute('data-layout', JSON.stringify({figures, cut}));
+});</script>"""
+
+
+def _assert_titles_whole_and_captions_with_their_figures(page: Path, tmp_path: Path) -> None:
+    """The report as a browser lays it out (headless chromium's --dump-dom of a copy with
+    a measuring script; the report itself has none): no chart text cut at the chart's
+    edge, each confusion matrix (a PNG with its title drawn in) shown at its own size with
+    its title clear of the image's edges, and each caption centred right under its image.
+    The matrices' titles used to run off the PNG ("validation, exported model (epoch")
+    and the captions sat at the left, away from their matrices."""
+    import base64
+    import html
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    probe = tmp_path / "layout_probe.html"
+    probe.write_text(page.read_text().replace("</body>", _LAYOUT_JS + "</body>"))
+    dom = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+                          "--disable-dev-shm-usage", "--window-size=1400,2000", "--dump-dom",
+                          probe.as_uri()], capture_output=True, text=True, timeout=120,
+                         check=True).stdout
+    layout = json.loads(html.unescape(re.search(r'data-layout="([^"]*)"', dom).group(1)))
+    assert layout["cut"] == []
+    figures = layout["figures"]
+    assert sorted(f["caption"] for f in figures) == ["test", "test", "validation",
+                                                     "validation"]
+    for f in figures:
+        assert f["scaled"] == 0, f  # shown at its own size: nothing squeezed or cropped
+        assert 0 <= f["gap"] <= 5 and abs(f["offset"]) <= 2, f
+    for png in re.findall(r"data:image/png;base64,([^']*)", page.read_text()):
+        pixels = np.asarray(Image.open(io.BytesIO(base64.b64decode(png))).convert("L"))
+        edges = np.concatenate([pixels[:, :2].ravel(), pixels[:, -2:].ravel(),
+                                pixels[:2].ravel(), pixels[-2:].ravel()])
+        assert (edges == 255).all(), "a confusion matrix's drawing runs off its PNG"
+
+
+def _rendered_pixels(page: Path, shot: Path, *, height: int):
+    """The RGB pixels ([n, 3]) of ``page`` rendered 1200 wide by headless chromium."""
+    subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu",
                     "--disable-dev-shm-usage", f"--window-size=1200,{height}",
                     f"--screenshot={shot}", page.as_uri()],
                    capture_output=True, timeout=120, check=True)
@@ -549,6 +614,21 @@ def test_share_out_an_existing_folder_writes_the_report_inside_it(tmp_path, caps
     assert "<html" in (folder / "tfapp_report.html").read_text()
     assert sorted(p.name for p in folder.iterdir()) == ["notes.txt", "tfapp_report.html"]
     assert (folder / "notes.txt").read_text() == "keep me"
+
+
+def test_share_out_without_html_gets_it_added(tmp_path, capsys):
+    """--out report wrote a file named 'report', which no browser opens as a page."""
+    from tfapp import share
+    from tfapp.config import load_config, save_params
+
+    save_params(load_config(None, []), tmp_path / "run")
+    for given, written in (("report", "report.html"), ("report.v2", "report.v2.html"),
+                           ("mine.HTML", "mine.HTML"), ("old.htm", "old.htm")):
+        assert share.main([str(tmp_path / "run"), "--no-sync", "--no-profile",
+                           "--out", str(tmp_path / given)]) == 0
+        assert f"report (1 run): {tmp_path / written}" in capsys.readouterr().out
+        assert "<html" in (tmp_path / written).read_text()
+    assert not (tmp_path / "report").exists()
 
 
 def _fake_search(root: Path) -> Path:

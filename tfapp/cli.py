@@ -20,6 +20,7 @@ import dataclasses
 import importlib
 import inspect
 import logging
+import re
 import shlex
 import sys
 import textwrap
@@ -105,11 +106,27 @@ def setup_logging(verbose: bool = False, quiet: bool = False) -> None:
 # --------------------------------------------------------------------------- help text
 
 
+_LITERAL = re.compile(r"``((?:(?!\n\n).)+?)``", re.DOTALL)  # may wrap, not span paragraphs
+_ROLE = re.compile(r":[a-z]+:`([^`]+)`")
+_BULLET = re.compile(r"^(\s*)\* ", re.MULTILINE)
+_LITERAL_BLOCK = re.compile(r"(\S)::$|\s*::$", re.MULTILINE)
+
+
+def plain(text: str) -> str:
+    """reStructuredText as plain terminal text: a command's help is its module docstring,
+    written for the docs (``x`` -> x, :role:`x` -> x, `*` bullets -> `-`, a literal
+    block's ``::`` -> ``:``)."""
+    text = _ROLE.sub(r"\1", _LITERAL.sub(r"\1", text))
+    text = _BULLET.sub(r"\1- ", text)
+    return _LITERAL_BLOCK.sub(lambda m: f"{m.group(1)}:" if m.group(1) else "", text)
+
+
 def _fill(text: str, indent: str = "") -> str:
     """``text`` for a terminal: plain paragraphs wrapped at 88 columns, indented blocks
-    (commands, examples, tables) kept line for line. Nothing is cut short."""
+    (commands, examples, tables) kept line for line, reStructuredText markup dropped
+    (``plain``). Nothing is cut short."""
     out = []
-    for para in inspect.cleandoc(text).split("\n\n"):
+    for para in plain(inspect.cleandoc(text)).split("\n\n"):
         lines = para.splitlines()
         if any(line.startswith((" ", "*", "-")) for line in lines):
             out.append("\n".join(indent + line for line in lines))
@@ -138,7 +155,7 @@ def config_help(task: str | None = None) -> str:
             lines.append("")
             lines.append(f"  {group}: {groups[group]}" if group else "  (top level)")
         lines.append(f"    {key} = {default}  [{type_name}]")
-        lines.extend(textwrap.wrap(doc, width=88, initial_indent="        ",
+        lines.extend(textwrap.wrap(plain(doc), width=88, initial_indent="        ",
                                    subsequent_indent="        "))
     return "\n".join(lines)
 

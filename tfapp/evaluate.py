@@ -23,18 +23,11 @@ from tfapp.tasks import load_export
 
 import click
 
-# The data keys evaluate takes as flags: its errors name the flag, not the config key.
-_FLAGS = {"set data.on_bad_rows=skip": "pass --on-bad-rows skip",
-          "data.test_files": "--data", "data.text_pair_column":
-          "--text-pair-column", "data.text_column": "--text-column",
-          "data.label_column": "--label-column", "data.format": "--format"}
-
-
-def _in_flag_terms(err: ConfigError) -> ConfigError:
-    message = str(err)
-    for key, flag in _FLAGS.items():
-        message = message.replace(key, flag)
-    return type(err)(message)
+# The config keys evaluate takes as flags: its errors name the flag, not the key.
+_FLAGS = {"data.test_files": "--data", "data.text_column": "--text-column",
+          "data.text_pair_column": "--text-pair-column",
+          "data.label_column": "--label-column", "data.format": "--format",
+          "data.on_bad_rows": "--on-bad-rows"}
 
 
 def _print(evaluation: Evaluation, *, as_json: bool) -> int:
@@ -73,7 +66,7 @@ def command(args: SimpleNamespace) -> int:
                                                      "label_column", "format", "on_bad_rows")}
         evaluation = model.evaluate(args.data, RunLayout(args.model).params, flags)
     except ConfigError as err:
-        raise _in_flag_terms(err) from None
+        raise err.in_flag_terms(_FLAGS) from None
     return _print(evaluation, as_json=args.json)
 
 

@@ -28,12 +28,18 @@ REPORT_NAME = "tfapp_report.html"
 
 
 def report_path(out: str, runs: list[Path], given: Sequence[str | Path] = ()) -> Path:
-    """Where the report goes: ``--out`` (inside it when it is a folder), else the run's
-    report.html for one run, the folder's report.html when one folder holding runs (a
-    tuner search) was given, ./tfapp_report.html for several."""
+    """Where the report goes: ``--out`` (inside it when it is a folder; ``.html`` added
+    when it has no such suffix), else the run's report.html for one run, the folder's
+    report.html when one folder holding runs (a tuner search) was given,
+    ./tfapp_report.html for several."""
     if out:
         # A folder is where the user wants the report, not a file to replace.
-        return Path(out) / REPORT_NAME if Path(out).is_dir() else Path(out)
+        if Path(out).is_dir():
+            return Path(out) / REPORT_NAME
+        # `--out report` wrote a file named `report` that no browser opens as a page.
+        path = Path(out)
+        return path if path.suffix.lower() in (".html", ".htm") else path.with_name(
+            path.name + ".html")
     if len(runs) == 1:
         return runs[0] / "report.html"
     if len(given) == 1 and Path(given[0]).is_dir():
@@ -74,9 +80,9 @@ def sync_wandb(run_dir: Path, upload: bool) -> list[str]:
     wandb sync when an API key is available, else the command is printed.""")
 @click.argument("runs", nargs=-1, required=True, metavar="RUN_DIR...")
 @click.option("--out", default="",
-              help=f"Report file, or an existing folder to write {REPORT_NAME} into "
-                   f"(default: report.html in the run or the search folder given, "
-                   f"./{REPORT_NAME} for several).")
+              help="Report file (.html added if missing), or an existing folder to write "
+                   f"{REPORT_NAME} into (default: report.html in the run or the search "
+                   f"folder given, ./{REPORT_NAME} for several).")
 @click.option("--no-profile", is_flag=True,
               help="Leave profile summaries out (they take a few seconds each).")
 @click.option("--no-sync", is_flag=True,

@@ -12,6 +12,7 @@ from tfapp.config.data_model import (
     DataConfig,
     EmbeddingModelConfig,
     HeldOutDataConfig,
+    LengthBucketsConfig,
     ModelConfig,
     StoredDataConfig,
     TextDataConfig,
@@ -22,8 +23,8 @@ from tfapp.errors import ConfigError
 
 
 @dataclass
-class ClassifierDataConfig(StoredDataConfig, TokenizedDataConfig, TextDataConfig,
-                           HeldOutDataConfig, DataConfig):
+class ClassifierDataConfig(StoredDataConfig, LengthBucketsConfig, TokenizedDataConfig,
+                           TextDataConfig, HeldOutDataConfig, DataConfig):
     """Input files and the tf.data pipeline of a text classifier.
 
     Attributes:

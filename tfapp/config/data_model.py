@@ -125,6 +125,21 @@ class TokenizedDataConfig:
 
 
 @dataclass
+class LengthBucketsConfig:
+    """Batches padded to their examples' lengths, not to seq_length.
+
+    Attributes:
+      length_buckets: number of padded lengths (buckets) batches are grouped into, placed
+        at quantiles of the training texts' token lengths (rounded to 8; 128 on TPU; the
+        last is seq_length). Batches keep batch_size examples, so steps per epoch do not
+        change; under XLA the step compiles once per bucket. 0 or 1 pads every batch to
+        seq_length.
+    """
+
+    length_buckets: int = bounded(8, min=0, max=64)
+
+
+@dataclass
 class ModelConfig:
     """The network (the keys every task reads).
 

@@ -10,6 +10,7 @@ from tfapp.config.data_model import (
     BertPreprocessorConfig,
     DataConfig,
     HeldOutDataConfig,
+    LengthBucketsConfig,
     ModelConfig,
     StoredDataConfig,
     TokenizedDataConfig,
@@ -19,7 +20,8 @@ from tfapp.errors import ConfigError
 
 
 @dataclass
-class NerDataConfig(StoredDataConfig, TokenizedDataConfig, HeldOutDataConfig, DataConfig):
+class NerDataConfig(StoredDataConfig, LengthBucketsConfig, TokenizedDataConfig, HeldOutDataConfig,
+                    DataConfig):
     """Input files and the tf.data pipeline of NER.
 
     JSONL rows hold the keys "tokens" and "tags"; CoNLL files take data.tag_column.

@@ -22,13 +22,13 @@ import hashlib
 import logging
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tfapp.config import ClassifierDataConfig
+from tfapp.data import lengths, stream
 from tfapp.data import pipeline as stages
-from tfapp.data import stream
 from tfapp.data.manifest import BUCKETS, origin_order
 from tfapp.data.prepare import RowSpec
 from tfapp.data.sources import (
@@ -337,7 +337,8 @@ def make_classification_dataset(splits: ClassificationSplits, split: SplitData,
                                 data_cfg: ClassifierDataConfig, *,
                                 batch_size: int, training: bool, seed: int,
                                 input_context: tf.distribute.InputContext | None = None,
-                                start: stream.Start | None = None) -> tf.data.Dataset:
+                                start: stream.Start | None = None,
+                                grouping: lengths.Grouping | None = None) -> tf.data.Dataset:
     """The tf.data pipeline of one split: ``(features, labels)`` batches.
 
     ``batch_size`` is the *global* batch. With an ``input_context`` (from ``distribute``)
@@ -345,6 +346,8 @@ def make_classification_dataset(splits: ClassificationSplits, split: SplitData,
     ``get_per_replica_batch_size(batch_size)``. Training streams pass after pass from
     ``start`` (``tfapp.data.stream.training_stream``: seeded, resumable), batches drop
     the remainder (static shapes for XLA/TPU); evaluation keeps every example in order.
+    With a ``grouping`` (``tfapp.data.lengths``) batches are grouped by length and each
+    is padded to its bucket's length, not ``seq_length``.
     """
     pipelines, index = 1, 0
     if input_context is not None:
@@ -365,16 +368,38 @@ def make_classification_dataset(splits: ClassificationSplits, split: SplitData,
         examples = store.examples(tokenized)
     else:
         examples = _examples_fn(split, splits)
+    if grouping is not None:
+        grouping = replace(grouping, tokenize=tokenize if store is None else None,
+                           parallel=_parallel_map)
     dataset = stream.batches(source, examples, data_cfg, training=training, seed=seed,
                              batch_size=batch_size, input_context=input_context, start=start,
-                             store=store)
-    if store is None:
+                             store=store, grouping=grouping)
+    if store is None and grouping is None:
         dataset = stages.host_map(dataset, tokenize, num_parallel_calls=tf.data.AUTOTUNE,
                                   deterministic=True)
     dataset = stages.host_map(dataset, _split_batch)
     return stages.finalize(dataset, data_cfg, split.name,
                            sharded_by_context=input_context is not None,
                            deterministic=True, training=training)
+
+
+def _parallel_map(dataset: tf.data.Dataset, fn: Callable) -> tf.data.Dataset:
+    return stages.host_map(dataset, fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def token_lengths(splits: ClassificationSplits, preprocess_fn: Callable[..., dict],
+                  rows: int = 4096) -> np.ndarray:
+    """Token lengths of the first ``rows`` training examples (in file order, the same on
+    every worker): what ``lengths.boundaries`` places the buckets by."""
+    out: list[np.ndarray] = []
+    for batch in raw_batches(splits, splits.train, batch=512):
+        texts = [tf.constant(batch["text"])]
+        if "text_pair" in batch:
+            texts.append(tf.constant(batch["text_pair"]))
+        out.append(lengths.mask_lengths(preprocess_fn(*texts)).numpy())
+        if sum(len(o) for o in out) >= rows:
+            break
+    return np.concatenate(out)[:rows] if out else np.zeros([0], np.int32)
 
 
 def raw_batches(splits: ClassificationSplits, split: SplitData, batch: int = 256

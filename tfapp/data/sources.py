@@ -29,7 +29,6 @@ import csv
 import dataclasses
 import difflib
 import gzip
-import hashlib
 import json
 import logging
 import os
@@ -44,7 +43,7 @@ from typing import Any, BinaryIO
 from tfapp.atomic import write_text
 from tfapp.config import DataConfig
 from tfapp.demo import DEMO_DIR
-from tfapp.errors import DataError
+from tfapp.errors import DataError, Setting
 from tfapp.textio import (
     NOT_UTF8,
     csv_text_stream,
@@ -119,6 +118,14 @@ class BadRowReport:
 
 
 SKIP_OPTION = "data.on_bad_rows=skip"
+TRAIN_FILES = Setting("data.train_files")  # what a reader names in messages by default
+
+
+def _skip_advice(option: str) -> str | Setting:
+    """``option`` (``KEY=VALUE``, or a command's own words) as the advice in a message:
+    a config setting stays a ``Setting``, so that a command can name its flag instead."""
+    key, eq, value = option.partition("=")
+    return Setting(key, value) if eq and " " not in key else f"set {option}"
 
 
 class BadRowPolicy:
@@ -136,9 +143,10 @@ class BadRowPolicy:
     def __call__(self, file: str, line: int | str, problem: str) -> None:
         bad = BadRow(file, line, problem)
         if self.mode == "fail":
-            fix = (f"fix the data, or set {self.skip_option} to drop such rows"
-                   if self.skip_option else "fix the data")
-            raise DataError(f"{bad} ({fix})")
+            if self.skip_option:
+                raise DataError(f"{bad} (fix the data, or ", _skip_advice(self.skip_option),
+                                " to drop such rows)")
+            raise DataError(f"{bad} (fix the data)")
         self.report.add(self.split, bad)
 
 
@@ -149,8 +157,8 @@ def _show(value: Any, limit: int = 60) -> str:
 
 
 # ------------------------------------------------------------------------------- files
-def resolve_files(spec: str | Sequence[str | os.PathLike], what: str = "data.train_files"
-                  ) -> list[str]:
+def resolve_files(spec: str | Sequence[str | os.PathLike],
+                  what: str | Setting = TRAIN_FILES) -> list[str]:
     """Expand paths/globs (local or gs://) to existing files, each glob sorted.
 
     ``spec`` is a config value, several joined with commas, or a list of paths/globs (a
@@ -165,21 +173,21 @@ def resolve_files(spec: str | Sequence[str | os.PathLike], what: str = "data.tra
             try:
                 matches = sorted(tf.io.gfile.glob(part))
             except tf.errors.OpError as err:
-                raise DataError(f"{what}: cannot list '{part}' ({err.message.splitlines()[0]})"
-                                ) from None
+                raise DataError(what, f": cannot list '{part}' "
+                                f"({err.message.splitlines()[0]})") from None
             if not matches:
-                raise DataError(f"{what}: no files match '{part}'; check the path and glob")
+                raise DataError(what, f": no files match '{part}'; check the path and glob")
             files.extend(m for m in matches if not tf.io.gfile.isdir(m))
         elif not tf.io.gfile.exists(part):
-            raise DataError(f"{what}: file not found: {part}; check the path (local, glob "
+            raise DataError(what, f": file not found: {part}; check the path (local, glob "
                             "or gs://)")
         elif tf.io.gfile.isdir(part):
-            raise DataError(f"{what}: '{part}' is a directory; give files or a glob such as "
+            raise DataError(what, f": '{part}' is a directory; give files or a glob such as "
                             f"'{part.rstrip('/')}/*.csv'")
         else:
             files.append(part)
     if not files:
-        raise DataError(f"{what}: no input files given")
+        raise DataError(what, ": no input files given")
     return files
 
 
@@ -196,8 +204,8 @@ def detect_format(path: str, configured: str, default: str | None = None) -> str
     if ext not in _EXTENSIONS:
         if default:
             return default
-        raise DataError(f"cannot tell the format of '{path}' from its extension; set "
-                        f"data.format to one of: {', '.join(FORMATS)}")
+        raise DataError(f"cannot tell the format of '{path}' from its extension; set ",
+                        Setting("data.format"), f" to one of: {', '.join(FORMATS)}")
     return _EXTENSIONS[ext]
 
 
@@ -231,25 +239,31 @@ def read_text(path: str) -> str:
 Row = tuple[int | str, dict[str, Any] | None, str | None]
 
 
+#: How to fix a missing column, in a message: text, or text and the settings it names.
+Hint = str | tuple[str | Setting, ...]
+
+TEXT_COLUMN_HINT: Hint = ("set ", Setting("data.text_column"))
 # How the classifier names its columns; other readers name their own settings.
-COLUMNS_HINT = "set data.text_column / data.text_pair_column / data.label_column"
+COLUMNS_HINT: Hint = ("set ", Setting("data.text_column"), " / ",
+                      Setting("data.text_pair_column"), " / ", Setting("data.label_column"))
 
 
 def _missing_column(path: str, column: str, available: list[str], where: str,
-                    hint: str) -> DataError:
+                    hint: Hint) -> DataError:
     close = difflib.get_close_matches(column, available, n=1)
     guess = f"; did you mean '{close[0]}'?" if close else ""
     return DataError(f"{path}: no column '{column}' in the {where} (has: "
-                     f"{', '.join(available) or 'nothing'}){guess} -- {hint}")
+                     f"{', '.join(available) or 'nothing'}){guess} -- ",
+                     *((hint,) if isinstance(hint, str) else hint))
 
 
-def _read_delimited(path: str, delimiter: str, columns: list[str], hint: str
+def _read_delimited(path: str, delimiter: str, columns: list[str], hint: Hint
                     ) -> Iterator[Row]:
     with open_source(path) as fh:
         yield from _delimited_rows(path, fh, delimiter, columns, hint)
 
 
-def _delimited_rows(path: str, fh: BinaryIO, delimiter: str, columns: list[str], hint: str
+def _delimited_rows(path: str, fh: BinaryIO, delimiter: str, columns: list[str], hint: Hint
                     ) -> Iterator[Row]:
     # TSV has no quoting: a '"' is just a character (with csv's quoting, one opening a field
     # would swallow the tabs and lines after it up to the next '"').
@@ -295,12 +309,12 @@ def _delimited_rows(path: str, fh: BinaryIO, delimiter: str, columns: list[str],
         yield 2, None, "empty file (a header row but no data rows)"
 
 
-def _read_jsonl(path: str, columns: list[str], hint: str) -> Iterator[Row]:
+def _read_jsonl(path: str, columns: list[str], hint: Hint) -> Iterator[Row]:
     with open_source(path) as fh:
         yield from _jsonl_rows(path, iter_lines(fh), columns, hint)
 
 
-def _jsonl_rows(path: str, lines: Iterator[str], columns: list[str], hint: str
+def _jsonl_rows(path: str, lines: Iterator[str], columns: list[str], hint: Hint
                 ) -> Iterator[Row]:
     # Lines end at "\n" only: JSON strings may hold U+2028, \x0c, ...
     first, blank = True, True
@@ -374,7 +388,7 @@ def _feature_value(feature: tf.train.Feature) -> Any:
     return values[0] if len(values) == 1 else values
 
 
-def _read_tfrecord(path: str, columns: list[str], hint: str) -> Iterator[Row]:
+def _read_tfrecord(path: str, columns: list[str], hint: Hint) -> Iterator[Row]:
     compression = "GZIP" if path.endswith(".gz") else ""
     dataset = tf.data.TFRecordDataset(path, compression_type=compression)
     number = 0
@@ -401,7 +415,7 @@ def _read_tfrecord(path: str, columns: list[str], hint: str) -> Iterator[Row]:
         yield "record 1", None, "empty file (no records)"
 
 
-def _read_tfds(spec: str, default_split: str, columns: list[str], hint: str
+def _read_tfds(spec: str, default_split: str, columns: list[str], hint: Hint
                ) -> Iterator[Row]:
     try:
         import tensorflow_datasets as tfds
@@ -490,7 +504,7 @@ def _clean_labels(value: Any, column: str, multi_label: bool,
 
 
 def _row_sources(spec: str | Sequence[str | os.PathLike], columns: list[str], *, fmt: str,
-                 split: str, what: str, hint: str,
+                 split: str, what: str | Setting, hint: Hint,
                  text_lines: Callable[[str], Iterator[Row]] | None,
                  default_format: str | None = None) -> list[tuple[str, Iterator[Row]]]:
     """(file, its rows) for every file of ``spec`` (or the TFDS dataset it names).
@@ -502,7 +516,7 @@ def _row_sources(spec: str | Sequence[str | os.PathLike], columns: list[str], *,
     """
     if fmt == "tfds":
         if not isinstance(spec, str):
-            raise DataError(f"{what}: data.format=tfds takes one dataset name, not files")
+            raise DataError(what, ": data.format=tfds takes one dataset name, not files")
         return [(spec, _read_tfds(spec, split, columns, hint))]
     sources: list[tuple[str, Iterator[Row]]] = []
     for path in resolve_files(spec, what):
@@ -535,7 +549,7 @@ def read_examples(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
     Bad rows raise ``DataError`` (``mode='fail'``) or are recorded in ``report``
     (``mode='skip'``). Raises when no usable example remains.
     """
-    what = f"data.{split}_files"
+    what = Setting(f"data.{split}_files")
     columns = [data_cfg.text_column]
     if data_cfg.text_pair_column:
         columns.append(data_cfg.text_pair_column)
@@ -558,7 +572,7 @@ def read_examples(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
                     continue
             bad(path, line, problem)
     if not examples:
-        raise DataError(f"{what}: no usable examples in '{spec}' "
+        raise DataError(what, f": no usable examples in '{spec}' "
                         f"({report.per_split.get(split, 0)} bad row(s) skipped: "
                         f"{report.summary()})")
     return examples
@@ -567,7 +581,7 @@ def read_examples(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
 def read_texts(spec: str | Sequence[str | os.PathLike], *, text_column: str = "text",
                fmt: str = "auto", mode: str = "fail", report: BadRowReport | None = None,
                split: str = "train", what: str = "data.train_files",
-               column_hint: str = "set data.text_column",
+               column_hint: Hint = "set data.text_column",
                skip_option: str | None = SKIP_OPTION) -> list[str]:
     """The texts of a corpus, in file and row order, blank texts left out.
 
@@ -592,14 +606,15 @@ def read_texts(spec: str | Sequence[str | os.PathLike], *, text_column: str = "t
     texts = [text for (text,) in rows if text.strip()]  # a blank text is no example
     if not texts:
         skipped = f" ({report.summary()})" if report.count else ""
-        raise DataError(f"{what}: '{_shown(spec)}' holds no text{skipped}; give files with at "
-                        "least one non-empty text")
+        raise DataError(what, f": '{_shown(spec)}' holds no text{skipped}; give files with "
+                        "at least one non-empty text")
     return texts
 
 
 def _read_columns(spec: str | Sequence[str | os.PathLike], columns: list[str], *, fmt: str,
-                  mode: str, report: BadRowReport, log_report: bool, split: str, what: str,
-                  hint: str, skip_option: str | None, text_lines: Callable | None,
+                  mode: str, report: BadRowReport, log_report: bool, split: str,
+                  what: str | Setting,
+                  hint: Hint, skip_option: str | None, text_lines: Callable | None,
                   default_format: str | None = None) -> list[tuple[str, ...]]:
     """The ``columns`` of every good row as text (blank values kept), in file and row
     order; bad rows go to the policy of ``mode`` (recorded in ``report``; logged here when
@@ -655,20 +670,6 @@ class LabelVocab:
     names: list[str]
     multi_label: bool
 
-    @classmethod
-    def from_examples(cls, examples: list[RawExample], multi_label: bool) -> LabelVocab:
-        seen = {label for ex in examples for label in ex.labels}
-        if all(re.fullmatch(r"-?\d+", s) for s in seen):
-            names = sorted(seen, key=int)  # integer labels keep their numeric order
-        else:
-            names = sorted(seen)
-        if not names:
-            raise DataError("the training data has no labels at all; check data.label_column")
-        if len(names) < 2 and not multi_label:
-            raise DataError(f"the training data has only one label ('{names[0]}'); a "
-                            "classifier needs at least two")
-        return cls(names, multi_label)
-
     def index(self) -> dict[str, int]:
         return {name: i for i, name in enumerate(self.names)}
 
@@ -703,33 +704,13 @@ class ExampleSet:
     text_pairs: list[str] | None
     labels: np.ndarray
     name: str = "train"
-    _fingerprint: str | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.texts)
 
-    def fingerprint(self) -> str:
-        """Content hash (texts, pairs, labels): keys snapshots to the exact data."""
-        if self._fingerprint is None:
-            h = hashlib.sha256()
-            for t in self.texts:
-                h.update(t.encode("utf-8", "surrogatepass") + b"\x00")
-            for t in self.text_pairs or ():
-                h.update(t.encode("utf-8", "surrogatepass") + b"\x01")
-            h.update(np.ascontiguousarray(self.labels).tobytes())
-            h.update(str(self.labels.shape).encode())
-            self._fingerprint = h.hexdigest()[:16]
-        return self._fingerprint
 
-    def subset(self, indices: np.ndarray, name: str) -> ExampleSet:
-        return ExampleSet([self.texts[i] for i in indices],
-                          None if self.text_pairs is None else
-                          [self.text_pairs[i] for i in indices],
-                          self.labels[indices], name)
-
-
-def encode_examples(examples: list[RawExample], vocab: LabelVocab, *, split: str, mode: str,
-                    report: BadRowReport, known_from: str) -> ExampleSet:
+def to_example_set(examples: list[RawExample], vocab: LabelVocab, *, split: str, mode: str,
+                   report: BadRowReport, known_from: str) -> ExampleSet:
     """Map label names to ids (or multi-hot rows); unknown labels are bad rows."""
     index = vocab.index()
     bad = BadRowPolicy(mode, report, split)
@@ -743,7 +724,7 @@ def encode_examples(examples: list[RawExample], vocab: LabelVocab, *, split: str
             continue
         kept.append(ex)
     if not kept:
-        raise DataError(f"data.{split}_files: no usable examples left after dropping "
+        raise DataError(Setting(f"data.{split}_files"), ": no usable examples left after dropping "
                         f"{report.per_split.get(split, 0)} bad row(s): {report.summary()}")
     if vocab.multi_label:
         labels = np.zeros((len(kept), len(vocab.names)), np.float32)

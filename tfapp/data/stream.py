@@ -106,6 +106,47 @@ def start_at(batches: int, steps: int, examples_per_step: int) -> Start:
     return Start(batches // steps, batches % steps * examples_per_step) if steps else Start()
 
 
+@dataclass(frozen=True)
+class StepPlan:
+    """A training input's step arithmetic, the one copy every task uses (``plan_steps``).
+
+    Attributes:
+      global_batch: examples per optimizer step, over all replicas.
+      pipelines: input pipelines (one per input worker).
+      steps: steps in one pass over the training split.
+      start: where a resumed run's stream begins.
+    """
+
+    global_batch: int
+    pipelines: int
+    steps: int
+    start: Start
+
+    @property
+    def per_step(self) -> int:
+        """Examples each input pipeline gives one step."""
+        return self.global_batch // self.pipelines
+
+    def first_batch(self, local_batch: int) -> int:
+        """The stream's batch number (of ``local_batch`` examples) at ``start``."""
+        return (self.start.epoch * self.steps * self.per_step + self.start.consumed) \
+            // local_batch
+
+    def eval_steps(self, examples: int) -> int | None:
+        """Steps of an evaluation pass over ``examples`` (fit needs the count: a
+        distributed dataset has no known size); None without examples."""
+        return -(-examples // self.global_batch) if examples else None
+
+
+def plan_steps(source: Source, *, global_batch: int, pipelines: int, seed: int,
+               resumed_batches: int = 0) -> StepPlan:
+    """The ``StepPlan`` of training on ``source``: whole steps of the smallest pipeline's
+    part per pass, resumed after ``resumed_batches`` global batches."""
+    per_step = global_batch // pipelines
+    steps = steps_per_pass(source, pipelines, per_step, seed)
+    return StepPlan(global_batch, pipelines, steps, start_at(resumed_batches, steps, per_step))
+
+
 def partition(source: Source, index: int, count: int, seed: int) -> Part:
     """The part pipeline ``index`` of ``count`` reads (see the module docstring)."""
     n = len(source.files)
@@ -361,26 +402,38 @@ def service_stream(source: Source, examples: ExamplesFn, *, seed: int, block: in
 
 def batches(source: Source, examples: ExamplesFn, data_cfg: Any, *, training: bool,
             seed: int, batch_size: int, input_context: tf.distribute.InputContext | None,
-            start: Start | None = None, store: Any = None, what: str = "example"
-            ) -> tf.data.Dataset:
+            start: Start | None = None, store: Any = None, what: str = "example",
+            grouping: Any = None) -> tf.data.Dataset:
     """Batches of one pipeline of ``source``: the training stream from ``start`` (whole
     per-replica batches) or an evaluation pass (every example), or the tf.data service's
     shape of them when ``data.service.address`` is set. ``batch_size`` is the global
     batch; ``store`` (``tfapp.data.store``), when ``examples`` reads through one, makes
     the first pass read its files to the end so the store completes. A DataError when a
-    training pipeline's part holds less than one step (``what``: its unit, for it)."""
+    training pipeline's part holds less than one step (``what``: its unit, for it).
+
+    With a ``grouping`` (``tfapp.data.lengths.Grouping``) batches are grouped by length
+    (windows of whole batches, aligned to the stream's batch count so a resume rebuilds
+    its window and skips the batches already done)."""
     start = start or Start()
-    pipelines, index, local_batch = 1, 0, batch_size
+    pipelines, index, local_batch, replicas = 1, 0, batch_size, 1
     if input_context is not None:
         pipelines, index = input_context.num_input_pipelines, input_context.input_pipeline_id
         local_batch = input_context.get_per_replica_batch_size(batch_size)
+        replicas = input_context.num_replicas_in_sync // pipelines
+    plan = grouping.plan(local_batch, replicas) if grouping is not None else None
     if data_cfg.service.address:
         dataset = service_stream(source, examples, seed=seed, block=data_cfg.shuffle_buffer,
                                  training=training, deterministic=data_cfg.deterministic)
+        if plan is not None:
+            return grouping(dataset.rebatch(plan.window_examples, drop_remainder=training),
+                            plan, training=training)
         return dataset.rebatch(local_batch, drop_remainder=training)
     part = partition(source, index, pipelines, seed)
     if not training:
-        return eval_stream(source, part, examples).rebatch(local_batch)
+        dataset = eval_stream(source, part, examples)
+        if plan is not None:
+            return grouping(dataset.rebatch(plan.window_examples), plan, training=False)
+        return dataset.rebatch(local_batch)
     per_step = batch_size // pipelines
     steps = steps_per_pass(source, pipelines, per_step, seed)
     if steps < 1:
@@ -390,9 +443,18 @@ def batches(source: Source, examples: ExamplesFn, data_cfg: Any, *, training: bo
                else "")
             + f", fewer than one batch of {per_step}; training drops incomplete batches, "
             "so lower data.batch_size or add data")
+    first = (start.epoch * steps * per_step + start.consumed) // local_batch
+    aligned = first - first % plan.window_batches if plan is not None else first
+    if aligned != first:
+        done = aligned * local_batch
+        start = Start(done // (steps * per_step), done % (steps * per_step))
     dataset = training_stream(source, part, examples, seed=seed, block=data_cfg.shuffle_buffer,
                               examples_per_pass=steps * per_step, start=start,
                               read_to_end=store is not None and store.done() < len(source.files))
-    dataset = dataset.rebatch(local_batch, drop_remainder=True)
-    first = (start.epoch * steps * per_step + start.consumed) // local_batch
+    if plan is None:
+        dataset = dataset.rebatch(local_batch, drop_remainder=True)
+    else:
+        dataset = grouping(dataset.rebatch(plan.window_examples, drop_remainder=True), plan,
+                           training=True, first_window=aligned // plan.window_batches)
+        dataset = dataset.skip(first - aligned)
     return stages.log_ids(dataset, first_batch=first, pipeline=index)

@@ -44,7 +44,7 @@ from tfapp.data.tags import (
     tag_problem,
 )
 from tfapp.demo import DEMO_DIR
-from tfapp.errors import DataError
+from tfapp.errors import DataError, Setting
 from tfapp.textio import NOT_UTF8, has_undecodable, iter_lines, json_line
 
 __all__ = ["TaggedSentence", "read_tagged", "tagged_rows",
@@ -207,7 +207,7 @@ def read_tagged(spec: str, data_cfg: NerDataConfig, *, split: str, mode: str,
 
     Bad sentences fail or are recorded in ``report`` per ``mode``; raises when none remains.
     """
-    what = f"data.{split}_files"
+    what = Setting(f"data.{split}_files")
     bad = BadRowPolicy(mode, report, split)
     scheme = data_cfg.tag_scheme
     out: list[TaggedSentence] = []
@@ -221,7 +221,7 @@ def read_tagged(spec: str, data_cfg: NerDataConfig, *, split: str, mode: str,
             out.append(TaggedSentence(words, tags, (path, start)))
         log_entity_counts(path, counts, scheme)
     if not out:
-        raise DataError(f"{what}: no usable sentences in '{spec}' "
+        raise DataError(what, f": no usable sentences in '{spec}' "
                         f"({report.per_split.get(split, 0)} bad row(s) skipped: "
                         f"{report.summary()})")
     return out
@@ -257,6 +257,7 @@ def keep_known_tags(sentences: list[TaggedSentence], names: list[str], *, split:
                                       f"'{split_tag(unseen)[1]}' is not among "
                                       f"{known_from} ({types})")
     if not kept:
-        raise DataError(f"data.{split}_files: no usable sentences left after dropping "
-                        f"{report.per_split.get(split, 0)} bad row(s): {report.summary()}")
+        raise DataError(Setting(f"data.{split}_files"), ": no usable sentences left after "
+                        f"dropping {report.per_split.get(split, 0)} bad row(s): "
+                        f"{report.summary()}")
     return kept

@@ -31,8 +31,8 @@ from typing import Any
 from tfapp.atomic import read_state, write_text
 from tfapp.cachedir import usable_cache_dir
 from tfapp.config import NerDataConfig
+from tfapp.data import lengths, stream
 from tfapp.data import pipeline as stages
-from tfapp.data import stream
 from tfapp.data.bert_preprocess import FEATURE_KEYS
 from tfapp.data.manifest import BUCKETS
 from tfapp.data.ner_splits import NerSplits
@@ -288,10 +288,12 @@ def _store(data: NerData, split: SplitData, preprocess_fn: Any, cfg: NerDataConf
 def make_ner_dataset(data: NerData, split: SplitData, preprocess_fn: Any, cfg: NerDataConfig, *,
                      batch_size: int, training: bool, seed: int,
                      input_context: tf.distribute.InputContext | None = None,
-                     start: stream.Start | None = None) -> tf.data.Dataset:
+                     start: stream.Start | None = None,
+                     grouping: lengths.Grouping | None = None) -> tf.data.Dataset:
     """``(features, labels)`` batches of one split's windows, labels int32 ``[batch,
     seq_length]`` with ``IGNORE`` off first pieces: the stream of ``tfapp.data.stream``
-    (own files, a seeded resumable order from ``start``), as for the classifier."""
+    (own files, a seeded resumable order from ``start``), as for the classifier. With a
+    ``grouping`` each batch is cut to its length bucket (features and labels alike)."""
     pipelines, index = 1, 0
     if input_context is not None:
         pipelines, index = input_context.num_input_pipelines, input_context.input_pipeline_id
@@ -312,7 +314,7 @@ def make_ner_dataset(data: NerData, split: SplitData, preprocess_fn: Any, cfg: N
                                           deterministic=True)
     dataset = stream.batches(source, examples, cfg, training=training, seed=seed,
                              batch_size=batch_size, input_context=input_context, start=start,
-                             store=store, what="window")
+                             store=store, what="window", grouping=grouping)
     dataset = dataset.map(lambda b: ({k: b[k] for k in FEATURE_KEYS}, b["labels"]))
     return stages.finalize(dataset, cfg, split.name, sharded_by_context=input_context is not None,
                            deterministic=True, training=training)
@@ -329,6 +331,18 @@ def eval_windows(data: NerData, split: SplitData, preprocess_fn: Any, seq_length
     return stream.eval_stream(source, stream.partition(source, 0, 1, 0),
                               lambda f, j: sentences(f, j).map(cut)
                               ).rebatch(batch_size).prefetch(2)
+
+
+def window_lengths(data: NerData, preprocess_fn: Any, seq_length: int, rows: int = 4096
+                   ) -> np.ndarray:
+    """Token lengths of the first ``rows`` training windows (in file order, the same on
+    every worker): what ``lengths.boundaries`` places the buckets by."""
+    out: list[np.ndarray] = []
+    for batch in eval_windows(data, data.split("train"), preprocess_fn, seq_length, 512):
+        out.append(batch["input_mask"].numpy().sum(axis=1))
+        if sum(len(o) for o in out) >= rows:
+            break
+    return np.concatenate(out)[:rows] if out else np.zeros([0], np.int64)
 
 
 class KeptWindows:

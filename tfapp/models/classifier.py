@@ -89,8 +89,10 @@ def output_units(num_classes: int, multi_label: bool) -> tuple[int, str]:
     return (1, "sigmoid") if num_classes == 2 else (num_classes, "softmax")
 
 
-def _inputs(seq_length: int) -> dict[str, tf.Tensor]:
-    return {k: tf.keras.Input(shape=(seq_length,), dtype=tf.int32, name=k)
+def _inputs() -> dict[str, tf.Tensor]:
+    # Any length up to seq_length: batches come padded to their length bucket
+    # (tfapp.data.lengths), the serving export to seq_length.
+    return {k: tf.keras.Input(shape=(None,), dtype=tf.int32, name=k)
             for k in BERT_INPUT_KEYS}
 
 
@@ -180,7 +182,7 @@ def build_classifier(model_cfg: ClassifierModelConfig, *, num_classes: int, mult
       model_cfg: the ``model`` config group.
       num_classes: number of labels (2 for binary).
       multi_label: independent sigmoid per label.
-      seq_length: fixed token length of the inputs (static shapes for XLA/TPU).
+      seq_length: the longest token length the inputs have (batches may be shorter).
       vocab_size: WordPiece vocab size; required for cnn/rnn.
       hub_handle: the *resolved* encoder handle (see ``tfapp.hub.handles``); default
         ``model_cfg.hub_handle``.
@@ -203,7 +205,7 @@ def build_classifier(model_cfg: ClassifierModelConfig, *, num_classes: int, mult
     handle = (hub_handle if hub_handle is not None else model_cfg.hub_handle) \
         if kind == "bert" else ""
 
-    inputs = _inputs(seq_length)
+    inputs = _inputs()
     if kind == "bert":
         features = _bert_features(model_cfg, inputs, handle, encoder)
     elif kind == "cnn":

@@ -22,7 +22,8 @@ def build_token_classifier(model_cfg: NerModelConfig, *, num_tags: int, seq_leng
                            hub_handle: str, encoder: tf.keras.layers.Layer | None = None
                            ) -> tf.keras.Model:
     """The uncompiled token classifier (build it in the strategy's scope)."""
-    inputs = {k: tf.keras.Input(shape=(seq_length,), dtype=tf.int32, name=k)
+    # Any length up to seq_length: batches come padded to their length bucket.
+    inputs = {k: tf.keras.Input(shape=(None,), dtype=tf.int32, name=k)
               for k in BERT_INPUT_KEYS}
     outputs = bert_encoder_outputs(model_cfg, inputs, hub_handle, encoder)
     x = tf.keras.layers.Dropout(model_cfg.dropout, name="head_dropout")(

@@ -383,7 +383,9 @@ td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}th{background:#f5f5
 td:first-child,th:first-child{text-align:left}pre{background:#f7f7f7;padding:8px;
 overflow:auto;font-size:12px}.charts{display:flex;flex-wrap:wrap;gap:10px}
 svg.chart{background:#fff;border:1px solid #e3e3e3}.muted{color:#777}
-tr.best td{background:#fff4d6;font-weight:bold}figure{margin:0}
+tr.best td{background:#fff4d6;font-weight:bold}
+figure{margin:0;display:flex;flex-direction:column;align-items:center}
+figure img{display:block}figcaption{margin-top:2px;font-size:13px;font-weight:bold}
 """
 
 

@@ -205,7 +205,9 @@ def plot_confusion_matrix(matrix: np.ndarray, label_names: list[str], title: str
                     color="white" if share[i, j] > 0.5 else "black")
     fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
+    # "tight" grows the canvas to all that is drawn: with two labels the figure is narrower
+    # than "validation, exported model (epoch 2)", which was cut at its edges.
+    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight", pad_inches=0.1)
     plt.close(fig)
     return buf.getvalue()
 

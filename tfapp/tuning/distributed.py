@@ -120,10 +120,12 @@ def address() -> str:
 def role() -> str:
     if ENV_IP not in os.environ:
         return "local"
-    return "chief" if is_chief() else "worker"
+    return "chief" if serves_oracle() else "worker"
 
 
-def is_chief() -> bool:
+def serves_oracle() -> bool:
+    """Whether this tuner process is the tuning chief, the one that serves the oracle (not
+    ``runtime.is_chief``: the chief of a training cluster, from TF_CONFIG)."""
     return ENV_IP in os.environ and "chief" in os.environ.get(ENV_ID, "")
 
 

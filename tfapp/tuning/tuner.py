@@ -146,7 +146,7 @@ class ConfigTuner(base_tuner.BaseTuner):
             distributed.route_client(self.oracle)
 
     def search(self, *args, **kwargs) -> None:
-        if distributed.is_chief():
+        if distributed.serves_oracle():
             # The chief only serves the oracle (BaseTuner.search would too, but polls for
             # the end every 20 s).
             self.oracle.verbose = 0

@@ -84,7 +84,7 @@ class LoadedClassifier(ExportedModel):
     def evaluate(self, files: str, params: Path, flags: dict[str, Any]) -> Evaluation:
         """Accuracy, AUC, ... on labelled ``files``, read with the run's columns and format
         (``params``) unless ``flags`` say otherwise."""
-        from tfapp.data.sources import BadRowReport, LabelVocab, encode_examples, read_examples
+        from tfapp.data.sources import BadRowReport, LabelVocab, read_examples, to_example_set
         from tfapp.training.metrics import classification_report, format_report
 
         if flags.get("format") == "conll":
@@ -101,9 +101,9 @@ class LoadedClassifier(ExportedModel):
         data.multi_label = multi_label
         report = BadRowReport()
         raw = read_examples(files, data, split="test", mode=data.on_bad_rows, report=report)
-        examples = encode_examples(raw, LabelVocab(self.label_names, multi_label),
-                                   split="test", mode=data.on_bad_rows, report=report,
-                                   known_from="the model")
+        examples = to_example_set(raw, LabelVocab(self.label_names, multi_label),
+                                  split="test", mode=data.on_bad_rows, report=report,
+                                  known_from="the model")
         probs, _ = self.predict(examples.texts, examples.text_pairs)
         if len(self.label_names) == 2 and not multi_label:
             probs = probs[:, 1:]  # the report scores a binary model by P(positive)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from dataclasses import dataclass
 
 from tfapp.atomic import write_bytes, write_text
@@ -15,9 +14,11 @@ from tfapp.data.classification import (
     make_classification_dataset,
     raw_batches,
     resolve_demo,
+    token_lengths,
 )
+from tfapp.data.lengths import grouping_for
 from tfapp.data.pipeline import distribute
-from tfapp.data.stream import start_at, steps_per_pass
+from tfapp.data.stream import plan_steps
 from tfapp.model_card import ModelCard, vocabulary_scripts
 from tfapp.models.classifier import build_classifier
 from tfapp.tasks.classifier.export import ClassifierServing, export_classifier
@@ -82,32 +83,34 @@ class ClassifierTask(Task):
         s = load_classification_splits(d, seed, label_vocab_path=self.layout.labels,
                                        keep_vocab=self.ctx.resuming)
         rt = self.runtime
-        global_batch = rt.global_batch_size(d.batch_size)
-        pipelines = rt.input_pipelines
-        per_step = global_batch // pipelines
-        train_source = s.source(s.train)
-        steps = steps_per_pass(train_source, pipelines, per_step, seed)
-        start = start_at(self.ctx.resumed_batches(), steps, per_step)
+        plan = plan_steps(s.source(s.train), global_batch=rt.global_batch_size(d.batch_size),
+                          pipelines=rt.input_pipelines, seed=seed,
+                          resumed_batches=self.ctx.resumed_batches())
+        grouping, why = grouping_for(
+            d.length_buckets, d.seq_length, seed,
+            token_lengths(s, preprocess) if d.length_buckets > 1 else np.zeros([0]),
+            device_kind=rt.device_kind, input_pipelines=plan.pipelines)
+        log.info("data: %s", why)
 
         def dataset(split, training):
             return distribute(rt.strategy, lambda input_context: (
                 make_classification_dataset(
-                    s, split, preprocess, d, batch_size=global_batch, training=training,
-                    seed=seed, input_context=input_context, start=start)))
+                    s, split, preprocess, d, batch_size=plan.global_batch, training=training,
+                    seed=seed, input_context=input_context, start=plan.start,
+                    grouping=grouping)))
 
         validation = s.validation if s.size(s.validation) else None
         return ClassifierInputs(
             train=dataset(s.train, True),
             validation=dataset(validation, False) if validation is not None else None,
             num_train_examples=s.size(s.train),
-            batches_per_pass=steps,
+            batches_per_pass=plan.steps,
             num_validation_examples=s.size(validation),
             # Replicas past the end of their part get empty batches (get_next_as_optional),
             # so every replica runs the same number of validation steps. Always given: a
             # distributed dataset has no known size, and fit needs one for validation with
             # steps_per_execution > 1 even on one replica.
-            validation_steps=(math.ceil(s.size(validation) / global_batch)
-                              if validation is not None else None),
+            validation_steps=plan.eval_steps(s.size(validation)),
             splits=s, **bert._asdict())
 
     def build_model(self, inputs: ClassifierInputs):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from tfapp.config import GenerationConfig
 from tfapp.data import text_lines
 from tfapp.data.pipeline import distribute
 from tfapp.data.splits import SplitData
-from tfapp.data.stream import start_at, steps_per_pass
+from tfapp.data.stream import plan_steps
 from tfapp.model_card import CARD_FILE, ModelCard, vocabulary_scripts
 from tfapp.models import decoding, seq2seq
 from tfapp.tasks.generator.scores import SUMMARY, format_generator_report, generator_report
@@ -305,30 +304,28 @@ class GeneratorTask(Task):
 
     def build_inputs(self) -> GeneratorInputs:
         d, rt, seed = self.cfg.data, self.runtime, self.cfg.runtime.seed
-        global_batch = rt.global_batch_size(d.batch_size)
         data = text_lines.build_generator_data(d, seed=seed, vocab_path=self.layout.vocab,
                                                keep_vocab=self.ctx.resuming)
         text_lines.save_vocabulary(data.vocabulary, self.layout.vocab)
-        per_step = global_batch // rt.input_pipelines
-        steps = steps_per_pass(data.source(data.splits.train), rt.input_pipelines, per_step,
-                               seed)
-        start = start_at(self.ctx.resumed_batches(), steps, per_step)
+        plan = plan_steps(data.source(data.splits.train),
+                          global_batch=rt.global_batch_size(d.batch_size),
+                          pipelines=rt.input_pipelines, seed=seed,
+                          resumed_batches=self.ctx.resumed_batches())
 
         def dataset(split, training):
             return distribute(rt.strategy, lambda input_context: (
                 text_lines.make_generator_dataset(
-                    data, split, d, batch_size=global_batch, training=training, seed=seed,
-                    input_context=input_context, start=start)))
+                    data, split, d, batch_size=plan.global_batch, training=training,
+                    seed=seed, input_context=input_context, start=plan.start)))
 
         validation = data.splits.validation if data.size(data.splits.validation) else None
         n_val = data.size(validation)
         return GeneratorInputs(
             train=dataset(data.splits.train, True),
             validation=dataset(validation, False) if validation is not None else None,
-            num_train_examples=data.size(data.splits.train), batches_per_pass=steps,
+            num_train_examples=data.size(data.splits.train), batches_per_pass=plan.steps,
             num_validation_examples=n_val,
-            # A distributed dataset has no known size: fit needs the step count.
-            validation_steps=math.ceil(n_val / global_batch) if n_val else None,
+            validation_steps=plan.eval_steps(n_val),
             vocabulary=data.vocabulary, sample_prompts=data.sample_prompts,
             test=data.splits.test if data.size(data.splits.test) else None)
 

@@ -140,15 +140,13 @@ class MaskedLMTask(Task):
         preprocess = make_bert_preprocess_fn(hub_preprocessor=str(preprocessor),
                                              seq_length=seq_length)
         rt = self.runtime
-        global_batch = rt.global_batch_size(d.batch_size)
         source = corpus.source()
-        per_step = global_batch // rt.input_pipelines
-        steps = stream.steps_per_pass(source, rt.input_pipelines, per_step, seed)
-        if steps < 1:
+        plan = stream.plan_steps(source, global_batch=rt.global_batch_size(d.batch_size),
+                                 pipelines=rt.input_pipelines, seed=seed,
+                                 resumed_batches=self.ctx.resumed_batches())
+        if plan.steps < 1:
             raise ConfigError(f"data.train_files: the corpus has {source.size} texts, fewer "
-                              f"than one batch of {per_step}; lower data.batch_size")
-        resumed = self.ctx.resumed_batches()
-        start = stream.start_at(resumed, steps, per_step)
+                              f"than one batch of {plan.per_step}; lower data.batch_size")
         text = {"text": tf.io.FixedLenFeature([], tf.string)}
 
         def texts(file, index):
@@ -159,24 +157,24 @@ class MaskedLMTask(Task):
         def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
             part = stream.partition(source, ctx.input_pipeline_id, ctx.num_input_pipelines,
                                     seed)
-            local = ctx.get_per_replica_batch_size(global_batch)
+            local = ctx.get_per_replica_batch_size(plan.global_batch)
             ds = stream.training_stream(source, part, texts, seed=seed,
                                         block=max(1, d.shuffle_buffer),
-                                        examples_per_pass=steps * per_step, start=start)
+                                        examples_per_pass=plan.steps * plan.per_step,
+                                        start=plan.start)
             ds = ds.rebatch(local, drop_remainder=True)
             ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
             # The batch index seeds the masks: new masks every step, the same run for the
             # same seed, and a resumed run draws the masks the first run would have. Each
             # input pipeline gets its own stream.
-            first = (start.epoch * steps * per_step + start.consumed) // local
-            ds = ds.enumerate(start=first).map(
+            ds = ds.enumerate(start=plan.first_batch(local)).map(
                 lambda step, f: masker(step * ctx.num_input_pipelines + ctx.input_pipeline_id,
                                        f),
                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
             return ds.prefetch(tf.data.AUTOTUNE) if d.prefetch else ds
 
         return MlmInputs(train=distribute(self.runtime.strategy, dataset_fn),
-                         num_train_examples=source.size, batches_per_pass=steps,
+                         num_train_examples=source.size, batches_per_pass=plan.steps,
                          module=root, meta=meta, seq_length=seq_length,
                          max_predictions=max_predictions)
 

@@ -154,16 +154,6 @@ class NerServing(tf.Module):
                                         tf.int32)}
 
 
-def entities(outputs: dict, index: int) -> list[dict]:
-    """The entities of string ``index`` from ``serve``'s numpy outputs, as dicts."""
-    count = int(outputs["num_entities"][index])
-    return [{"type": outputs["entity_type"][index][j].decode(),
-             "text": outputs["entity_text"][index][j].decode(),
-             "start": int(outputs["entity_start"][index][j]),
-             "end": int(outputs["entity_end"][index][j]),
-             "score": float(outputs["entity_score"][index][j])} for j in range(count)]
-
-
 def export_ner(serving: NerServing, export_dir: str | os.PathLike, *, metadata: dict,
                card: str = "") -> Path:
     """The serving SavedModel, its metadata and its model card (``README.md``)."""

@@ -32,6 +32,18 @@ from tfapp.serving import (
 from tfapp.tasks.ner.scores import entity_report, format_entity_report
 
 
+def entities_of(outputs: dict, index: int) -> list[dict]:
+    """The entities of string ``index`` from ``serve``'s numpy outputs, as dicts (here,
+    not in ``export``: reading an export's outputs needs no TensorFlow, and ``export``
+    imports this module for ``FORMAT``)."""
+    count = int(outputs["num_entities"][index])
+    return [{"type": outputs["entity_type"][index][j].decode(),
+             "text": outputs["entity_text"][index][j].decode(),
+             "start": int(outputs["entity_start"][index][j]),
+             "end": int(outputs["entity_end"][index][j]),
+             "score": float(outputs["entity_score"][index][j])} for j in range(count)]
+
+
 class LoadedTagger(ExportedModel):
     """An exported NER model and its metadata (tag names, entity types)."""
 
@@ -43,8 +55,6 @@ class LoadedTagger(ExportedModel):
 
     def entities(self, texts: list[str]) -> list[list[dict]]:
         """Per text: its entities as {type, text, start, end, score} (character offsets)."""
-        from tfapp.tasks.ner.export import entities
-
         import tensorflow as tf
 
         serve = self.module.signatures["serving_default"]
@@ -52,7 +62,7 @@ class LoadedTagger(ExportedModel):
         for start in range(0, len(texts), BATCH):
             batch = texts[start:start + BATCH]
             result = {k: v.numpy() for k, v in serve(text=tf.constant(batch)).items()}
-            out += [entities(result, i) for i in range(len(batch))]
+            out += [entities_of(result, i) for i in range(len(batch))]
         return out
 
     def predict_lines(self, texts: list[str], pairs: list[str] | None, *,

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from dataclasses import dataclass, field
 
 from tfapp.atomic import write_text
+from tfapp.data.lengths import grouping_for
 from tfapp.data.ner_splits import load_ner_splits
 from tfapp.data.pipeline import distribute
 from tfapp.data.prepare import RowSpec
-from tfapp.data.stream import start_at, steps_per_pass
+from tfapp.data.stream import plan_steps
 from tfapp.data.tagged import demo_ner_file
 from tfapp.data.token_classification import (
     KeptWindows,
@@ -21,6 +21,7 @@ from tfapp.data.token_classification import (
     gold_tags,
     make_ner_dataset,
     predict_tags,
+    window_lengths,
 )
 from tfapp.model_card import ModelCard
 from tfapp.models.token_classifier import (
@@ -36,6 +37,7 @@ from tfapp.training.bert_inputs import BertInputs, bert_setup, hub_encoder_recom
 from tfapp.training.task import Task, TaskOutput
 from tfapp.training.tb_logging import log_test_metrics
 
+import numpy as np
 import tensorflow as tf
 
 log = logging.getLogger("tfapp")
@@ -133,31 +135,34 @@ class NerTask(Task):
         log.info("data: %d train / %d validation / %d test sentences, %d tags",
                  data.sentences.get("train", 0), data.sentences.get("validation", 0),
                  data.sentences.get("test", 0), len(splits.tag_names))
-        global_batch = rt.global_batch_size(d.batch_size)
-        per_step = global_batch // rt.input_pipelines
         train = data.split("train")
-        steps = steps_per_pass(data.source(train), rt.input_pipelines, per_step, seed)
-        start = start_at(self.ctx.resumed_batches(), steps, per_step)
+        plan = plan_steps(data.source(train), global_batch=rt.global_batch_size(d.batch_size),
+                          pipelines=rt.input_pipelines, seed=seed,
+                          resumed_batches=self.ctx.resumed_batches())
+        grouping, why = grouping_for(
+            d.length_buckets, d.seq_length, seed,
+            window_lengths(data, preprocess, d.seq_length) if d.length_buckets > 1
+            else np.zeros([0]), device_kind=rt.device_kind, input_pipelines=rt.input_pipelines)
+        log.info("data: %s", why)
 
         def dataset(split, training):
             return distribute(rt.strategy, lambda input_context: (
-                make_ner_dataset(data, split, preprocess, d, batch_size=global_batch,
+                make_ner_dataset(data, split, preprocess, d, batch_size=plan.global_batch,
                                  training=training, seed=seed, input_context=input_context,
-                                 start=start)))
+                                 start=plan.start, grouping=grouping)))
 
         validation = data.split("validation") if data.size(data.split("validation")) else None
         gold = {name: gold_tags(data, data.split(name)) for name in ("validation", "test")
                 if data.size(data.split(name))}
         windows = {name: KeptWindows(eval_windows(data, data.split(name), preprocess,
-                                                  d.seq_length, global_batch))
+                                                  d.seq_length, plan.global_batch))
                    for name in gold}
         return NerInputs(
             train=dataset(train, True),
             validation=dataset(validation, False) if validation else None,
-            num_train_examples=data.size(train), batches_per_pass=steps,
+            num_train_examples=data.size(train), batches_per_pass=plan.steps,
             num_validation_examples=data.size(validation),
-            validation_steps=(math.ceil(data.size(validation) / global_batch)
-                              if validation else None),
+            validation_steps=plan.eval_steps(data.size(validation)),
             data=data, gold=gold, windows=windows, **bert._asdict())
 
     def build_model(self, inputs: NerInputs):

@@ -1,0 +1,263 @@
+"""Length-aware batches: each batch padded to the smallest of a few bucket lengths that
+holds its longest example, instead of to ``data.seq_length``.
+
+How a pipeline's batches are made (``group``):
+
+1. The stream's examples are taken a *window* at a time: ``WINDOW_BATCHES`` batches' worth
+   (rounded up to whole units), as Hugging Face's ``LengthGroupedSampler`` takes
+   megabatches of 50 batches. Training windows are aligned to the stream's batch count,
+   so a resume rebuilds the window it stopped in and skips the batches already trained
+   on (``stream.batches``): the batches are exactly those of an uninterrupted run.
+2. The window is sorted by bucket (longest first; randomly within a bucket, whose
+   examples all pad to one length anyway) and cut into batches of the same
+   number of examples as without buckets, so steps per pass, the learning-rate schedule
+   and the loss normalisation (a mean over the batch's examples, or over its real tokens
+   for token-level losses) do not change.
+3. A *unit* of consecutive batches shares one length: the replicas' batches of one step
+   (``distribute_datasets_from_function`` hands a pipeline's consecutive batches to its
+   replicas), times the steps of one execution where a TPU needs one shape per execution.
+   The unit is padded to the smallest bucket boundary that holds its longest example.
+4. Training takes the window's units in a random order drawn from ``(seed, window)``, so
+   lengths do not cycle; evaluation keeps them sorted (its metrics are sums).
+
+Boundaries (``boundaries``) are quantiles of the training examples' token lengths, rounded
+up to a multiple that suits the device (8 on CPU and GPU, 128 on TPU), the last one
+``seq_length``; so a run has at most ``data.length_buckets`` batch shapes, and XLA compiles
+the step at most once per shape.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = ["LengthPlan", "Grouping", "boundaries", "group", "WINDOW_BATCHES", "multiple_for",
+           "padding_efficiency", "mask_lengths"]
+
+#: batches sorted together (Hugging Face's LengthGroupedSampler uses megabatches of 50)
+WINDOW_BATCHES = 50
+
+
+def multiple_for(device_kind: str) -> int:
+    """Bucket lengths are rounded up to this: 128 on TPU (its XLA layouts tile the minor
+    dimensions by 128, Cloud TPU performance guide), 8 elsewhere (tensor-core and
+    vector-unit friendly)."""
+    return 128 if device_kind == "TPU" else 8
+
+
+def boundaries(lengths: np.ndarray, buckets: int, seq_length: int, multiple: int
+               ) -> tuple[int, ...]:
+    """Up to ``buckets`` ascending padded lengths, the last ``seq_length``: the
+    ``i/buckets`` quantiles of ``lengths`` (lengths that occur) rounded up to ``multiple``
+    (duplicates merged)."""
+    top = int(seq_length)
+    if buckets <= 1 or len(lengths) == 0:
+        return (top,)
+    qs = np.quantile(np.asarray(lengths, np.float64), np.arange(1, buckets) / buckets,
+                     method="higher")
+    edges = {min(top, max(multiple, int(math.ceil(q / multiple)) * multiple)) for q in qs}
+    edges.add(top)
+    return tuple(sorted(edges))
+
+
+@dataclass(frozen=True)
+class LengthPlan:
+    """How one pipeline's batches are grouped by length.
+
+    Attributes:
+      boundaries: the padded lengths, ascending; the last is ``data.seq_length``.
+      batch: examples per batch (the per-replica batch).
+      unit: consecutive batches that share one length (replicas per step x steps per
+        execution where the device needs one shape per execution).
+      seq_length: the length the examples arrive padded to.
+    """
+
+    boundaries: tuple[int, ...]
+    batch: int
+    unit: int = 1
+    seq_length: int = 0
+
+    @property
+    def window_units(self) -> int:
+        return max(1, -(-WINDOW_BATCHES // self.unit))
+
+    @property
+    def window_batches(self) -> int:
+        """Batches per window (a multiple of ``unit``)."""
+        return self.window_units * self.unit
+
+    @property
+    def window_examples(self) -> int:
+        return self.window_batches * self.batch
+
+    def describe(self) -> str:
+        return (f"{len(self.boundaries)} length bucket(s) "
+                f"{', '.join(str(b) for b in self.boundaries)}")
+
+
+def mask_lengths(batch: dict[str, tf.Tensor]) -> tf.Tensor:
+    """Tokens per example of BERT inputs: the sum of ``input_mask``."""
+    return tf.reduce_sum(tf.cast(batch["input_mask"], tf.int32), axis=1)
+
+
+def _trim(batch: dict[str, tf.Tensor], length: tf.Tensor, seq_length: int
+          ) -> dict[str, tf.Tensor]:
+    """Every ``[n, seq_length, ...]`` tensor of ``batch`` cut to ``[n, length, ...]``."""
+    def cut(t: tf.Tensor) -> tf.Tensor:
+        if t.shape.rank is not None and t.shape.rank >= 2 and t.shape[1] == seq_length:
+            out = t[:, :length]
+            return tf.ensure_shape(out, [t.shape[0], None] + t.shape[2:].as_list())
+        return t
+    return {k: cut(v) for k, v in batch.items()}
+
+
+def _own(window: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    # Rebatched windows can alias the chunks they were cut from; ops reading such a buffer
+    # make TensorFlow log a 'RefCount not reliable if buf_ points to a SubBuffer' line.
+    return {k: tf.raw_ops.DeepCopy(x=v) for k, v in window.items()}
+
+
+def group(dataset: tf.data.Dataset, plan: LengthPlan, *, training: bool, seed: int,
+          first_window: int = 0, tokenize: Callable | None = None,
+          length_fn: Callable[[dict], tf.Tensor] = mask_lengths,
+          parallel: Callable[..., tf.data.Dataset] | None = None) -> tf.data.Dataset:
+    """Batches grouped by length, from ``dataset``: windows of ``plan.window_examples``
+    examples (training: whole windows of an endless stream, window numbers counted from
+    ``first_window``; evaluation: the last window may be short).
+
+    ``tokenize`` turns a window of raw examples into padded features (``None``: they are
+    features already); ``length_fn`` gives each example's real length; ``parallel(ds,
+    fn)`` maps (default ``Dataset.map`` with AUTOTUNE).
+    """
+    per_batch, unit = plan.batch, plan.unit
+    seq = plan.seq_length
+    edges = tf.constant(plan.boundaries, tf.int32)
+
+    def mapped(ds, fn):
+        if parallel is not None:
+            return parallel(ds, fn)
+        return ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+    if tokenize is not None:
+        dataset = mapped(dataset, lambda w: tokenize(_own(w)))
+    windows = dataset.enumerate(start=first_window) if training else \
+        dataset.map(lambda w: (tf.constant(0, tf.int64), w))
+
+    def cut(number: tf.Tensor, window: dict[str, tf.Tensor]) -> tf.data.Dataset:
+        window = _own(window)
+        lengths = length_fn(window)
+        n = tf.shape(lengths)[0]
+        # Sorted by bucket, in a random order within each bucket: a batch pads to its
+        # bucket's length anyway, and examples of one bucket but different lengths (and
+        # different content) then share batches, as they would without buckets.
+        slot = tf.minimum(tf.searchsorted(edges, lengths, side="left"),
+                          len(plan.boundaries) - 1)
+        noise = tf.random.stateless_uniform(
+            [n], seed=tf.stack([tf.cast(seed, tf.int64), number + (1 << 40)]))
+        order = tf.argsort(tf.cast(slot, tf.float32) + noise, direction="DESCENDING",
+                           stable=True)
+        batches = (n + per_batch - 1) // per_batch
+        units = (batches + unit - 1) // unit
+        # Each unit's largest bucket is its first example's (the window is sorted).
+        bucket = tf.gather(edges, tf.gather(slot, tf.gather(
+            order, tf.range(units) * unit * per_batch)))
+        unit_order = tf.range(units)
+        if training:
+            unit_order = tf.random.experimental.stateless_shuffle(
+                unit_order, seed=tf.stack([tf.cast(seed, tf.int64), number]))
+        batch_ids = tf.reshape(unit_order[:, None] * unit + tf.range(unit)[None, :], [-1])
+        batch_ids = tf.boolean_mask(batch_ids, batch_ids < batches)
+
+        def take(i):
+            j = tf.gather(batch_ids, tf.cast(i, tf.int32))
+            # A gather, not a slice: a slice of ``order`` would alias its buffer, and
+            # TensorFlow logs a 'RefCount not reliable' line for each such tensor.
+            rows = tf.gather(order, tf.range(j * per_batch, tf.minimum((j + 1) * per_batch, n)))
+            picked = {k: tf.gather(v, rows) for k, v in window.items()}
+            return _trim(picked, bucket[j // unit], seq)
+
+        return tf.data.Dataset.range(tf.cast(tf.size(batch_ids), tf.int64)).map(take)
+
+    return windows.flat_map(cut)
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """A run's length grouping, before it meets a pipeline (``stream.batches`` makes the
+    ``LengthPlan`` of each pipeline from its batch and replicas).
+
+    Attributes:
+      boundaries: the bucket lengths (``boundaries``).
+      seq_length: the length examples arrive padded to.
+      seed: the run's seed (the order of units within a window).
+      steps_per_unit: steps that share one length (1, or the steps of one execution
+        where the device needs one shape per execution).
+      tokenize: turns a window of raw examples into padded features, or None when the
+        examples arrive as features (a store replay).
+      parallel: ``parallel(dataset, fn)``, the map the tokeniser runs in.
+    """
+
+    boundaries: tuple[int, ...]
+    seq_length: int
+    seed: int
+    steps_per_unit: int = 1
+    tokenize: Callable | None = None
+    parallel: Callable[..., tf.data.Dataset] | None = None
+
+    def plan(self, batch: int, replicas: int) -> LengthPlan:
+        return LengthPlan(self.boundaries, batch, max(1, replicas) * self.steps_per_unit,
+                          self.seq_length)
+
+    def __call__(self, dataset: tf.data.Dataset, plan: LengthPlan, *, training: bool,
+                 first_window: int = 0) -> tf.data.Dataset:
+        return group(dataset, plan, training=training, seed=self.seed,
+                     first_window=first_window, tokenize=self.tokenize,
+                     parallel=self.parallel)
+
+
+def grouping_for(buckets: int, seq_length: int, seed: int, sample: np.ndarray, *,
+                 device_kind: str, input_pipelines: int) -> tuple[Grouping | None, str]:
+    """The run's ``Grouping`` for ``data.length_buckets`` (None: every batch padded to
+    ``seq_length``) and a line saying what was chosen and why."""
+    if buckets <= 1:
+        return None, f"every batch padded to seq_length {seq_length} (data.length_buckets=" \
+            f"{buckets})"
+    if input_pipelines > 1:
+        # Each worker's pipeline picks its own lengths, but a step's collectives need one
+        # shape on every worker: the all-gather of an embedding's sparse gradient is
+        # [tokens, width] (measured: "Shape mismatch in the collective instance"), and a
+        # TPU program spanning hosts compiles for one input shape.
+        return None, (f"every batch padded to seq_length {seq_length}: length buckets need "
+                      f"one input pipeline (this run has {input_pipelines}; workers would "
+                      "pad one step to different lengths)")
+    edges = boundaries(sample, buckets, seq_length, multiple_for(device_kind))
+    if len(edges) == 1:
+        return None, (f"every batch padded to seq_length {seq_length}: the training texts' "
+                      f"lengths leave one bucket at a multiple of {multiple_for(device_kind)}")
+    grouping = Grouping(edges, seq_length, seed)
+    plan = LengthPlan(edges, 32, 1, seq_length)
+    return grouping, (f"{len(edges)} length buckets ({', '.join(map(str, edges))} tokens); "
+                      f"{padding_efficiency(sample, None, seq_length):.0%} of a fixed-length "
+                      f"batch is real tokens, ~{padding_efficiency(sample, plan, seq_length):.0%}"
+                      " of a bucketed one")
+
+
+def padding_efficiency(lengths: np.ndarray, plan: LengthPlan | None, seq_length: int) -> float:
+    """Real tokens / computed tokens when ``lengths`` are batched as ``plan`` would (in
+    stream order, sorted per window), or padded to ``seq_length`` without a plan."""
+    lengths = np.minimum(np.asarray(lengths, np.int64), seq_length)
+    if plan is None or len(lengths) == 0:
+        return float(lengths.sum() / max(1, len(lengths) * seq_length))
+    edges = np.asarray(plan.boundaries)
+    computed = 0
+    for start in range(0, len(lengths), plan.window_examples):
+        window = np.sort(lengths[start:start + plan.window_examples])[::-1]
+        for u in range(0, len(window), plan.unit * plan.batch):
+            chunk = window[u:u + plan.unit * plan.batch]
+            pad = edges[min(np.searchsorted(edges, chunk[0]), len(edges) - 1)]
+            computed += len(chunk) * pad
+    return float(lengths.sum() / max(1, computed))
