@@ -128,6 +128,8 @@ def test_a_grouped_stream_resumed_mid_window_gives_the_same_batches(replicas):
             assert (a["id"] == b["id"]).all() and a["input_mask"].shape == b["input_mask"].shape
 
 
+@pytest.mark.slow
+@pytest.mark.xla_cpu
 def test_xla_compiles_the_train_step_at_most_once_per_bucket(tmp_path):
     # XLA's dump holds one module per compiled program. Texts of 1 to 40 words fall in
     # several buckets: the train step (the only compiled function: no validation, no
