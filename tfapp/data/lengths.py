@@ -115,12 +115,6 @@ def _trim(batch: dict[str, tf.Tensor], length: tf.Tensor, seq_length: int
     return {k: cut(v) for k, v in batch.items()}
 
 
-def _own(window: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-    # Rebatched windows can alias the chunks they were cut from; ops reading such a buffer
-    # make TensorFlow log a 'RefCount not reliable if buf_ points to a SubBuffer' line.
-    return {k: tf.raw_ops.DeepCopy(x=v) for k, v in window.items()}
-
-
 def group(dataset: tf.data.Dataset, plan: LengthPlan, *, training: bool, seed: int,
           first_window: int = 0, tokenize: Callable | None = None,
           length_fn: Callable[[dict], tf.Tensor] = mask_lengths,
@@ -143,12 +137,11 @@ def group(dataset: tf.data.Dataset, plan: LengthPlan, *, training: bool, seed: i
         return ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
     if tokenize is not None:
-        dataset = mapped(dataset, lambda w: tokenize(_own(w)))
+        dataset = mapped(dataset, tokenize)
     windows = dataset.enumerate(start=first_window) if training else \
         dataset.map(lambda w: (tf.constant(0, tf.int64), w))
 
     def cut(number: tf.Tensor, window: dict[str, tf.Tensor]) -> tf.data.Dataset:
-        window = _own(window)
         lengths = length_fn(window)
         n = tf.shape(lengths)[0]
         # Sorted by bucket, in a random order within each bucket: a batch pads to its
