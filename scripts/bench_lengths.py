@@ -306,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             lines, sums = bc.table(title, rows, "ex/s", "tfapp fixed padding", extra=lambda r: (
                 f"padding efficiency {r.get('padding_efficiency', 0):.2f}"))
             out += ["", *lines]
+            print("\n".join(lines), flush=True)  # each table as it is done
             tables.append({"shape": shape, "precision": precision, "rows": sums,
                            "buckets/fixed": bc.ratio(sums, "tfapp length buckets",
                                                      "tfapp fixed padding"),
@@ -313,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                                                           "HF Trainer grouped by length"),
                            "buckets/HF": bc.ratio(sums, "tfapp length buckets",
                                                   "HF Trainer dynamic padding")})
+            bc.write_json(a.json, {"benchmark": "lengths", "args": vars(a), "tables": tables})
     print("\n".join(out))
     print("\nratios of medians (targets: buckets/fixed >= 2x, buckets/HF grouped >= 1.3x)")
     for t in tables:
