@@ -171,6 +171,9 @@ def group(dataset: tf.data.Dataset, plan: LengthPlan, *, training: bool, seed: i
             # TensorFlow logs a 'RefCount not reliable' line for each such tensor.
             rows = tf.gather(order, tf.range(j * per_batch, tf.minimum((j + 1) * per_batch, n)))
             picked = {k: tf.gather(v, rows) for k, v in window.items()}
+            if training:  # whole batches: a static batch size, as drop_remainder gives
+                picked = {k: tf.ensure_shape(v, [per_batch] + v.shape[1:].as_list())
+                          for k, v in picked.items()}
             return _trim(picked, bucket[j // unit], seq)
 
         return tf.data.Dataset.range(tf.cast(tf.size(batch_ids), tf.int64)).map(take)

@@ -156,6 +156,11 @@ def _embed(model_cfg: ClassifierModelConfig, inputs: dict[str, tf.Tensor], vocab
 def _cnn_features(model_cfg: ClassifierModelConfig, inputs: dict[str, tf.Tensor],
                   vocab_size: int | None) -> tf.Tensor:
     x = _embed(model_cfg, inputs, vocab_size)
+    # Padded positions as zero vectors, like the convolution's own "same" padding: a
+    # text's features then do not depend on how far its batch is padded (length buckets
+    # in training, seq_length in the serving export).
+    x = tf.keras.layers.Lambda(lambda t: t[0] * tf.cast(t[1], t[0].dtype)[:, :, None],
+                               name="zero_padding")([x, inputs["input_mask"]])
     x = tf.keras.layers.Conv1D(model_cfg.units, CNN_KERNEL_SIZE, padding="same",
                                activation="relu", name="conv")(x)
     return MaskedMeanMaxPooling("max", name="global_max_pool")(x, inputs["input_mask"])
