@@ -94,10 +94,6 @@ class LengthPlan:
     def window_examples(self) -> int:
         return self.window_batches * self.batch
 
-    def describe(self) -> str:
-        return (f"{len(self.boundaries)} length bucket(s) "
-                f"{', '.join(str(b) for b in self.boundaries)}")
-
 
 def mask_lengths(batch: dict[str, tf.Tensor]) -> tf.Tensor:
     """Tokens per example of BERT inputs: the sum of ``input_mask``."""
@@ -167,8 +163,6 @@ def group(dataset: tf.data.Dataset, plan: LengthPlan, *, training: bool, seed: i
 
         def take(i):
             j = tf.gather(batch_ids, tf.cast(i, tf.int32))
-            # A gather, not a slice: a slice of ``order`` would alias its buffer, and
-            # TensorFlow logs a 'RefCount not reliable' line for each such tensor.
             rows = tf.gather(order, tf.range(j * per_batch, tf.minimum((j + 1) * per_batch, n)))
             picked = {k: tf.gather(v, rows) for k, v in window.items()}
             if training:  # whole batches: a static batch size, as drop_remainder gives
