@@ -31,15 +31,14 @@ def test_no_private_library_name_outside_the_compat_module():
 
 
 def test_an_untested_library_version_takes_the_public_path(monkeypatch):
-    assert compat.use_private("host_map")  # TF 2.20/2.21: the internal path
+    assert compat.use_private("determinism_query")  # TF 2.20/2.21: the internal path
     monkeypatch.setitem(compat.TESTED_VERSIONS, "tensorflow", ((2, 99),))
-    assert not compat.use_private("host_map")
-    assert compat.host_map_dataset(tf.data.Dataset.range(3), lambda x: x, None, None, {}) is None
+    assert not compat.use_private("determinism_query")
 
 
 def test_the_environment_forces_public_paths(monkeypatch):
-    monkeypatch.setenv("TFAPP_COMPAT_PUBLIC", "adam_slots,host_map")
-    assert not compat.use_private("adam_slots") and not compat.use_private("host_map")
+    monkeypatch.setenv("TFAPP_COMPAT_PUBLIC", "adam_slots,determinism_query")
+    assert not compat.use_private("adam_slots") and not compat.use_private("determinism_query")
     assert compat.use_private("onednn_query")
     monkeypatch.setenv("TFAPP_COMPAT_PUBLIC", "all")
     assert not any(compat.use_private(name) for name in compat.TOUCHES)
@@ -79,25 +78,6 @@ def test_determinism_query_both_ways():
     proc = run_python(["-c", code], timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["False", "False", "True", "False", "True"]
-
-
-def test_host_map_both_ways():
-    from tfapp.data.pipeline import host_map
-
-    ds = tf.data.Dataset.range(6)
-
-    def fn(x):
-        return tf.cast(x, tf.int32) * 3, tf.cast(x, tf.int32) + 1
-
-    private = compat.host_map_dataset(ds, fn, 2, True, {"experimental_ints_on_device": True})
-    assert type(private).__name__ == "HostMapDataset"
-    with compat.public_path("host_map"):
-        assert compat.host_map_dataset(ds, fn, 2, True, {}) is None
-        public = list(host_map(ds, fn, num_parallel_calls=2, deterministic=True))
-    got = list(host_map(ds, fn, num_parallel_calls=2, deterministic=True))
-    expected = [(3 * i, i + 1) for i in range(6)]
-    assert [(int(a), int(b)) for a, b in got] == expected
-    assert [(int(a), int(b)) for a, b in public] == expected
 
 
 def test_learning_rate_both_ways():

@@ -9,7 +9,6 @@ import textwrap
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import ClassifierDataConfig
-from tfapp.data import pipeline as stages
 from tfapp.data.bert_preprocess import make_bert_preprocess_fn
 from tfapp.data.classification import load_classification_splits, make_classification_dataset
 from tfapp.data.pipeline import distribute
@@ -220,33 +219,6 @@ def test_input_pipelines_read_disjoint_parts_covering_the_data(pre, tmp_path, fi
                                         r"of 20"):
         make_classification_dataset(splits, splits.train, pre, cfg, batch_size=60,
                                     training=True, seed=0, input_context=ctx)
-
-
-@pytest.mark.parametrize("parallel", [False, True])
-def test_host_map_gives_what_map_gives_and_marks_its_function(parallel):
-    # Several int32 outputs: the case TF's inject_prefetch rewrite cannot read on the
-    # single-device path; host_map must still iterate with autotune on (the default).
-    def fn(x):
-        return {"ids": tf.cast(x, tf.int32), "twice": tf.cast(2 * x, tf.int32)}, x % 3
-
-    kwargs = {"num_parallel_calls": tf.data.AUTOTUNE, "deterministic": True} if parallel else {}
-    source = tf.data.Dataset.range(23).batch(4)
-    fast = stages.host_map(source, fn, **kwargs).prefetch(tf.data.AUTOTUNE)
-    plain = source.map(fn, **kwargs)
-    assert fast.element_spec == plain.element_spec
-    for _ in range(2):  # a new iterator each epoch, as fit reads a finite dataset
-        got, want = list(fast.as_numpy_iterator()), list(plain.as_numpy_iterator())
-        assert len(got) == len(want) == 6
-        for (gx, gy), (wx, wy) in zip(got, want, strict=True):
-            assert gx.keys() == wx.keys()
-            assert all(np.array_equal(gx[k], wx[k]) for k in gx) and np.array_equal(gy, wy)
-
-    # The fast path was taken: the map's function carries the single-device attribute
-    # (so a TensorFlow upgrade that breaks it fails here instead of silently slowing down).
-    graph = tf.compat.v1.GraphDef.FromString(fast._as_serialized_graph().numpy())
-    marked = [f.signature.name for f in graph.library.function
-              if f.attr["experimental_ints_on_device"].b]
-    assert marked, "host_map fell back to Dataset.map"
 
 
 def test_distribute_with_the_default_strategy(pre, tmp_path):

@@ -42,8 +42,6 @@ TOUCHES: dict[str, tuple[str, str, str]] = {
                      "read TF_ENABLE_ONEDNN_OPTS; unknown when unset"),
     "determinism_query": ("tensorflow", "TensorFlow's own op-determinism flag",
                           "what tfapp enabled, or TF_DETERMINISTIC_OPS"),
-    "host_map": ("tensorflow", "tf.data maps that start without a Grappler pass per epoch",
-                 "plain Dataset.map"),
     "learning_rate_schedule": ("tf_keras", "the optimizer's schedule, evaluated at its step",
                                "optimizer.learning_rate (the rate of the last update)"),
     "adam_slots": ("tf_keras", "AdamW's update as one fused ResourceApplyAdam kernel",
@@ -192,67 +190,6 @@ def op_determinism_enabled() -> bool:
     env = os.environ.get("TF_DETERMINISTIC_OPS", "").strip().lower()
     return _determinism_enabled_here or env in ("1", "true")
 
-
-def host_map_dataset(dataset: Any, fn: Callable, num_parallel_calls: int | None,
-                     deterministic: bool | None, function_attrs: dict[str, Any]) -> Any | None:
-    """``dataset.map(fn, ...)`` whose function carries ``function_attrs``, or None when
-    that cannot be built here (the caller then uses ``Dataset.map``)."""
-    if not use_private("host_map"):
-        return None
-    try:
-        cls = _host_map_dataset_class()
-        return cls(dataset, fn, num_parallel_calls, deterministic, function_attrs)
-    except (ImportError, AttributeError, TypeError) as err:
-        _missing("host_map", err)
-        return None
-
-
-@functools.cache
-def _host_map_dataset_class() -> type:
-    """TF's ``_MapDataset`` / ``_ParallelMapDataset`` (``map_op.py``) with function
-    attributes, built from the same private pieces ``Dataset.map`` uses."""
-    import tensorflow as tf
-    from tensorflow.python.data.ops import dataset_ops, debug_mode, structured_function
-    from tensorflow.python.ops import gen_dataset_ops
-
-    class HostMapDataset(dataset_ops.UnaryDataset):
-        def __init__(self, input_dataset, fn, num_parallel_calls, deterministic, attrs):
-            if debug_mode.DEBUG_MODE:
-                raise TypeError("tf.data debug mode runs maps eagerly")
-            self._input_dataset = input_dataset
-            self._map_func = structured_function.StructuredFunctionWrapper(
-                fn, "Dataset.map()", dataset=input_dataset, defun_kwargs=dict(attrs))
-            self._name = None
-            function = self._map_func.function
-            if num_parallel_calls is None:
-                variant = gen_dataset_ops.map_dataset(
-                    input_dataset._variant_tensor, function.captured_inputs, f=function,
-                    use_inter_op_parallelism=True, preserve_cardinality=True,
-                    force_synchronous=False, **self._common_args)
-            else:
-                variant = gen_dataset_ops.parallel_map_dataset_v2(
-                    input_dataset._variant_tensor, function.captured_inputs, f=function,
-                    num_parallel_calls=tf.constant(num_parallel_calls, tf.int64),
-                    deterministic={None: "default", True: "true", False: "false"}[
-                        deterministic],
-                    use_inter_op_parallelism=True, preserve_cardinality=True,
-                    **self._common_args)
-            super().__init__(input_dataset, variant)
-
-        def _functions(self):
-            return [self._map_func]
-
-        @property
-        def element_spec(self):
-            return self._map_func.output_structure
-
-        def _transformation_name(self):
-            return "Dataset.map()"
-
-    return HostMapDataset
-
-
-# -- tf-keras -----------------------------------------------------------------------------
 
 def current_learning_rate(optimizer: Any) -> float:
     """The rate of ``optimizer``'s current step: its schedule evaluated at

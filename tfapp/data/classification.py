@@ -9,26 +9,24 @@ The classifier task calls, in order::
         seed=seed, input_context=ctx, start=start))
 
 The rows come from prepared shards (``tfapp.data.splits``); they are parsed, selected
-(held-out splits) and label-encoded in tf.data, tokenised on the host in whole batches,
-and never held in memory or in the graph. Elements are ``(features, labels)``:
-``features`` a dict of int32 ``[batch, seq_length]`` ``input_word_ids`` /
-``input_mask`` / ``input_type_ids``; ``labels`` int32 ``[batch]`` or, for multi-label
-data, float32 multi-hot ``[batch, num_classes]``.
+(held-out splits), label-encoded and tokenised in tf.data, in chunks, by the one input
+reader (``tfapp.data.reader``), and never held in memory or in the graph. Elements
+are ``(features, labels)``: ``features`` a dict of int32 ``[batch, seq_length]``
+``input_word_ids`` / ``input_mask`` / ``input_type_ids``; ``labels`` int32 ``[batch]``
+or, for multi-label data, float32 multi-hot ``[batch, num_classes]``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tfapp.config import ClassifierDataConfig
-from tfapp.data import lengths, stream
-from tfapp.data import pipeline as stages
+from tfapp.data import lengths, reader, stream
 from tfapp.data.manifest import BUCKETS, origin_order
 from tfapp.data.prepare import RowSpec
 from tfapp.data.sources import (
@@ -40,7 +38,6 @@ from tfapp.data.sources import (
     write_label_vocab,
 )
 from tfapp.data.splits import PreparedSplits, SplitData, prepared_splits
-from tfapp.data.store import CHUNK, Store, store_root
 from tfapp.errors import DataError
 
 import numpy as np
@@ -50,9 +47,6 @@ __all__ = ["ClassificationSplits", "load_classification_splits", "make_classific
            "resolve_demo", "raw_batches"]
 
 log = logging.getLogger("tfapp.data")
-
-# Rows parsed per call: each parsed batch is one chunk of examples for the stream.
-PARSE_BATCH = 256
 
 
 @dataclass
@@ -228,7 +222,7 @@ def _show(value: Any, limit: int = 60) -> str:
 
 
 def _examples_fn(split: SplitData, splits: ClassificationSplits, *,
-                 with_text: bool = True, chunk: int = PARSE_BATCH
+                 with_text: bool = True, chunk: int = reader.READ_CHUNK
                  ) -> Callable[[tf.Tensor, tf.Tensor], tf.data.Dataset]:
     """``examples(file, index)``: the rows of one shard file that belong to ``split`` and
     whose labels are known, as ``{"text"[, "text_pair"], "label", "id"}``, in chunks (the
@@ -267,9 +261,6 @@ def _examples_fn(split: SplitData, splits: ClassificationSplits, *,
 
     def examples(file: tf.Tensor, index: tf.Tensor) -> tf.data.Dataset:
         del index
-        # Dataset.map, not host_map: the single-device function path cannot run this
-        # parse (a table and ragged labels; "Expected only one fetch node"), and it is
-        # instantiated once per file, not per batch.
         return tf.data.TFRecordDataset(file).batch(chunk).map(
             parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
@@ -290,36 +281,31 @@ def _tokenize(preprocess_fn: Callable, seq_length: int) -> Callable:
     return tokenize
 
 
-def _split_batch(batch: dict[str, tf.Tensor]) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+def _model_inputs(batch: dict[str, tf.Tensor]) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
     features = {k: v for k, v in batch.items() if k not in ("label", "id")}
     return features, batch["label"]
 
 
-def _store(splits: ClassificationSplits, split: SplitData, preprocess_fn: Callable,
-           data_cfg: ClassifierDataConfig, *, write: bool) -> Store:
-    """The store of ``split``'s tokenised examples, keyed by everything that decides them."""
-    manifest = split.manifest
-    key = hashlib.sha256(repr((
-        "classifier", 1, manifest.root, manifest.to_json(), split.selector,
-        splits.label_names, splits.multi_label, _fingerprint(preprocess_fn),
-        data_cfg.seq_length, CHUNK)).encode()).hexdigest()[:16]
-    vocab = getattr(preprocess_fn, "vocab_size", None) or 1 << 31
-    ids = tf.uint16 if vocab <= 1 << 16 else tf.int32
-    seq = data_cfg.seq_length
-    spec = {"input_word_ids": tf.TensorSpec([None, seq], tf.int32),
-            "input_mask": tf.TensorSpec([None, seq], tf.int32),
-            "input_type_ids": tf.TensorSpec([None, seq], tf.int32),
-            "label": (tf.TensorSpec([None, splits.num_classes], tf.float32)
-                      if splits.multi_label else tf.TensorSpec([None], tf.int32)),
-            "id": tf.TensorSpec([None], tf.int64)}
+def classification_examples(splits: ClassificationSplits, split: SplitData,
+                            preprocess_fn: Callable, seq_length: int) -> reader.Examples:
+    """How ``split``'s rows are read and tokenised (``tfapp.data.reader``)."""
+    spec = {k: tf.TensorSpec([None, seq_length], tf.int32)
+            for k in ("input_word_ids", "input_mask", "input_type_ids")}
+    spec["label"] = (tf.TensorSpec([None, splits.num_classes], tf.float32)
+                     if splits.multi_label else tf.TensorSpec([None], tf.int32))
+    spec["id"] = tf.TensorSpec([None], tf.int64)
     label = tf.uint8 if splits.multi_label or splits.num_classes <= 256 else tf.int32
-    storage = {"input_word_ids": ids, "input_mask": tf.uint8, "input_type_ids": tf.uint8,
-               "label": label, "id": tf.int64}
-    root = store_root(data_cfg).rstrip("/")
-    return Store(f"{root}/{split.name}-{key}", spec, split.chunks(CHUNK), storage=storage,
-                 write=write, describe={"task": "classifier", "split": split.name,
-                                        "prepared": manifest.root,
-                                        "seq_length": seq, "labels": splits.label_names})
+    return reader.Examples(
+        task="classifier", split=split, source=splits.source(split),
+        read=lambda rows: _examples_fn(split, splits, chunk=rows),
+        encode=_tokenize(preprocess_fn, seq_length), model_inputs=_model_inputs,
+        spec=spec,
+        storage={"input_word_ids": reader.token_storage(getattr(preprocess_fn, "vocab_size",
+                                                                None)),
+                 "input_mask": tf.uint8, "input_type_ids": tf.uint8, "label": label,
+                 "id": tf.int64},
+        key=(splits.label_names, splits.multi_label, _fingerprint(preprocess_fn), seq_length),
+        describe={"seq_length": seq_length, "labels": splits.label_names})
 
 
 def _fingerprint(preprocess_fn: Callable) -> str:
@@ -339,52 +325,12 @@ def make_classification_dataset(splits: ClassificationSplits, split: SplitData,
                                 input_context: tf.distribute.InputContext | None = None,
                                 start: stream.Start | None = None,
                                 grouping: lengths.Grouping | None = None) -> tf.data.Dataset:
-    """The tf.data pipeline of one split: ``(features, labels)`` batches.
-
-    ``batch_size`` is the *global* batch. With an ``input_context`` (from ``distribute``)
-    this pipeline reads its own files (``tfapp.data.stream.partition``) and batches
-    ``get_per_replica_batch_size(batch_size)``. Training streams pass after pass from
-    ``start`` (``tfapp.data.stream.training_stream``: seeded, resumable), batches drop
-    the remainder (static shapes for XLA/TPU); evaluation keeps every example in order.
-    With a ``grouping`` (``tfapp.data.lengths``) batches are grouped by length and each
-    is padded to its bucket's length, not ``seq_length``.
-    """
-    pipelines, index = 1, 0
-    if input_context is not None:
-        pipelines, index = input_context.num_input_pipelines, input_context.input_pipeline_id
-    source = splits.source(split)
-    part = stream.partition(source, index, pipelines, seed)
-    tokenize = _tokenize(preprocess_fn, data_cfg.seq_length)
-    store = None
-    if store_root(data_cfg):
-        store = _store(splits, split, preprocess_fn, data_cfg,
-                       write=part.element_shard is None or index == 0)
-        cold = _examples_fn(split, splits, chunk=CHUNK)
-
-        def tokenized(file, file_index):
-            return stages.host_map(cold(file, file_index), tokenize,
-                                   num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-
-        examples = store.examples(tokenized)
-    else:
-        examples = _examples_fn(split, splits)
-    if grouping is not None:
-        grouping = replace(grouping, tokenize=tokenize if store is None else None,
-                           parallel=_parallel_map)
-    dataset = stream.batches(source, examples, data_cfg, training=training, seed=seed,
-                             batch_size=batch_size, input_context=input_context, start=start,
-                             store=store, grouping=grouping)
-    if store is None and grouping is None:
-        dataset = stages.host_map(dataset, tokenize, num_parallel_calls=tf.data.AUTOTUNE,
-                                  deterministic=True)
-    dataset = stages.host_map(dataset, _split_batch)
-    return stages.finalize(dataset, data_cfg, split.name,
-                           sharded_by_context=input_context is not None,
-                           deterministic=True, training=training)
-
-
-def _parallel_map(dataset: tf.data.Dataset, fn: Callable) -> tf.data.Dataset:
-    return stages.host_map(dataset, fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    """The tf.data pipeline of one split: ``(features, labels)`` batches
+    (``tfapp.data.reader.read_batches``: ``batch_size`` is the global batch)."""
+    return reader.read_batches(
+        classification_examples(splits, split, preprocess_fn, data_cfg.seq_length), data_cfg,
+        batch_size=batch_size, training=training, seed=seed, input_context=input_context,
+        start=start, grouping=grouping)
 
 
 def token_lengths(splits: ClassificationSplits, preprocess_fn: Callable[..., dict],

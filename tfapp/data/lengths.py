@@ -71,8 +71,7 @@ class LengthPlan:
     Attributes:
       boundaries: the padded lengths, ascending; the last is ``data.seq_length``.
       batch: examples per batch (the per-replica batch).
-      unit: consecutive batches that share one length (replicas per step x steps per
-        execution where the device needs one shape per execution).
+      unit: consecutive batches that share one length (the replicas of one step).
       seq_length: the length the examples arrive padded to.
     """
 
@@ -112,28 +111,16 @@ def _trim(batch: dict[str, tf.Tensor], length: tf.Tensor, seq_length: int
 
 
 def group(dataset: tf.data.Dataset, plan: LengthPlan, *, training: bool, seed: int,
-          first_window: int = 0, tokenize: Callable | None = None,
-          length_fn: Callable[[dict], tf.Tensor] = mask_lengths,
-          parallel: Callable[..., tf.data.Dataset] | None = None) -> tf.data.Dataset:
+          first_window: int = 0, length_fn: Callable[[dict], tf.Tensor] = mask_lengths
+          ) -> tf.data.Dataset:
     """Batches grouped by length, from ``dataset``: windows of ``plan.window_examples``
-    examples (training: whole windows of an endless stream, window numbers counted from
-    ``first_window``; evaluation: the last window may be short).
-
-    ``tokenize`` turns a window of raw examples into padded features (``None``: they are
-    features already); ``length_fn`` gives each example's real length; ``parallel(ds,
-    fn)`` maps (default ``Dataset.map`` with AUTOTUNE).
+    examples padded to ``plan.seq_length`` (training: whole windows of an endless stream,
+    window numbers counted from ``first_window``; evaluation: the last window may be
+    short). ``length_fn`` gives each example's real length.
     """
     per_batch, unit = plan.batch, plan.unit
     seq = plan.seq_length
     edges = tf.constant(plan.boundaries, tf.int32)
-
-    def mapped(ds, fn):
-        if parallel is not None:
-            return parallel(ds, fn)
-        return ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-
-    if tokenize is not None:
-        dataset = mapped(dataset, tokenize)
     windows = dataset.enumerate(start=first_window) if training else \
         dataset.map(lambda w: (tf.constant(0, tf.int64), w))
 
@@ -184,33 +171,24 @@ class Grouping:
       boundaries: the bucket lengths (``boundaries``).
       seq_length: the length examples arrive padded to.
       seed: the run's seed (the order of units within a window).
-      steps_per_unit: steps that share one length (1, or the steps of one execution
-        where the device needs one shape per execution).
-      tokenize: turns a window of raw examples into padded features, or None when the
-        examples arrive as features (a store replay).
-      parallel: ``parallel(dataset, fn)``, the map the tokeniser runs in.
     """
 
     boundaries: tuple[int, ...]
     seq_length: int
     seed: int
-    steps_per_unit: int = 1
-    tokenize: Callable | None = None
-    parallel: Callable[..., tf.data.Dataset] | None = None
 
     def plan(self, batch: int, replicas: int) -> LengthPlan:
-        return LengthPlan(self.boundaries, batch, max(1, replicas) * self.steps_per_unit,
-                          self.seq_length)
+        return LengthPlan(self.boundaries, batch, max(1, replicas), self.seq_length)
 
     def __call__(self, dataset: tf.data.Dataset, plan: LengthPlan, *, training: bool,
                  first_window: int = 0) -> tf.data.Dataset:
         return group(dataset, plan, training=training, seed=self.seed,
-                     first_window=first_window, tokenize=self.tokenize,
-                     parallel=self.parallel)
+                     first_window=first_window)
 
 
 def grouping_for(buckets: int, seq_length: int, seed: int, sample: np.ndarray, *,
-                 device_kind: str, input_pipelines: int) -> tuple[Grouping | None, str]:
+                 device_kind: str, input_pipelines: int, steps_per_execution: int | None = 1
+                 ) -> tuple[Grouping | None, str]:
     """The run's ``Grouping`` for ``data.length_buckets`` (None: every batch padded to
     ``seq_length``) and a line saying what was chosen and why."""
     if buckets <= 1:
@@ -225,6 +203,14 @@ def grouping_for(buckets: int, seq_length: int, seed: int, sample: np.ndarray, *
                       f"one input pipeline (this run has {input_pipelines}; workers would "
                       "pad one step to different lengths)")
     edges = boundaries(sample, buckets, seq_length, multiple_for(device_kind))
+    if device_kind == "TPU" and steps_per_execution != 1 and len(edges) > 1:
+        # Keras runs an execution's steps in one loop, compiled once for the TPU: the
+        # steps inside it cannot change shape, and units of one step do not line up with
+        # executions. Not tried on a TPU; fixed padding is what is known to work. (None is
+        # trainer.steps_per_execution's auto: 50 on TPU.)
+        return None, (f"every batch padded to seq_length {seq_length}: length buckets on a "
+                      "TPU need trainer.steps_per_execution=1 (this run has "
+                      f"{steps_per_execution or 'auto'})")
     if len(edges) == 1:
         return None, (f"every batch padded to seq_length {seq_length}: the training texts' "
                       f"lengths leave one bucket at a multiple of {multiple_for(device_kind)}")

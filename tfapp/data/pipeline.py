@@ -1,10 +1,8 @@
-"""The tf.data stages every task's pipeline ends with, and ``host_map``.
+"""The tf.data stages every task's pipeline ends with.
 
 * ``finalize``: ``data.service.address`` (hand the pipeline to a tf.data service
   dispatcher, ``apply_service``), ``data.prefetch`` (``AUTOTUNE``) and the
   ``tf.data.Options`` (autotune on, map parallelisation, determinism, sharding policy).
-* ``host_map``: ``Dataset.map`` whose function starts without a Grappler pass (see there);
-  a pipeline makes a new iterator every epoch of a finite dataset.
 * ``distribute``: one pipeline per input worker (``distribute_datasets_from_function``).
 * ``log_ids``: a diagnostic of which examples each training batch holds.
 
@@ -19,53 +17,17 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from tfapp import compat
 from tfapp.config import DataConfig, DataServiceConfig
 
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["host_map", "make_options", "apply_service", "finalize", "distribute", "log_ids",
+__all__ = ["make_options", "apply_service", "finalize", "distribute", "log_ids",
            "serialized_graph_bytes", "SERVICE_MODES", "INPUT_LOG"]
 
 log = logging.getLogger("tfapp.data")
 
 
-# The function attribute that sends a tf.data function down TensorFlow's single-device path.
-_HOST_FUNCTION_ATTRS = {"experimental_ints_on_device": True}
-# False restores plain Dataset.map (scripts/bench_input.py --compare-maps times both).
-HOST_MAP = True
-
-
-def host_map(dataset: tf.data.Dataset, fn: Callable, *, num_parallel_calls: int | None = None,
-             deterministic: bool | None = None) -> tf.data.Dataset:
-    """``dataset.map(fn, num_parallel_calls, deterministic)``, started without Grappler.
-
-    tf.data instantiates a map's function for every new iterator, i.e. every epoch of a
-    finite pipeline (fit's validation pass, a pipeline read epoch by epoch). TensorFlow
-    instantiates it as a multi-device function and runs the Grappler meta-optimizer over
-    its graph each time. Measured on a 2-core CPU, that took 120-220 ms for the tokeniser
-    map and 30-100 ms for a snapshot replay's maps, as much as the replay's whole epoch of
-    work. A function carrying ``experimental_ints_on_device`` takes the
-    single-device path instead (``FunctionMetadata`` in TF's captured_function.cc; TF's own
-    ``copy_to_device`` uses it) and starts in under 1 ms. tf.data functions run on the
-    host CPU, where int32 tensors live in host memory either way, so nothing else changes.
-
-    ``Dataset.map`` has no parameter for function attributes, so the dataset is built
-    from the same private pieces ``Dataset.map`` uses (``compat.host_map_dataset``, on the
-    TensorFlow versions tfapp tested it on). If they are missing, or in tf.data debug
-    mode, this is plain ``Dataset.map``.
-    The dataset turns off the ``inject_prefetch`` rewrite, which cannot read functions
-    with several int32 outputs on this path; tfapp adds its own prefetch (``data.prefetch``).
-    """
-    if HOST_MAP:
-        mapped = compat.host_map_dataset(dataset, fn, num_parallel_calls, deterministic,
-                                         _HOST_FUNCTION_ATTRS)
-        if mapped is not None:
-            options = tf.data.Options()
-            options.experimental_optimization.inject_prefetch = False
-            return mapped.with_options(options)
-    return dataset.map(fn, num_parallel_calls=num_parallel_calls, deterministic=deterministic)
 
 
 def make_options(data_cfg: DataConfig, *, sharded_by_context: bool,

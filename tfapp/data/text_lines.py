@@ -37,12 +37,10 @@ import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp.atomic import read_state, write_text
 from tfapp.cachedir import usable_cache_dir
 from tfapp.config import GeneratorDataConfig
-from tfapp.data import pipeline as stages
-from tfapp.data import stream
+from tfapp.data import reader, stream
 from tfapp.data.manifest import BUCKETS
 from tfapp.data.prepare import RowSpec
 from tfapp.data.splits import PreparedSplits, SplitData, prepared_splits
-from tfapp.data.store import CHUNK, Store, store_root
 from tfapp.demo import DEMO_DIR
 from tfapp.errors import DataError
 
@@ -231,7 +229,6 @@ def prompt_encoder_ids(ids: tf.RaggedTensor, context_words: int,
 # --------------------------------------------------------------------------- the splits
 
 #: parsed rows per call when turning lines into windows
-LINE_BATCH = 256
 
 
 def generator_rows(cfg: GeneratorDataConfig) -> RowSpec:
@@ -452,58 +449,35 @@ def build_generator_data(cfg: GeneratorDataConfig, *, seed: int, vocab_path: Pat
     return data
 
 
-def _store(data: GeneratorData, split: SplitData, cfg: GeneratorDataConfig, *,
-           write: bool) -> Store:
-    key = hashlib.sha256(repr((
-        "generator", 1, split.manifest.root, split.manifest.to_json(), split.selector,
-        cfg.example_shape, cfg.drop_regex, cfg.strip_punctuation, cfg.context_words,
-        cfg.target_words, data.vocabulary, CHUNK)).encode()).hexdigest()[:16]
+def _model_inputs(batch: dict[str, tf.Tensor]) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+    return {"encoder_ids": batch["encoder_ids"], "decoder_ids": batch["decoder_ids"]}, \
+        batch["labels"]
+
+
+def generator_examples(data: GeneratorData, split: SplitData, cfg: GeneratorDataConfig
+                       ) -> reader.Examples:
+    """How ``split``'s lines are read, cleaned and cut into windows (``tfapp.data.reader``)."""
     c, t = cfg.context_words, cfg.target_words
     spec = {"encoder_ids": tf.TensorSpec([None, c], tf.int32),
             "decoder_ids": tf.TensorSpec([None, t], tf.int32),
             "labels": tf.TensorSpec([None, t], tf.int32), "id": tf.TensorSpec([None], tf.int64)}
-    ids = tf.uint16 if len(data.vocabulary) <= 1 << 16 else tf.int32
-    storage = {"encoder_ids": ids, "decoder_ids": ids, "labels": ids, "id": tf.int64}
-    root = store_root(cfg).rstrip("/")
-    return Store(f"{root}/{split.name}-{key}", spec, split.chunks(CHUNK), storage=storage,
-                 write=write, describe={"task": "generator", "split": split.name,
-                                        "prepared": split.manifest.root,
-                                        "context_words": c, "target_words": t})
+    ids = reader.token_storage(len(data.vocabulary))
+    return reader.Examples(
+        task="generator", split=split, source=data.source(split),
+        read=lambda rows: _cleaned_lines(split, cfg, rows),
+        encode=_windows(vocabulary_table(data.vocabulary), cfg), model_inputs=_model_inputs,
+        spec=spec, storage={"encoder_ids": ids, "decoder_ids": ids, "labels": ids,
+                            "id": tf.int64},
+        key=(cfg.example_shape, cfg.drop_regex, cfg.strip_punctuation, c, t, data.vocabulary),
+        describe={"context_words": c, "target_words": t})
 
 
 def make_generator_dataset(data: GeneratorData, split: SplitData, cfg: GeneratorDataConfig, *,
                            batch_size: int, training: bool, seed: int,
                            input_context: tf.distribute.InputContext | None = None,
                            start: stream.Start | None = None) -> tf.data.Dataset:
-    """``({"encoder_ids", "decoder_ids"}, labels)`` int32 batches of one split.
-
-    The stream of ``tfapp.data.stream`` (the pipeline's own files, a seeded resumable
-    order, ``start``); ``batch_size`` is the *global* batch. Training batches drop the
-    remainder (one static shape: XLA compiles once); evaluation keeps every example, in
-    order. With ``data.snapshot``/``data.cache`` the windows of each file are stored as
-    the first pass makes them and replayed after.
-    """
-    pipelines, index = 1, 0
-    if input_context is not None:
-        pipelines, index = input_context.num_input_pipelines, input_context.input_pipeline_id
-    source = data.source(split)
-    part = stream.partition(source, index, pipelines, seed)
-    windows = _windows(vocabulary_table(data.vocabulary), cfg)
-    store = None
-    if store_root(cfg):
-        store = _store(data, split, cfg, write=part.element_shard is None or index == 0)
-        lines = _cleaned_lines(split, cfg, CHUNK)
-        examples = store.examples(lambda file, j: lines(file, j).map(windows))
-    else:
-        lines = _cleaned_lines(split, cfg, LINE_BATCH)
-
-        def examples(file, j):
-            return lines(file, j).map(windows, num_parallel_calls=tf.data.AUTOTUNE,
-                                      deterministic=True)
-    dataset = stream.batches(source, examples, cfg, training=training, seed=seed,
-                             batch_size=batch_size, input_context=input_context, start=start,
-                             store=store)
-    dataset = dataset.map(lambda b: ({"encoder_ids": b["encoder_ids"],
-                                      "decoder_ids": b["decoder_ids"]}, b["labels"]))
-    return stages.finalize(dataset, cfg, split.name, sharded_by_context=input_context is not None,
-                           deterministic=True, training=training)
+    """``({"encoder_ids", "decoder_ids"}, labels)`` int32 batches of one split
+    (``tfapp.data.reader.read_batches``: ``batch_size`` is the global batch)."""
+    return reader.read_batches(generator_examples(data, split, cfg), cfg,
+                               batch_size=batch_size, training=training, seed=seed,
+                               input_context=input_context, start=start)

@@ -31,13 +31,11 @@ from typing import Any
 from tfapp.atomic import read_state, write_text
 from tfapp.cachedir import usable_cache_dir
 from tfapp.config import NerDataConfig
-from tfapp.data import lengths, stream
-from tfapp.data import pipeline as stages
+from tfapp.data import lengths, reader, stream
 from tfapp.data.bert_preprocess import FEATURE_KEYS
 from tfapp.data.manifest import BUCKETS
 from tfapp.data.ner_splits import NerSplits
 from tfapp.data.splits import SplitData
-from tfapp.data.store import CHUNK, Store, store_root
 from tfapp.errors import DataError
 
 import numpy as np
@@ -49,7 +47,6 @@ __all__ = ["IGNORE", "NerData", "build_ner_data", "make_ner_dataset", "eval_wind
 
 IGNORE = -1
 #: sentences tokenised per call
-SENTENCE_BATCH = 256
 #: the most bytes of an evaluation split's windows ``KeptWindows`` holds in memory
 KEEP_WINDOWS_BYTES = 256 << 20
 
@@ -267,22 +264,26 @@ def build_ner_data(splits: NerSplits, preprocess_fn: Any, seq_length: int) -> Ne
     return data
 
 
-def _store(data: NerData, split: SplitData, preprocess_fn: Any, cfg: NerDataConfig, *,
-           write: bool) -> Store:
-    seq = cfg.seq_length
-    key = hashlib.sha256(repr(("ner", 1, split.manifest.root, split.manifest.to_json(),
-                               split.selector, data.tag_names, str(preprocess_fn.fingerprint),
-                               seq, CHUNK)).encode()).hexdigest()[:16]
-    spec = {k: tf.TensorSpec([None, seq], tf.int32) for k in (*FEATURE_KEYS, "labels")}
+def _model_inputs(batch: dict[str, tf.Tensor]) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+    return {k: batch[k] for k in FEATURE_KEYS}, batch["labels"]
+
+
+def ner_examples(data: NerData, split: SplitData, preprocess_fn: Any, seq_length: int
+                 ) -> reader.Examples:
+    """How ``split``'s sentences are read and cut into windows (``tfapp.data.reader``)."""
+    spec = {k: tf.TensorSpec([None, seq_length], tf.int32) for k in (*FEATURE_KEYS, "labels")}
     spec["id"] = tf.TensorSpec([None], tf.int64)
-    vocab = getattr(preprocess_fn, "vocab_size", None) or 1 << 31
-    storage = {"input_word_ids": tf.uint16 if vocab <= 1 << 16 else tf.int32,
-               "input_mask": tf.uint8, "input_type_ids": tf.uint8, "labels": tf.int16,
-               "id": tf.int64}
-    root = store_root(cfg).rstrip("/")
-    return Store(f"{root}/{split.name}-{key}", spec, split.chunks(CHUNK), storage=storage,
-                 write=write, describe={"task": "ner", "split": split.name,
-                                        "prepared": split.manifest.root, "seq_length": seq})
+    return reader.Examples(
+        task="ner", split=split, source=data.source(split),
+        read=lambda rows: _sentences(split, data.tag_names, rows),
+        encode=_cut(preprocess_fn.module, seq_length), model_inputs=_model_inputs,
+        spec=spec,
+        storage={"input_word_ids": reader.token_storage(getattr(preprocess_fn, "vocab_size",
+                                                                None)),
+                 "input_mask": tf.uint8, "input_type_ids": tf.uint8, "labels": tf.int16,
+                 "id": tf.int64},
+        key=(data.tag_names, str(preprocess_fn.fingerprint), seq_length),
+        describe={"seq_length": seq_length}, what="window")
 
 
 def make_ner_dataset(data: NerData, split: SplitData, preprocess_fn: Any, cfg: NerDataConfig, *,
@@ -291,33 +292,13 @@ def make_ner_dataset(data: NerData, split: SplitData, preprocess_fn: Any, cfg: N
                      start: stream.Start | None = None,
                      grouping: lengths.Grouping | None = None) -> tf.data.Dataset:
     """``(features, labels)`` batches of one split's windows, labels int32 ``[batch,
-    seq_length]`` with ``IGNORE`` off first pieces: the stream of ``tfapp.data.stream``
-    (own files, a seeded resumable order from ``start``), as for the classifier. With a
-    ``grouping`` each batch is cut to its length bucket (features and labels alike)."""
-    pipelines, index = 1, 0
-    if input_context is not None:
-        pipelines, index = input_context.num_input_pipelines, input_context.input_pipeline_id
-    source = data.source(split)
-    part = stream.partition(source, index, pipelines, seed)
-    cut = _cut(preprocess_fn.module, cfg.seq_length)
-    store = None
-    if store_root(cfg):
-        store = _store(data, split, preprocess_fn, cfg,
-                       write=part.element_shard is None or index == 0)
-        sentences = _sentences(split, data.tag_names, CHUNK)
-        examples = store.examples(lambda f, j: sentences(f, j).map(cut))
-    else:
-        sentences = _sentences(split, data.tag_names, SENTENCE_BATCH)
-
-        def examples(file, j):
-            return sentences(file, j).map(cut, num_parallel_calls=tf.data.AUTOTUNE,
-                                          deterministic=True)
-    dataset = stream.batches(source, examples, cfg, training=training, seed=seed,
-                             batch_size=batch_size, input_context=input_context, start=start,
-                             store=store, what="window", grouping=grouping)
-    dataset = dataset.map(lambda b: ({k: b[k] for k in FEATURE_KEYS}, b["labels"]))
-    return stages.finalize(dataset, cfg, split.name, sharded_by_context=input_context is not None,
-                           deterministic=True, training=training)
+    seq_length]`` with ``IGNORE`` off first pieces (``tfapp.data.reader.read_batches``,
+    as for the classifier). With a ``grouping`` each batch is cut to its length bucket
+    (features and labels alike)."""
+    return reader.read_batches(
+        ner_examples(data, split, preprocess_fn, cfg.seq_length), cfg, batch_size=batch_size,
+        training=training, seed=seed, input_context=input_context, start=start,
+        grouping=grouping)
 
 
 def eval_windows(data: NerData, split: SplitData, preprocess_fn: Any, seq_length: int,
@@ -326,7 +307,7 @@ def eval_windows(data: NerData, split: SplitData, preprocess_fn: Any, seq_length
     each window's ``sentence`` (id) and ``words`` (the sentence's word count), each
     position's ``word_index``. Build it once and predict over it at every evaluation."""
     source = data.source(split)
-    sentences = _sentences(split, data.tag_names, SENTENCE_BATCH)
+    sentences = _sentences(split, data.tag_names, reader.READ_CHUNK)
     cut = _cut(preprocess_fn.module, seq_length, eval_fields=True)
     return stream.eval_stream(source, stream.partition(source, 0, 1, 0),
                               lambda f, j: sentences(f, j).map(cut)
@@ -408,7 +389,7 @@ def gold_tags(data: NerData, split: SplitData) -> list[list[str]]:
     """The tags of every sentence of ``split``, in order (what ``predict_tags`` is scored
     against)."""
     source = split.source()
-    sentences = _sentences(split, data.tag_names, SENTENCE_BATCH)
+    sentences = _sentences(split, data.tag_names, reader.READ_CHUNK)
     names = data.tag_names
     out: list[list[str]] = []
     for batch in stream.eval_stream(source, stream.partition(source, 0, 1, 0),

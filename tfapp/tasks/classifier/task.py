@@ -89,7 +89,8 @@ class ClassifierTask(Task):
         grouping, why = grouping_for(
             d.length_buckets, d.seq_length, seed,
             token_lengths(s, preprocess) if d.length_buckets > 1 else np.zeros([0]),
-            device_kind=rt.device_kind, input_pipelines=plan.pipelines)
+            device_kind=rt.device_kind, input_pipelines=plan.pipelines,
+            steps_per_execution=self.cfg.trainer.steps_per_execution)
         log.info("data: %s", why)
 
         def dataset(split, training):

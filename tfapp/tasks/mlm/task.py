@@ -93,8 +93,12 @@ class MaskedLMTask(Task):
         return Path(self.cfg.mlm.output) if self.cfg.mlm.output else self.layout.export
 
     def build_inputs(self) -> MlmInputs:
-        from tfapp.data import stream
-        from tfapp.data.bert_preprocess import make_bert_preprocess_fn, read_bert_vocab
+        from tfapp.data import reader, stream
+        from tfapp.data.bert_preprocess import (
+            FEATURE_KEYS,
+            make_bert_preprocess_fn,
+            read_bert_vocab,
+        )
         from tfapp.data.masking import MlmMasker, default_max_predictions
         from tfapp.data.pipeline import distribute
         from tfapp.data.splits import prepared_splits
@@ -147,26 +151,28 @@ class MaskedLMTask(Task):
         if plan.steps < 1:
             raise ConfigError(f"data.train_files: the corpus has {source.size} texts, fewer "
                               f"than one batch of {plan.per_step}; lower data.batch_size")
-        text = {"text": tf.io.FixedLenFeature([], tf.string)}
+        fields = {"text": tf.io.FixedLenFeature([], tf.string),
+                  "id": tf.io.FixedLenFeature([], tf.int64)}
 
-        def texts(file, index):
-            del index
-            return tf.data.TFRecordDataset(file).batch(1024).map(
-                lambda records: tf.io.parse_example(records, text)["text"])
+        def texts(rows: int):
+            def read(file, index):
+                del index
+                return tf.data.TFRecordDataset(file).batch(rows).map(
+                    lambda records: tf.io.parse_example(records, fields))
+            return read
+
+        examples = reader.Examples(
+            task="mlm", split=corpus, source=source, read=texts,
+            encode=lambda chunk: {**preprocess(chunk["text"]), "id": chunk["id"]},
+            model_inputs=lambda batch: {k: batch[k] for k in FEATURE_KEYS})
 
         def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
-            part = stream.partition(source, ctx.input_pipeline_id, ctx.num_input_pipelines,
-                                    seed)
-            local = ctx.get_per_replica_batch_size(plan.global_batch)
-            ds = stream.training_stream(source, part, texts, seed=seed,
-                                        block=max(1, d.shuffle_buffer),
-                                        examples_per_pass=plan.steps * plan.per_step,
-                                        start=plan.start)
-            ds = ds.rebatch(local, drop_remainder=True)
-            ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            ds = reader.read_batches(examples, d, batch_size=plan.global_batch, training=True,
+                                     seed=seed, input_context=ctx, start=plan.start)
             # The batch index seeds the masks: new masks every step, the same run for the
             # same seed, and a resumed run draws the masks the first run would have. Each
             # input pipeline gets its own stream.
+            local = ctx.get_per_replica_batch_size(plan.global_batch)
             ds = ds.enumerate(start=plan.first_batch(local)).map(
                 lambda step, f: masker(step * ctx.num_input_pipelines + ctx.input_pipeline_id,
                                        f),

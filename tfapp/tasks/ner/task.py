@@ -142,7 +142,8 @@ class NerTask(Task):
         grouping, why = grouping_for(
             d.length_buckets, d.seq_length, seed,
             window_lengths(data, preprocess, d.seq_length) if d.length_buckets > 1
-            else np.zeros([0]), device_kind=rt.device_kind, input_pipelines=rt.input_pipelines)
+            else np.zeros([0]), device_kind=rt.device_kind, input_pipelines=plan.pipelines,
+            steps_per_execution=self.cfg.trainer.steps_per_execution)
         log.info("data: %s", why)
 
         def dataset(split, training):
