@@ -214,3 +214,25 @@ def test_every_task_takes_its_step_arithmetic_from_the_one_reader():
                  and isinstance(node.func, (ast.Attribute, ast.Name))}
         assert "plan_steps" in calls, path
         assert not calls & {"steps_per_pass", "start_at", "ceil"}, (path, calls)
+
+
+def test_every_task_builds_its_batches_through_the_one_reader():
+    # The chain from a split's files to model batches (stream, batches, finalize) is
+    # built in tfapp/data/reader.py only; the tasks' data modules describe their examples
+    # and call read_batches. A second copy of the chain drifts (the uncached maps were
+    # once parallel for one task and serial for the others).
+    chain = {"training_stream", "batches", "finalize", "service_stream", "eval_stream"}
+    callers: dict[str, set[str]] = {}
+    for path in (REPO / "tfapp").rglob("*.py"):
+        called = {node.func.attr for node in ast.walk(ast.parse(path.read_text()))
+                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
+        rel = str(path.relative_to(REPO / "tfapp"))
+        if called & {"training_stream", "batches", "finalize"}:
+            callers[rel] = called & chain
+        if "read_batches" in called:
+            callers.setdefault(rel, set()).add("read_batches")
+    assert callers.pop("data/reader.py") >= {"batches", "finalize"}
+    assert callers == {"data/classification.py": {"read_batches"},
+                       "data/token_classification.py": {"read_batches"},
+                       "data/text_lines.py": {"read_batches"},
+                       "tasks/mlm/task.py": {"read_batches"}}, callers

@@ -107,6 +107,22 @@ def test_padding_efficiency_counts_real_over_computed_tokens():
     assert lengths.padding_efficiency(np.array([4, 30, 4, 8]), plan, 32) == 46 / 80
 
 
+@pytest.mark.parametrize("device, pipelines, spe, grouped", [
+    ("CPU", 1, 1, True), ("CPU", 1, 8, True),  # Keras runs every step of an execution anyway
+    ("CPU", 2, 1, False),  # several workers would pad one step to different lengths
+    ("TPU", 1, 1, True), ("TPU", 1, 50, False), ("TPU", 1, None, False),  # None: auto, 50
+])
+def test_grouping_is_off_where_one_step_could_get_two_shapes(device, pipelines, spe, grouped):
+    sample = np.array([20] * 50 + [300] * 50)
+    grouping, why = lengths.grouping_for(4, 512, 0, sample, device_kind=device,
+                                         input_pipelines=pipelines, steps_per_execution=spe)
+    assert (grouping is not None) == grouped, why
+    if grouped:
+        assert grouping.boundaries == ((24, 304, 512) if device == "CPU" else (128, 384, 512))
+    else:
+        assert why.startswith("every batch padded to seq_length 512")
+
+
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_a_grouped_stream_resumed_mid_window_gives_the_same_batches(replicas, capfd):
     cfg = ClassifierDataConfig(shuffle_buffer=256)
