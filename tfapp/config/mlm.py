@@ -67,6 +67,8 @@ class MlmConfig:
       output: directory of the adapted module pair ("" = the run's export/); use it as
         model.hub_handle.
       overwrite: replace an existing output directory.
+      pack: fill every sequence with consecutive texts (a [SEP] after each; BERT's and
+        RoBERTa's pretraining inputs) instead of one text padded to data.seq_length.
     """
 
     mask_rate: float = bounded(0.15, gt=0.0, max=0.99)
@@ -74,6 +76,7 @@ class MlmConfig:
     max_predictions: int = bounded(0, min=0)
     output: str = ""
     overwrite: bool = False
+    pack: bool = True
 
 
 @dataclass

@@ -61,12 +61,14 @@ class MlmInputs(Inputs):
       meta: its tfapp_hub.json.
       seq_length: tokens per sequence.
       max_predictions: predicted tokens per sequence.
+      texts: the corpus's texts (num_train_examples counts sequences: packed, fewer).
     """
 
     module: Path = field(default_factory=Path)
     meta: dict = field(default_factory=dict)
     seq_length: int = 0
     max_predictions: int = 0
+    texts: int = 0
 
 
 class MaskedLMTask(Task):
@@ -100,6 +102,7 @@ class MaskedLMTask(Task):
             read_bert_vocab,
         )
         from tfapp.data.masking import MlmMasker, default_max_predictions
+        from tfapp.data.packing import PACK_TEXTS, pack_texts, packed_counts
         from tfapp.data.pipeline import distribute
         from tfapp.data.splits import prepared_splits
         from tfapp.hub.export import check_out_dir
@@ -144,13 +147,6 @@ class MaskedLMTask(Task):
         preprocess = make_bert_preprocess_fn(hub_preprocessor=str(preprocessor),
                                              seq_length=seq_length)
         rt = self.runtime
-        source = corpus.source()
-        plan = stream.plan_steps(source, global_batch=rt.global_batch_size(d.batch_size),
-                                 pipelines=rt.input_pipelines, seed=seed,
-                                 resumed_batches=self.ctx.resumed_batches())
-        if plan.steps < 1:
-            raise ConfigError(f"data.train_files: the corpus has {source.size} texts, fewer "
-                              f"than one batch of {plan.per_step}; lower data.batch_size")
         fields = {"text": tf.io.FixedLenFeature([], tf.string),
                   "id": tf.io.FixedLenFeature([], tf.int64)}
 
@@ -161,9 +157,37 @@ class MaskedLMTask(Task):
                     lambda records: tf.io.parse_example(records, fields))
             return read
 
+        if m.pack:
+            index = {t: i for i, t in enumerate(vocab)}
+            tokenize = preprocess.module.tokenize
+
+            def encode(chunk):
+                packed = pack_texts(tokenize, chunk["text"], seq_length, index["[CLS]"],
+                                    index["[SEP]"])
+                rows = tf.shape(packed["input_word_ids"])[0]
+                # A sequence's id: its chunk's first text's, times 2**16, plus its row.
+                ids = chunk["id"][0] * (1 << 16) + tf.range(rows, dtype=tf.int64)
+                return {**packed, "id": ids}
+
+            read = lambda rows: texts(PACK_TEXTS)  # noqa: E731  (counts fix the chunk)
+            source = corpus.source(packed_counts(corpus, read(0), encode,
+                                                 (str(preprocess.fingerprint), seq_length)))
+        else:
+            def encode(chunk):
+                return {**preprocess(chunk["text"]), "id": chunk["id"]}
+
+            read, source = texts, corpus.source()
+        unit = "packed sequences" if m.pack else "texts"
+        plan = stream.plan_steps(source, global_batch=rt.global_batch_size(d.batch_size),
+                                 pipelines=rt.input_pipelines, seed=seed,
+                                 resumed_batches=self.ctx.resumed_batches())
+        if plan.steps < 1:
+            raise ConfigError(f"data.train_files: the corpus has {source.size} {unit}, fewer "
+                              f"than one batch of {plan.per_step}; lower data.batch_size")
+        log.info("masked LM: %d texts -> %d %s of %d tokens", corpus.rows, source.size, unit,
+                 seq_length)
         examples = reader.Examples(
-            task="mlm", split=corpus, source=source, read=texts,
-            encode=lambda chunk: {**preprocess(chunk["text"]), "id": chunk["id"]},
+            task="mlm", split=corpus, source=source, read=read, encode=encode,
             model_inputs=lambda batch: {k: batch[k] for k in FEATURE_KEYS})
 
         def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -182,7 +206,7 @@ class MaskedLMTask(Task):
         return MlmInputs(train=distribute(self.runtime.strategy, dataset_fn),
                          num_train_examples=source.size, batches_per_pass=plan.steps,
                          module=root, meta=meta, seq_length=seq_length,
-                         max_predictions=max_predictions)
+                         max_predictions=max_predictions, texts=corpus.rows)
 
     def build_model(self, inputs: MlmInputs):
         from tfapp.models.bert import dummy_inputs
@@ -220,7 +244,8 @@ class MaskedLMTask(Task):
         steps = self.cfg.trainer.max_steps
         params = {**asdict(m), "steps": steps, "batch_size": self.cfg.data.batch_size,
                   "seq_length": inputs.seq_length, "max_predictions": inputs.max_predictions,
-                  "texts": inputs.num_train_examples, "seed": self.cfg.runtime.seed,
+                  "texts": inputs.texts,
+                  "sequences": inputs.num_train_examples, "seed": self.cfg.runtime.seed,
                   "log_every": self.cfg.trainer.eval_every_steps,
                   "learning_rate": self.cfg.optimizer.learning_rate,
                   "history": {k: [round(float(x), 5) for x in v] for k, v in history.items()}}
@@ -236,7 +261,8 @@ class MaskedLMTask(Task):
                 or meta.get("pretrained_from"),
                 "mlm": params}})
         h = history
-        out.lines = [f"masked-LM: {steps} steps on {inputs.num_train_examples} texts" + (
+        out.lines = [f"masked-LM: {steps} steps on {inputs.texts} texts "
+                     f"({inputs.num_train_examples} sequences)" + (
             f"; mlm_loss {h['mlm_loss'][0]:.3f} -> {h['mlm_loss'][-1]:.3f}, masked_accuracy "
             f"{h['masked_accuracy'][0]:.3f} -> {h['masked_accuracy'][-1]:.3f}"
             if h.get("mlm_loss") else " (resumed after its last step: exported only)"),
