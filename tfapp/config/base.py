@@ -296,4 +296,5 @@ class ExperimentConfig:
         after the generic checks. Here: no task but ner reads CoNLL files."""
         if self.data.format == "conll":
             raise ConfigError(f"data.format: conll is read by task ner only; task "
-                              f"'{self.task}' reads csv, tsv, jsonl, text, tfrecord or tfds")
+                              f"'{self.task}' reads csv, tsv, jsonl, parquet, text, tfrecord "
+                              "or tfds")

@@ -42,8 +42,9 @@ class DataConfig:
       train_files: path or glob of the training data (local or gs://), several joined with
         commas, or a folder written by python -m tfapp.prepare. "demo" uses the dataset
         shipped with tfapp for the task.
-      format: auto (from the extension), csv, tsv, jsonl, text, tfrecord or tfds; for task
-        ner, conll or jsonl (auto: jsonl for .jsonl/.json/.ndjson files, else conll).
+      format: auto (from the extension), csv, tsv, jsonl, parquet (.parquet/.pq, read a
+        batch of rows at a time), text, tfrecord or tfds; for task ner, conll or jsonl
+        (auto: jsonl for .jsonl/.json/.ndjson files, else conll).
       batch_size: batch size per replica; the global batch is this times the replica count.
       shuffle_buffer: shuffle buffer size in examples (0 disables shuffling).
       prefetch: prefetch batches with tf.data.AUTOTUNE.
@@ -55,8 +56,8 @@ class DataConfig:
     """
 
     train_files: str = setting("demo", resume=MATCH)
-    format: str = choices("auto", "csv", "tsv", "jsonl", "text", "tfrecord", "tfds", "conll",
-                          default="auto", resume=MATCH)
+    format: str = choices("auto", "csv", "tsv", "jsonl", "parquet", "text", "tfrecord", "tfds",
+                          "conll", default="auto", resume=MATCH)
     batch_size: int = bounded(32, min=1, resume=MATCH)
     shuffle_buffer: int = bounded(10000, min=0, resume=MATCH)
     prefetch: bool = setting(True, resume=FREE)

@@ -13,9 +13,9 @@ How rows are read, per format (``RowSpec`` says what a row is, ``data/rows.py``)
 * CSV and TSV: pyarrow's streaming C++ parser, and NumPy/Arrow over whole batches for the
   checks (``data/arrow_rows.py``); a file pyarrow cannot parse (a malformed quote, say)
   is read again by Python's csv module, which names the exact line;
-* JSONL, text lines (fastText labels), TFRecord, TFDS and CoNLL: the readers of
-  ``tfapp.data.sources`` / ``tfapp.data.tagged``, streaming line by line
-  (``rows.python_rows``).
+* JSONL, Parquet (a batch of rows at a time), text lines (fastText labels), TFRecord,
+  TFDS and CoNLL: the readers of ``tfapp.data.sources`` / ``tfapp.data.tagged``,
+  streaming row by row (``rows.python_rows``).
 
 Either way a bad row is reported as ``FILE:LINE: problem`` under ``data.on_bad_rows``
 (fail: the first one stops; skip: counted and listed in the manifest), exactly as the

@@ -1,7 +1,7 @@
 """What a row of a source file is (``RowSpec``) and how the Python readers' rows become
 prepared columns: one source's bad rows and label counts (``SourceLog``), the checks of a
-parsed row (``convert``), and the rows of the formats pyarrow does not parse
-(``python_rows``: JSONL, text lines, TFRecord, TFDS, CoNLL, and CSV/TSV files pyarrow
+parsed row (``convert``), and the rows read by the Python readers (``python_rows``:
+JSONL, Parquet, text lines, TFRecord, TFDS, CoNLL, and CSV/TSV files pyarrow's CSV parser
 cannot read as Python's csv would). ``tfapp.data.prepare`` writes them into shards.
 """
 
@@ -217,10 +217,14 @@ def python_rows(path: str, fmt: str, spec: RowSpec, log_: SourceLog) -> Iterator
                                        spec.hint)
     elif fmt == "jsonl":
         rows = sources._read_jsonl(path, spec.columns, spec.hint)
+    elif fmt == "parquet":
+        rows = sources._read_parquet(path, spec.columns, spec.hint,
+                                     spec.label_column if spec.kind == "labelled" else None)
     elif fmt == "text":
         if spec.kind == "pairs" or (spec.kind == "labelled" and spec.text_pair_column):
             raise DataError(f"{path}: plain text lines hold one text; rows of "
-                            f"{' and '.join(spec.columns)} need csv, tsv, jsonl or tfrecord")
+                            f"{' and '.join(spec.columns)} need csv, tsv, jsonl, parquet or "
+                            "tfrecord")
         label = spec.label_column if spec.kind == "labelled" else None
         rows = sources._read_text_lines(path, spec.text_column, label,
                                         verbatim=spec.kind == "texts")
