@@ -11,6 +11,8 @@ import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import load_config
 from tfapp.data import parquet
 from tfapp.data import prepare as P
+from tfapp.data import rows as R
+from tfapp.data.parquet_rows import parquet_rows
 from tfapp.data.sources import BadRowReport, read_examples, read_texts
 from tfapp.errors import DataError
 from tfapp.tasks import get_task
@@ -21,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
-from test_prepare import read_rows
+from test_prepare import _rows, read_rows
 
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima".split()
 TEXTS = [f"{WORDS[i % 12]}, {WORDS[i // 12]} {'great' if i % 3 else 'awful'} \u00e9t\u00e9"
@@ -85,6 +87,31 @@ def test_parquet_is_read_a_batch_at_a_time_with_rows_numbered_across_batches(tmp
     assert len(read_texts(str(tmp_path / "raw.parquet"), mode="skip", report=report)) == 95
     assert [(b.line, b.problem) for b in report.examples] == [
         (18, "column 'text' is not valid UTF-8 (re-save the file as UTF-8)")]
+
+
+@pytest.mark.parametrize("kind", ["labelled", "texts", "pairs"])
+def test_the_columnar_path_gives_the_rows_and_messages_of_the_python_readers(tmp_path,
+                                                                           monkeypatch, kind):
+    """prepare reads string columns column-wise (``parquet_rows``); rows with nulls, blank
+    texts, blank rows and labels of every shape must come out as the readers give them."""
+    monkeypatch.setattr(parquet, "BATCH_ROWS", 7)
+    odd = [("", ""), ("  ", " "), ("", None), (None, "pos"), ("x", None), ("x", ""),
+           ("", "pos"), ("x", "pos|neg"), ("\u00e9t\u00e9", "a\tb"), (None, None),
+           (" x ", " pos | | neg ")]
+    rows = [odd[i // 6 % len(odd)] if i % 6 == 5 else (f"text {i}", "pos" if i % 3 else "neg")
+            for i in range(80)]  # an odd row in every 6, across batches of 7
+    texts, labels = [t for t, _ in rows], [label for _, label in rows]
+    pq.write_table(pa.table({"text": texts, "label": labels}), tmp_path / "odd.parquet",
+                   row_group_size=11)
+    path = str(tmp_path / "odd.parquet")
+    spec = P.RowSpec(kind=kind, multi_label=True, source_column="text", target_column="label")
+    logs = [R.SourceLog(path, "skip", "train", "data.on_bad_rows=skip") for _ in range(2)]
+    fast = _rows(parquet_rows(path, spec, logs[0]))
+    slow = _rows(R.python_rows(path, "parquet", spec, logs[1]))
+    assert sorted(fast, key=lambda r: r[0]) == slow and len(slow) > 20
+    assert [str(b) for b in logs[0].report.examples] == [str(b) for b in logs[1].report.examples]
+    assert logs[0].report.count == logs[1].report.count > (0 if kind != "pairs" else -1)
+    assert (logs[0].labels, logs[0].first_seen) == (logs[1].labels, logs[1].first_seen)
 
 
 def test_evaluate_reads_parquet_as_the_same_csv(tmp_path):

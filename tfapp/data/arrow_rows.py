@@ -1,8 +1,9 @@
 """CSV and TSV rows parsed by pyarrow's streaming C++ parser, checked column-wise with
 NumPy/Arrow over whole batches (blank texts, labels, UTF-8), with the messages and line
-numbers of the Python readers (``rows.convert``, ``sources``). A file pyarrow cannot read as
-Python's csv would (a malformed quote, say) raises ``Fallback`` and is read again by
-``rows.python_rows``, which names the exact line.
+numbers of the Python readers (``rows.convert``, ``sources``); ``parquet_rows`` checks
+Parquet batches the same way. A file pyarrow cannot read as Python's csv would (a malformed
+quote, say) raises ``Fallback`` and is read again by ``rows.python_rows``, which names the
+exact line.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
-__all__ = ["Fallback", "arrow_input", "arrow_rows", "arrow_values", "decode_bytes"]
+__all__ = ["Fallback", "arrow_input", "arrow_rows", "arrow_values", "count_arrow_labels",
+           "decode_bytes", "is_blank"]
 
 _ARROW_BLOCK = 16 << 20
 # Python's str.strip() removes exactly these: a blank text is one made of them only.
@@ -162,7 +164,7 @@ def _arrow_batch(batch: pa.RecordBatch | None, invalid: list[tuple[int, str]], r
         if len(good):
             good_lines = lines[good]
             if spec.kind == "labelled":
-                _count_arrow_labels(values["labels"], good_lines, log_)
+                count_arrow_labels(values["labels"], good_lines, log_)
             yield Rows(good_lines, values)
     for number, problem in sorted(problems):
         log_.bad(number, problem)
@@ -182,7 +184,7 @@ def arrow_values(batch: pa.RecordBatch, header: list[str], spec: RowSpec
         try:
             view = col.view(pa.large_string())
             view.validate(full=True)
-            blank_of.append(_is_blank(view))
+            blank_of.append(is_blank(view))
         except pa.ArrowInvalid:
             raw = col.to_pylist()
             broken |= np.array([not _utf8(b) for b in raw])
@@ -243,7 +245,7 @@ def decode_bytes(raw: bytes) -> str:
     return raw.decode("utf-8", errors="surrogateescape")
 
 
-def _is_blank(texts: pa.Array) -> np.ndarray:
+def is_blank(texts: pa.Array) -> np.ndarray:
     """Whether each text is empty or Python-whitespace only (``not text.strip()``)."""
     trimmed = pc.utf8_trim(texts, characters=_PY_WHITESPACE)
     return (pc.binary_length(trimmed).to_numpy(zero_copy_only=False) == 0)
@@ -272,7 +274,7 @@ def _arrow_labels(column: pa.Array, spec: RowSpec, rows: np.ndarray
     return BytesList(offsets, values), problems
 
 
-def _count_arrow_labels(labels: BytesList, lines: np.ndarray, log_: SourceLog) -> None:
+def count_arrow_labels(labels: BytesList, lines: np.ndarray, log_: SourceLog) -> None:
     encoded = labels.values.dictionary_encode()
     codes = encoded.indices.to_numpy(zero_copy_only=False)
     names = [v.decode("utf-8") for v in encoded.dictionary.to_pylist()]

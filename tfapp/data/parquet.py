@@ -2,10 +2,11 @@
 (``ParquetFile.iter_batches``: a row group is the most held in memory, never the whole file).
 
 ``sources._read_parquet`` turns them into the readers' rows, which the whole of tfapp reads
-through (training, ``prepare``, ``evaluate``, ``predict``). Rows are numbered from 1 in file
-order, so a bad row reads ``FILE:ROW: problem``. A file that is no readable Parquet file
-(truncated, or another format) and a column of the wrong type are one line each: the whole
-file is wrong, not a row.
+through (training, ``prepare``, ``evaluate``, ``predict``); ``prepare`` reads files of plain
+string columns column-wise instead (``parquet_rows.py``), with the same checks.
+Rows are numbered from 1 in file order, so a bad row reads ``FILE:ROW: problem``. A file
+that is no readable Parquet file (truncated, or another format) and a column of the wrong
+type are one line each: the whole file is wrong, not a row.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import tensorflow as tf
 
-__all__ = ["EXTENSIONS", "open_parquet", "type_problem", "rows"]
+__all__ = ["EXTENSIONS", "BATCH_ROWS", "batches", "open_parquet", "rows", "type_problem"]
 
 #: file extensions read as Parquet (``data.format=auto``)
 EXTENSIONS = (".parquet", ".pq")
@@ -89,20 +90,28 @@ def _python(value: Any) -> Any:
     return value
 
 
-def rows(parquet: pq.ParquetFile, path: str, columns: list[str]
-         ) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(row number from 1, {column: value}) of every row, ``columns`` only, ``BATCH_ROWS``
-    at a time; a row group that cannot be read (a damaged page) is one line naming the
-    row."""
+def batches(parquet: pq.ParquetFile, path: str, columns: list[str]
+            ) -> Iterator[pa.RecordBatch]:
+    """``columns`` of every row, ``BATCH_ROWS`` rows at a time; a row group that cannot be
+    read (a damaged page) is one line naming the first row not read."""
     number = 0
-    batches = parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns, use_threads=False)
+    reader = parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns, use_threads=False)
     while True:
         try:
-            batch = next(batches)
+            batch = next(reader)
         except StopIteration:
             return
         except (pa.ArrowException, OSError) as err:
             raise _unreadable(path, err, f":{number + 1}") from None
+        number += batch.num_rows
+        yield batch
+
+
+def rows(parquet: pq.ParquetFile, path: str, columns: list[str]
+         ) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(row number from 1, {column: value}) of every row, ``columns`` only."""
+    number = 0
+    for batch in batches(parquet, path, columns):
         for values in batch.to_pylist():
             number += 1
             yield number, {k: _python(v) for k, v in values.items()}

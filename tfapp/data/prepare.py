@@ -13,9 +13,12 @@ How rows are read, per format (``RowSpec`` says what a row is, ``data/rows.py``)
 * CSV and TSV: pyarrow's streaming C++ parser, and NumPy/Arrow over whole batches for the
   checks (``data/arrow_rows.py``); a file pyarrow cannot parse (a malformed quote, say)
   is read again by Python's csv module, which names the exact line;
-* JSONL, Parquet (a batch of rows at a time), text lines (fastText labels), TFRecord,
-  TFDS and CoNLL: the readers of ``tfapp.data.sources`` / ``tfapp.data.tagged``,
-  streaming row by row (``rows.python_rows``).
+* Parquet files of plain string columns: pyarrow, a batch of rows at a time, with the
+  checks of CSV's Arrow path (``data/parquet_rows.py``); other column types (numbers,
+  binary, lists) row by row, as below;
+* JSONL, text lines (fastText labels), TFRecord, TFDS and CoNLL: the readers of
+  ``tfapp.data.sources`` / ``tfapp.data.tagged``, streaming row by row
+  (``rows.python_rows``).
 
 Either way a bad row is reported as ``FILE:LINE: problem`` under ``data.on_bad_rows``
 (fail: the first one stops; skip: counted and listed in the manifest), exactly as the
@@ -58,6 +61,7 @@ from tfapp.data.manifest import (
     read_manifest,
     row_buckets,
 )
+from tfapp.data.parquet_rows import parquet_rows
 from tfapp.data.records import encode_examples
 from tfapp.data.rows import KINDS, Rows, RowSpec, SourceLog, python_rows
 from tfapp.data.shards import SHARD_BYTES, SplitWriters
@@ -132,11 +136,12 @@ def _prepare_source(index: int, path: str, spec: RowSpec, out: str, *, mode: str
             writer.write(records, buckets)
 
     try:
-        if fmt in ("csv", "tsv") and spec.kind != "tagged":
+        if fmt in ("csv", "tsv", "parquet") and spec.kind != "tagged":
             try:
-                run(arrow_rows(path, "," if fmt == "csv" else "\t", spec, log_))
+                run(parquet_rows(path, spec, log_) if fmt == "parquet" else
+                    arrow_rows(path, "," if fmt == "csv" else "\t", spec, log_))
             except Fallback as why:
-                log.debug("data: %s: read by csv (%s)", path, why)
+                log.debug("data: %s: read row by row (%s)", path, why)
                 writer.abandon()
                 log_ = SourceLog(path, mode, split, skip_option)
                 run(python_rows(path, fmt, spec, log_))

@@ -353,23 +353,28 @@ def _read_parquet(path: str, columns: list[str], hint: Hint, label_column: str |
     (``data/parquet.py``); rows are numbered from 1. A missing column, or one whose type
     holds no text (``label_column``: no labels either), fails the file in one line."""
     with parquet.open_parquet(path) as pf:
-        schema = pf.schema_arrow
-        for column in columns:
-            if column not in schema.names:
-                raise _missing_column(path, column, schema.names, "Parquet schema", hint)
-            if schema.names.count(column) > 1:
-                raise DataError(f"{path}: the Parquet schema names column '{column}' "
-                                f"{schema.names.count(column)} times; rename all but one")
-            problem = parquet.type_problem(schema.field(column), label=column == label_column)
-            if problem:
-                raise DataError(f"{path}: {problem}; write the column as strings, or name "
-                                "another -- ",
-                                *((hint,) if isinstance(hint, str) else hint))
+        _check_parquet_columns(path, pf.schema_arrow, columns, hint, label_column)
         if pf.metadata.num_rows == 0:
             yield 1, None, "empty file (no rows)"
             return
         for number, fields in parquet.rows(pf, path, columns):
             yield number, fields, None
+
+
+def _check_parquet_columns(path: str, schema: Any, columns: list[str], hint: Hint,
+                           label_column: str | None) -> None:
+    """Each of ``columns`` is in a Parquet file's schema once, of a type that holds text
+    (``label_column``: or labels); else one line: the whole file is wrong, not a row."""
+    for column in columns:
+        if column not in schema.names:
+            raise _missing_column(path, column, schema.names, "Parquet schema", hint)
+        if schema.names.count(column) > 1:
+            raise DataError(f"{path}: the Parquet schema names column '{column}' "
+                            f"{schema.names.count(column)} times; rename all but one")
+        problem = parquet.type_problem(schema.field(column), label=column == label_column)
+        if problem:
+            raise DataError(f"{path}: {problem}; write the column as strings, or name "
+                            "another -- ", *((hint,) if isinstance(hint, str) else hint))
 
 
 def _read_text_lines(path: str, text_column: str, label_column: str | None,
