@@ -32,12 +32,24 @@ def _take(ctx: RunContext, **kwargs) -> RunDirectory:
 
 
 def test_the_context_is_frozen_and_the_built_model_settles_xla_in_a_new_one(tmp_path):
-    ctx = _create(_cfg(tmp_path))
+    """A task whose answer depends on the model built (a restored Hub encoder recompiles
+    every step under XLA): the context of the built model has XLA settled for it; the
+    one the task was built with keeps the first answer."""
+    class HubLike(get_task("classifier")):
+        @classmethod
+        def recompiles_under_xla(cls, cfg, model=None) -> bool:
+            return model == "restored hub encoder"
+
+    gpu = Runtime(strategy=None, kind="one_device", reason="test", num_replicas=1,
+                  precision="float32", device_kind="GPU")
+    cfg = _cfg(tmp_path, "model.kind=cnn")
+    ctx = RunContext.create(cfg, task=HubLike, runtime=gpu)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        ctx.jit_compile = True  # type: ignore[misc]
-    settled = ctx.for_model(None)
-    assert settled is not ctx and settled.run == ctx.run
-    assert (settled.jit_compile, settled.jit_reason) == (ctx.jit_compile, ctx.jit_reason)
+        ctx.jit_compile = False  # type: ignore[misc]
+    settled = ctx.for_model("restored hub encoder")
+    assert (ctx.jit_compile, settled.jit_compile) == (True, False)
+    assert settled.jit_reason != ctx.jit_reason and settled.layout == ctx.layout
+    assert ctx.for_model("native encoder").jit_compile is True
 
 
 def test_a_runtime_is_reused_and_cannot_change_under_a_run(tmp_path):
