@@ -89,10 +89,28 @@ def _files(tmp: Path) -> dict[str, str]:
         session = tmp / name / "logs" / "plugins" / "profile" / "2026_01_01_00_00_00"
         session.mkdir(parents=True)  # a run's profiler capture, killed or damaged
         (session / "host.xplane.pb").write_bytes(capture)
+    _parquet_files(tmp)
     (tmp / "photos").mkdir()  # someone's folder: no command may write to or delete it
     (tmp / "photos" / "beach.jpg").write_bytes(b"\xff\xd8 holiday")
     (tmp / "photos" / "notes.txt").write_text("keep me")
     return {p.name.split(".")[0]: str(p) for p in tmp.iterdir()}
+
+
+def _parquet_files(tmp: Path) -> None:
+    """Bad Parquet files: a missing column, a column of the wrong type, a file cut short,
+    and a null text in the third row of a good one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [f"review number {i}" for i in range(40)]
+    labels = ["pos" if i % 2 else "neg" for i in range(40)]
+    pq.write_table(pa.table({"text": rows, "stars": [5] * 40}), tmp / "no_label_pq.parquet")
+    pq.write_table(pa.table({"text": list(range(40)), "label": labels}),
+                   tmp / "int_text_pq.parquet")
+    pq.write_table(pa.table({"text": rows[:2] + [None] + rows[3:], "label": labels}),
+                   tmp / "null_text_pq.parquet", row_group_size=16)
+    whole = (tmp / "null_text_pq.parquet").read_bytes()
+    (tmp / "cut_pq.parquet").write_bytes(whole[:len(whole) // 2])
 
 
 def _snapshot(*roots: Path) -> dict[str, str]:
@@ -420,6 +438,22 @@ ROWS = [
      "header_latin1.csv:1: not valid UTF-8 text"),
     ("data-tsv-tab-in-field", "tfapp.train", [*TRAIN, "data.train_files={quoted}"],
      "a TSV field cannot hold a tab"),
+    # Parquet: a missing column, a wrong type, a truncated file, a bad row (FILE:ROW)
+    ("data-parquet-no-label-column", "tfapp.train", [*TRAIN, "data.train_files={no_label_pq}"],
+     "no_label_pq.parquet: no column 'label' in the Parquet schema (has: text, stars)"),
+    ("data-parquet-wrong-type", "tfapp.train", [*TRAIN, "data.train_files={int_text_pq}"],
+     "int_text_pq.parquet: column 'text' holds int64, not text (a string or binary column)"),
+    ("data-parquet-truncated", "tfapp.train", [*TRAIN, "data.train_files={cut_pq}"],
+     "cut_pq.parquet: not a readable Parquet file (Parquet magic bytes not found"),
+    ("data-parquet-null-text", "tfapp.train", [*TRAIN, "data.train_files={null_text_pq}"],
+     "null_text_pq.parquet:3: column 'text' is null (fix the data, or set "
+     "data.on_bad_rows=skip"),
+    ("prepare-parquet-truncated", "tfapp.prepare",
+     ["--config", "configs/classifier_local.yaml", "--out", "{out}/prepared",
+      "data.train_files={cut_pq}"], "cut_pq.parquet: not a readable Parquet file"),
+    ("evaluate-parquet-wrong-type", "tfapp.evaluate",
+     ["--model", "{run}", "--data", "{int_text_pq}"],
+     "int_text_pq.parquet: column 'text' holds int64, not text"),
     ("hub-convert-config-not-utf8", "tfapp.hub.__main__",
      ["convert", "--from", "{hf_latin1}", "--out", "{out}/hub"],
      "config.json:1: not valid UTF-8 text"),

@@ -42,6 +42,7 @@ from typing import Any
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import TASK_CONFIGS, ConfigError, load_config, to_yaml
 from tfapp.data import prepare as P
+from tfapp.data import rows as R
 from tfapp.data.records import BytesList
 
 import pytest
@@ -127,9 +128,9 @@ def _reader_rows(path: str, fmt: str, spec: P.RowSpec, mode: str
                  ) -> tuple[list[tuple[int, dict[str, Any]]], dict[str, int], int]:
     """(rows, label counts, bad rows) as the Python readers give them: what prepared shards
     must hold whichever reader (pyarrow or csv) prepared the file."""
-    log = P._SourceLog(path, mode, "train", "data.on_bad_rows=skip")
+    log = R.SourceLog(path, mode, "train", "data.on_bad_rows=skip")
     rows = []
-    for batch in P._python_rows(path, fmt, spec, log):
+    for batch in R.python_rows(path, fmt, spec, log):
         cols = {}
         for name, col in batch.columns.items():
             if isinstance(col, BytesList):

@@ -12,7 +12,9 @@ import shutil
 import time
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
+from tfapp.data import arrow_rows as A
 from tfapp.data import prepare as P
+from tfapp.data import rows as R
 from tfapp.data.manifest import BUCKETS, MANIFEST, held_out_selectors, read_manifest
 from tfapp.data.records import BytesList
 from tfapp.errors import DataError
@@ -59,11 +61,11 @@ def _read_both(path: str, spec: P.RowSpec):
     fast is None when pyarrow hands the file to csv."""
     out = []
     for fast in (True, False):
-        log = P._SourceLog(path, "skip", "train", "data.on_bad_rows=skip")
+        log = R.SourceLog(path, "skip", "train", "data.on_bad_rows=skip")
         try:
-            rows = _rows(P._arrow_rows(path, ",", spec, log) if fast else
-                         P._python_rows(path, "csv", spec, log))
-        except P._Fallback:
+            rows = _rows(A.arrow_rows(path, ",", spec, log) if fast else
+                         R.python_rows(path, "csv", spec, log))
+        except A.Fallback:
             out.append(None)
             continue
         except DataError as err:

@@ -1,4 +1,5 @@
-"""The run context (built once per entry point) and the run directory's layout."""
+"""The run context (built once per entry point), the run directory a run takes (its lock,
+status and time trained) and the run directory's layout."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from tfapp.run_layout import RunLayout, is_worker_scratch
 from tfapp.runtime import Runtime
 from tfapp.tasks import get_task
 from tfapp.training.context import RunContext
+from tfapp.training.resume_rules import differences
+from tfapp.training.run_directory import RunDirectory
 
 import pytest
 
@@ -21,6 +24,32 @@ def _cfg(tmp_path, *overrides: str):
 def _create(cfg, **kwargs) -> RunContext:
     """The context a command builds: it looks the task up and hands it in."""
     return RunContext.create(cfg, task=get_task(cfg.task), **kwargs)
+
+
+def _take(ctx: RunContext, **kwargs) -> RunDirectory:
+    """What the loop does first: take the run directory for this process."""
+    return RunDirectory.take(ctx, **kwargs)
+
+
+def test_the_context_is_frozen_and_the_built_model_settles_xla_in_a_new_one(tmp_path):
+    """A task whose answer depends on the model built (a restored Hub encoder recompiles
+    every step under XLA): the context of the built model has XLA settled for it; the
+    one the task was built with keeps the first answer."""
+    class HubLike(get_task("classifier")):
+        @classmethod
+        def recompiles_under_xla(cls, cfg, model=None) -> bool:
+            return model == "restored hub encoder"
+
+    gpu = Runtime(strategy=None, kind="one_device", reason="test", num_replicas=1,
+                  precision="float32", device_kind="GPU")
+    cfg = _cfg(tmp_path, "model.kind=cnn")
+    ctx = RunContext.create(cfg, task=HubLike, runtime=gpu)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ctx.jit_compile = False  # type: ignore[misc]
+    settled = ctx.for_model("restored hub encoder")
+    assert (ctx.jit_compile, settled.jit_compile) == (True, False)
+    assert settled.jit_reason != ctx.jit_reason and settled.layout == ctx.layout
+    assert ctx.for_model("native encoder").jit_compile is True
 
 
 def test_a_runtime_is_reused_and_cannot_change_under_a_run(tmp_path):
@@ -52,7 +81,8 @@ def test_xla_is_decided_once_from_the_task_trait(tmp_path):
 def test_begin_writes_params_and_status_and_a_worker_writes_to_scratch(tmp_path):
     ctx = _create(_cfg(tmp_path))
     assert ctx.layout == ctx.run == RunLayout(tmp_path / "run")
-    params = ctx.begin()
+    ctx_dir = _take(ctx)
+    params = ctx_dir.params
     assert params == tmp_path / "run" / "params.yaml" and "name: run" in params.read_text()
     assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "running"
 
@@ -61,8 +91,8 @@ def test_begin_writes_params_and_status_and_a_worker_writes_to_scratch(tmp_path)
     assert wctx.run.root == tmp_path / "run"  # backups: the chief's
     assert wctx.layout.root == tmp_path / ".workers" / "worker_1" / "run"
     assert is_worker_scratch(wctx.layout.params) and not is_worker_scratch(ctx.layout.params)
-    wctx.begin()
-    wctx.end()  # a finished non-chief leaves nothing behind
+    wctx_dir = _take(wctx)
+    wctx_dir.end()  # a finished non-chief leaves nothing behind
     assert not (tmp_path / ".workers").exists()
     assert (tmp_path / "run" / "params.yaml").is_file()
     with pytest.raises(ValueError, match="not a worker scratch directory"):
@@ -73,27 +103,27 @@ def test_an_unwritable_output_directory_is_one_line(tmp_path):
     (tmp_path / "file").write_text("x")
     ctx = _create(_cfg(tmp_path, f"output_dir={tmp_path / 'file'}"))
     with pytest.raises(ConfigError, match="is not writable .*set output_dir= to a writable"):
-        ctx.begin()
+        _take(ctx)
 
 
 def test_one_process_at_a_time_trains_into_a_run_directory(tmp_path):
     first, second = _create(_cfg(tmp_path)), _create(_cfg(tmp_path))
-    first.begin()
+    first_dir = _take(first)
     with pytest.raises(ConfigError, match=rf"{tmp_path / 'run'} is in use by pid \d+ on "):
-        second.begin()
-    first.release()  # (a killed process lets go the same way: the lock is the kernel's)
-    second.begin()
-    second.release()
+        _take(second)
+    first_dir.release()  # (a killed process lets go the same way: the lock is the kernel's)
+    second_dir = _take(second)
+    second_dir.release()
 
 
 def _interrupted(tmp_path, *overrides: str) -> RunLayout:
     """A run that began and left a backup (as a killed run does)."""
     ctx = _create(_cfg(tmp_path, *overrides))
-    ctx.begin()
+    ctx_dir = _take(ctx)
     (tmp_path / "run" / "backup" / "chief").mkdir(parents=True)
     (tmp_path / "run" / "backup" / "chief" / "checkpoint").write_text("x")
-    ctx.keep_config_with_backup()  # as the loop does after the first backup
-    ctx.release()
+    ctx_dir.keep_config_with_backup()  # as the loop does after the first backup
+    ctx_dir.release()
     return ctx.run
 
 
@@ -101,13 +131,13 @@ def test_a_backup_resumes_only_under_its_own_config(tmp_path):
     run = _interrupted(tmp_path, "trainer.epochs=2")
     assert "epochs: 2" in run.backup_params.read_text()  # kept with the backup
     longer = _create(_cfg(tmp_path, "trainer.epochs=5"))  # train longer: fine
-    longer.begin()
-    longer.release()
-    assert longer.changed_since_backup == []
+    longer_dir = _take(longer)
+    longer_dir.release()
+    assert longer_dir.changed_since_backup == ()
     changed = _create(_cfg(tmp_path, "optimizer.learning_rate=0.1",
                                      "data.batch_size=8"))
     with pytest.raises(ConfigError) as refused:
-        changed.begin()
+        _take(changed)
     message = str(refused.value)
     # Every key that differs, with both values, and each way forward with what it does.
     assert (f"{run.root} holds a backup made under another config (data.batch_size: 32 -> "
@@ -120,14 +150,14 @@ def test_a_backup_resumes_only_under_its_own_config(tmp_path):
     assert "epochs: 2" in run.backup_params.read_text()  # until longer's first backup
 
     anyway = _create(_cfg(tmp_path, "optimizer.learning_rate=0.1"))
-    anyway.begin(resume_anyway=True)
-    anyway.release()
+    anyway_dir = _take(anyway, resume_anyway=True)
+    anyway_dir.release()
     assert anyway.resuming
-    assert anyway.changed_since_backup == ["optimizer.learning_rate: 0.0005 -> 0.1"]
+    assert anyway_dir.changed_since_backup == ("optimizer.learning_rate: 0.0005 -> 0.1",)
     # Once a backup is written under the new config (not before: the one on disk is the
     # old config's), that is what a rerun compares with.
     assert "learning_rate: 0.0005" in run.backup_params.read_text()
-    anyway.keep_config_with_backup()
+    anyway_dir.keep_config_with_backup()
     assert "learning_rate: 0.1" in run.backup_params.read_text()
 
 
@@ -138,10 +168,10 @@ def test_an_edited_params_yaml_given_back_is_compared_with_the_backups_config(tm
     run.params.write_text(run.params.read_text().replace("dropout: 0.1", "dropout: 0.3"))
     edited = _create(load_config(run.params))
     with pytest.raises(ConfigError, match=r"another config \(model.dropout: 0.1 -> 0.3\)"):
-        edited.begin()
+        _take(edited)
     as_it_was = _create(load_config(run.backup_params))  # the way forward named
-    as_it_was.begin()
-    as_it_was.release()
+    as_it_was_dir = _take(as_it_was)
+    as_it_was_dir.release()
 
 
 def test_resume_anyway_refuses_another_encoder_task_or_optimizer(tmp_path):
@@ -152,15 +182,15 @@ def test_resume_anyway_refuses_another_encoder_task_or_optimizer(tmp_path):
         with pytest.raises(ConfigError, match=rf"--resume-anyway: {key}: .* since the backup "
                                               rf"was made, and a backup cannot be resumed "
                                               rf"under another {key}; to resume it as it was"):
-            _create(_cfg(tmp_path, override)).begin(resume_anyway=True)
+            _take(_create(_cfg(tmp_path, override)), resume_anyway=True)
 
 
 def test_start_over_moves_the_run_aside_and_deletes_nothing(tmp_path):
     run = _interrupted(tmp_path)
     (run.root / "history.csv").write_text("epoch,loss\n0,1.0\n")
     over = _create(_cfg(tmp_path, "optimizer.learning_rate=0.1"))
-    over.begin(start_over=True)
-    over.release()
+    over_dir = _take(over, start_over=True)
+    over_dir.release()
     (aside,) = tmp_path.glob("run.old-*")
     assert (aside / "backup" / "chief" / "checkpoint").read_text() == "x"
     assert (aside / "history.csv").is_file()
@@ -168,8 +198,8 @@ def test_start_over_moves_the_run_aside_and_deletes_nothing(tmp_path):
     assert not over.resuming and not (run.root / "history.csv").exists()
     assert "learning_rate: 0.1" in run.params.read_text()
     again = _create(_cfg(tmp_path, "optimizer.learning_rate=0.1"))
-    again.begin(start_over=True)  # a second start-over in the same second: another name
-    again.release()
+    again_dir = _take(again, start_over=True)  # a second start-over in one second: another name
+    again_dir.release()
     assert len(list(tmp_path.glob("run.old-*"))) == 2
 
 
@@ -179,20 +209,20 @@ def test_a_resumed_run_counts_the_time_trained_before_it(tmp_path):
     status.update(state="running", train_seconds=125.0)  # as a killed run's last epoch left
     run.status.write_text(json.dumps(status))
     resumed = _create(_cfg(tmp_path))
-    resumed.begin()
-    resumed.release()
-    assert 125.0 <= resumed.train_seconds() < 125.0 + 60
+    resumed_dir = _take(resumed)
+    resumed_dir.release()
+    assert 125.0 <= resumed_dir.train_seconds() < 125.0 + 60
     assert json.loads(run.status.read_text())["train_seconds"] >= 125.0
     fresh = _create(_cfg(tmp_path, "name=fresh"))
-    fresh.begin()
-    fresh.release()
-    assert fresh.train_seconds() < 60
+    fresh_dir = _take(fresh)
+    fresh_dir.release()
+    assert fresh_dir.train_seconds() < 60
 
 
 def test_a_resume_may_change_where_data_is_served_from_and_what_is_logged(tmp_path):
     ctx = _create(_cfg(tmp_path, "data.service.address=localhost:1"))
-    ctx.begin()
-    ctx.release()
+    ctx_dir = _take(ctx)
+    ctx_dir.release()
     (tmp_path / "run" / "backup").mkdir(exist_ok=True)
     (tmp_path / "run" / "backup" / "checkpoint").write_text("x")
     again = _create(_cfg(tmp_path, "data.service.address=localhost:2",
@@ -200,20 +230,20 @@ def test_a_resume_may_change_where_data_is_served_from_and_what_is_logged(tmp_pa
                                    "trainer.profiler_port=6009",
                                    "trainer.profiler_listen_all=true"))
     # a new dispatcher port, no TensorBoard, longer, a profiler server: the same training
-    again.begin()
-    again.release()
+    again_dir = _take(again)
+    again_dir.release()
 
 
 def test_a_finished_run_is_trained_again_only_under_its_own_config(tmp_path):
     ctx = _create(_cfg(tmp_path, "trainer.epochs=2"))
-    ctx.begin()
-    ctx.status("finished")
-    ctx.release()
+    ctx_dir = _take(ctx)
+    ctx_dir.status("finished")
+    ctx_dir.release()
 
     same = _create(_cfg(tmp_path, "trainer.epochs=2", "tracking.tensorboard=false"))
-    same.begin()  # the same training (other logging): trained again, as before
-    same.status("finished")
-    same.release()
+    same_dir = _take(same)  # the same training (other logging): trained again, as before
+    same_dir.status("finished")
+    same_dir.release()
     params = (tmp_path / "run" / "params.yaml").read_text()
     for changed in ("optimizer.learning_rate=0.1", "trainer.epochs=5"):
         other = _create(_cfg(tmp_path, "trainer.epochs=2", changed))
@@ -221,11 +251,11 @@ def test_a_finished_run_is_trained_again_only_under_its_own_config(tmp_path):
                                               rf"{changed.split('=')[0]}: .* -> .*\); "
                                               "nothing was changed; pass --start-over to "
                                               "train it again \\(the finished run is moved"):
-            other.begin()
+            _take(other)
         assert (tmp_path / "run" / "params.yaml").read_text() == params
-    other.begin(start_over=True)  # train it again under the new config
+    other_dir = _take(other, start_over=True)  # train it again under the new config
     assert "epochs: 5" in (tmp_path / "run" / "params.yaml").read_text()
-    other.release()
+    other_dir.release()
     (aside,) = tmp_path.glob("run.old-*")  # the finished run, kept
     assert (aside / "params.yaml").read_text() == params
 
@@ -238,33 +268,31 @@ def test_a_folder_of_other_files_is_never_taken_as_a_run_directory(tmp_path):
         with pytest.raises(ConfigError, match=rf"{tmp_path / 'run'} is not a tfapp run "
                                               r"directory \(no params.yaml\) and holds other "
                                               r"files \(backup\); nothing was changed"):
-            _create(_cfg(tmp_path)).begin(start_over=start_over)
+            _take(_create(_cfg(tmp_path)), start_over=start_over)
     assert sorted(p.name for p in (tmp_path / "run").rglob("*")) == ["backup", "thesis.tex"]
     (tmp_path / "empty").mkdir()
     ctx = _create(_cfg(tmp_path, "name=empty"))  # an empty folder is a new run
-    ctx.begin()
-    ctx.release()
+    ctx_dir = _take(ctx)
+    ctx_dir.release()
 
 
 def test_a_moved_run_directory_still_resumes(tmp_path):
     ctx = _create(_cfg(tmp_path / "a"))
-    ctx.begin()
-    ctx.release()
+    ctx_dir = _take(ctx)
+    ctx_dir.release()
     (tmp_path / "a" / "run" / "backup").mkdir(exist_ok=True)
     (tmp_path / "a" / "run" / "backup" / "checkpoint").write_text("x")
     (tmp_path / "a" / "run").rename(tmp_path / "moved")  # output_dir and name both change
     moved = _create(load_config(None, [f"output_dir={tmp_path}", "name=moved"]))
-    moved.begin()  # where a run lives is not part of its training
-    moved.release()
+    moved_dir = _take(moved)  # where a run lives is not part of its training
+    moved_dir.release()
     assert (tmp_path / "moved" / "backup" / "checkpoint").is_file()
 
 
 def test_a_stored_config_of_another_task_differs_by_its_task(tmp_path):
     """Each task has its own config class: comparing a run's params.yaml of one task with a
     rerun under another names the task first (no key of one class is read off the other)."""
-    from tfapp.training.context import _differences
-
-    changes = _differences(load_config(None, ["task=classifier"]),
-                           load_config(None, ["task=ner"]))
-    assert changes[0] == ("task", "classifier", "ner")
-    assert ("data.label_column", "label", None) in changes
+    changes = differences(load_config(None, ["task=classifier"]),
+                          load_config(None, ["task=ner"]))
+    assert changes[0] == ("task", "classifier", "ner", "never")
+    assert ("data.label_column", "label", None, "must_match") in changes

@@ -45,12 +45,13 @@ def _print(evaluation: Evaluation, *, as_json: bool) -> int:
 @cli.command("evaluate", __doc__)
 @click.option("--model", required=True, help="Run directory or its export/.")
 @click.option("--data", required=True,
-              help="Labelled file(s): path, glob or gs:// (csv, tsv, jsonl, ...).")
+              help="Labelled file(s): path, glob or gs:// (csv, tsv, jsonl, parquet, ...).")
 @click.option("--text-column", help="Default: the run's data.text_column.")
 @click.option("--text-pair-column", help="Default: the run's data.text_pair_column.")
 @click.option("--label-column", help="Default: the run's data.label_column.")
 @click.option("--format",
-              type=click.Choice(["auto", "csv", "tsv", "jsonl", "text", "tfrecord", "conll"]),
+              type=click.Choice(["auto", "csv", "tsv", "jsonl", "parquet", "text", "tfrecord",
+                                "conll"]),
               help="The files' format (default: the run's data.format); each kind of export "
                    "takes those it reads (NER: auto, conll, jsonl) and refuses the rest.")
 @click.option("--on-bad-rows", type=click.Choice(["fail", "skip"]),

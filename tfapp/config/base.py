@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.config.data_model import DataConfig, ModelConfig
-from tfapp.config.fields import bounded, choices
+from tfapp.config.fields import FREE, LONGER, MATCH, NEVER, bounded, choices, setting
 from tfapp.errors import ConfigError
 
 STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "one_device", "cpu")
@@ -43,12 +43,12 @@ class RuntimeConfig:
         modules); others keep their unseeded dropout, which TensorFlow refuses.
     """
 
-    strategy: str = choices(*STRATEGIES, default="auto")
-    tpu: str = ""
-    cpu_devices: int = bounded(0, min=0, max=64)
-    precision: str = choices(*PRECISIONS, default="auto")
-    seed: int = 42
-    deterministic: bool = False
+    strategy: str = choices(*STRATEGIES, default="auto", resume=MATCH)
+    tpu: str = setting("", resume=FREE)
+    cpu_devices: int = bounded(0, min=0, max=64, resume=MATCH)
+    precision: str = choices(*PRECISIONS, default="auto", resume=MATCH)
+    seed: int = setting(42, resume=MATCH)
+    deterministic: bool = setting(False, resume=MATCH)
 
 
 @dataclass
@@ -74,20 +74,19 @@ class OptimizerConfig:
       lr_find_max: LR range finder: learning rate the sweep ends at.
     """
 
-    name: str = choices("adamw", "adam", "sgd", default="adamw")
+    name: str = choices("adamw", "adam", "sgd", default="adamw", resume=NEVER)
     # A number or the string "auto"; validate() turns numbers (and numeric strings such as
     # PyYAML's "1e-3") into floats, so code past load_config sees a float or "auto".
-    learning_rate: float | int | str = field(
-        default=5e-4, metadata={"gt": 0.0, "type_name": "float|auto"})
-    scale_lr_by_replicas: bool = False
-    weight_decay: float = bounded(0.01, min=0.0)
-    schedule: str = choices("linear", "one_cycle", "constant", default="linear")
-    warmup_ratio: float = bounded(0.1, min=0.0, max=1.0)
-    clipnorm: float = bounded(1.0, min=0.0)
-    ema_decay: float = bounded(0.0, min=0.0, max=0.99999)
-    lr_find_steps: int = bounded(100, min=5)
-    lr_find_min: float = bounded(1e-7, gt=0.0)
-    lr_find_max: float = bounded(1.0, gt=0.0)
+    learning_rate: float | int | str = setting(5e-4, gt=0.0, type_name="float|auto", resume=MATCH)
+    scale_lr_by_replicas: bool = setting(False, resume=MATCH)
+    weight_decay: float = bounded(0.01, min=0.0, resume=MATCH)
+    schedule: str = choices("linear", "one_cycle", "constant", default="linear", resume=MATCH)
+    warmup_ratio: float = bounded(0.1, min=0.0, max=1.0, resume=MATCH)
+    clipnorm: float = bounded(1.0, min=0.0, resume=MATCH)
+    ema_decay: float = bounded(0.0, min=0.0, max=0.99999, resume=NEVER)
+    lr_find_steps: int = bounded(100, min=5, resume=MATCH)
+    lr_find_min: float = bounded(1e-7, gt=0.0, resume=MATCH)
+    lr_find_max: float = bounded(1.0, gt=0.0, resume=MATCH)
 
 
 @dataclass
@@ -127,20 +126,19 @@ class TrainerConfig:
 
     # 6 epochs take the default run (tiny BERT, demo reviews) to ~0.86 validation accuracy
     # in ~1.5 minutes on 2 CPU cores; 3 stopped at ~0.75.
-    epochs: int = bounded(6, min=1)
-    steps_per_epoch: int = bounded(0, min=0)
-    max_steps: int = bounded(0, min=0)
-    eval_every_steps: int = bounded(0, min=0)
-    log_every_steps: int = bounded(0, min=0)
-    steps_per_execution: int | None = field(
-        default=None, metadata={"min": 1, "type_name": "int|null"})
-    jit_compile: bool | None = None
-    monitor_mode: str = choices("auto", "max", "min", default="auto")
-    early_stopping_patience: int = bounded(0, min=0)
-    profile_steps: str = ""
-    profiler_port: int = bounded(0, min=0, max=65535)
-    profiler_listen_all: bool = False
-    export: bool = True
+    epochs: int = bounded(6, min=1, resume=LONGER)
+    steps_per_epoch: int = bounded(0, min=0, resume=MATCH)
+    max_steps: int = bounded(0, min=0, resume=LONGER)
+    eval_every_steps: int = bounded(0, min=0, resume=MATCH)
+    log_every_steps: int = bounded(0, min=0, resume=FREE)
+    steps_per_execution: int | None = setting(None, min=1, type_name="int|null", resume=MATCH)
+    jit_compile: bool | None = setting(None, resume=MATCH)
+    monitor_mode: str = choices("auto", "max", "min", default="auto", resume=MATCH)
+    early_stopping_patience: int = bounded(0, min=0, resume=MATCH)
+    profile_steps: str = setting("", resume=FREE)
+    profiler_port: int = bounded(0, min=0, max=65535, resume=FREE)
+    profiler_listen_all: bool = setting(False, resume=FREE)
+    export: bool = setting(True, resume=MATCH)
 
 
 @dataclass
@@ -156,8 +154,8 @@ class SupervisedTrainerConfig(TrainerConfig):
         val_entity_f1 for ner).
     """
 
-    gradient_accumulation_steps: int = bounded(1, min=1)
-    monitor: str = ""
+    gradient_accumulation_steps: int = bounded(1, min=1, resume=NEVER)
+    monitor: str = setting("", resume=MATCH)
 
 
 @dataclass
@@ -175,12 +173,12 @@ class WandbConfig:
       sync_tensorboard: also upload the TensorBoard event files.
     """
 
-    enabled: bool = False
-    project: str = ""
-    entity: str = ""
-    mode: str = choices("auto", "online", "offline", "disabled", default="auto")
-    tags: list[str] = field(default_factory=list)
-    sync_tensorboard: bool = True
+    enabled: bool = setting(False, resume=FREE)
+    project: str = setting("", resume=FREE)
+    entity: str = setting("", resume=FREE)
+    mode: str = choices("auto", "online", "offline", "disabled", default="auto", resume=FREE)
+    tags: list[str] = setting(factory=list, resume=FREE)
+    sync_tensorboard: bool = setting(True, resume=FREE)
 
 
 @dataclass
@@ -192,7 +190,7 @@ class TrackingConfig:
       wandb: Weights & Biases settings.
     """
 
-    tensorboard: bool = True
+    tensorboard: bool = setting(True, resume=FREE)
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
 @dataclass
@@ -209,12 +207,12 @@ class HyperParamConfig:
       values: choice: the values to pick from, each valid for the config key.
     """
 
-    type: str = choices("float", "int", "choice", "boolean", default="float")
-    min: float | None = None
-    max: float | None = None
-    step: float | None = None
-    sampling: str = choices("linear", "log", "reverse_log", default="linear")
-    values: list[Any] = field(default_factory=list)
+    type: str = choices("float", "int", "choice", "boolean", default="float", resume=MATCH)
+    min: float | None = setting(None, resume=MATCH)
+    max: float | None = setting(None, resume=MATCH)
+    step: float | None = setting(None, resume=MATCH)
+    sampling: str = choices("linear", "log", "reverse_log", default="linear", resume=MATCH)
+    values: list[Any] = setting(factory=list, resume=MATCH)
 
 
 @dataclass
@@ -243,17 +241,17 @@ class TuneConfig:
         min: 1.0e-4, max: 1.0e-2, sampling: log}.
     """
 
-    tuner: str = choices("random", "bayesian", "hyperband", "grid", default="random")
-    objective: str = ""
-    direction: str = choices("auto", "max", "min", default="auto")
-    max_trials: int = bounded(10, min=1)
-    executions_per_trial: int = bounded(1, min=1)
-    epochs: int = bounded(0, min=0)
-    early_stopping_patience: int = bounded(0, min=0)
-    hyperband_factor: int = bounded(3, min=2)
-    seed: int = 0
-    worker_timeout_s: float = bounded(120.0, min=2.0)
-    space: dict[str, HyperParamConfig] = field(default_factory=dict)
+    tuner: str = choices("random", "bayesian", "hyperband", "grid", default="random", resume=MATCH)
+    objective: str = setting("", resume=MATCH)
+    direction: str = choices("auto", "max", "min", default="auto", resume=MATCH)
+    max_trials: int = bounded(10, min=1, resume=MATCH)
+    executions_per_trial: int = bounded(1, min=1, resume=MATCH)
+    epochs: int = bounded(0, min=0, resume=MATCH)
+    early_stopping_patience: int = bounded(0, min=0, resume=MATCH)
+    hyperband_factor: int = bounded(3, min=2, resume=MATCH)
+    seed: int = setting(0, resume=MATCH)
+    worker_timeout_s: float = bounded(120.0, min=2.0, resume=MATCH)
+    space: dict[str, HyperParamConfig] = setting(factory=dict, resume=MATCH)
 
 
 @dataclass
@@ -278,9 +276,9 @@ class ExperimentConfig:
       tune: hyperparameter search (python -m tfapp.tune).
     """
 
-    task: str = ""
-    name: str = ""
-    output_dir: str = "runs"
+    task: str = setting("", resume=NEVER)
+    name: str = setting("", resume=FREE)
+    output_dir: str = setting("runs", resume=FREE)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -298,4 +296,5 @@ class ExperimentConfig:
         after the generic checks. Here: no task but ner reads CoNLL files."""
         if self.data.format == "conll":
             raise ConfigError(f"data.format: conll is read by task ner only; task "
-                              f"'{self.task}' reads csv, tsv, jsonl, text, tfrecord or tfds")
+                              f"'{self.task}' reads csv, tsv, jsonl, parquet, text, tfrecord "
+                              "or tfds")

@@ -18,7 +18,7 @@ from tfapp.config.data_model import (
     TextDataConfig,
     TokenizedDataConfig,
 )
-from tfapp.config.fields import bounded, choices
+from tfapp.config.fields import MATCH, NEVER, bounded, choices, setting
 from tfapp.errors import ConfigError
 
 
@@ -40,12 +40,13 @@ class ClassifierDataConfig(StoredDataConfig, LengthBucketsConfig, TokenizedDataC
         label for multi-label) or a mapping {label: weight} (unlisted labels weigh 1).
     """
 
-    text_pair_column: str = ""
-    label_column: str = "label"
-    labels: list[str] = field(default_factory=list)
-    multi_label: bool = False
-    label_separator: str = "|"
-    class_weight: Any = "none"  # "none" | "balanced" | {label: weight}; see check_class_weight
+    text_pair_column: str = setting("", resume=MATCH)
+    label_column: str = setting("label", resume=MATCH)
+    labels: list[str] = setting(factory=list, resume=MATCH)
+    multi_label: bool = setting(False, resume=MATCH)
+    label_separator: str = setting("|", resume=MATCH)
+    # "none" | "balanced" | {label: weight}; see check_class_weight
+    class_weight: Any = setting("none", resume=MATCH)
 
 
 @dataclass
@@ -61,16 +62,16 @@ class ClassifierModelConfig(EmbeddingModelConfig, BertPreprocessorConfig, BertMo
         mass evenly onto all labels (0 = off; 0.1 is common).
     """
 
-    kind: str = choices("bert", "cnn", "rnn", default="bert")
-    pooling: str = choices("pooled", "mean_max", default="pooled")
-    label_smoothing: float = bounded(0.0, min=0.0, max=0.5)
+    kind: str = choices("bert", "cnn", "rnn", default="bert", resume=NEVER)
+    pooling: str = choices("pooled", "mean_max", default="pooled", resume=MATCH)
+    label_smoothing: float = bounded(0.0, min=0.0, max=0.5, resume=MATCH)
 
 
 @dataclass
 class ClassifierConfig(ExperimentConfig):
     """A text classifier run (task=classifier)."""
 
-    task: str = "classifier"
+    task: str = setting("classifier", resume=NEVER)
     data: ClassifierDataConfig = field(default_factory=ClassifierDataConfig)
     model: ClassifierModelConfig = field(default_factory=ClassifierModelConfig)
     trainer: SupervisedTrainerConfig = field(default_factory=SupervisedTrainerConfig)

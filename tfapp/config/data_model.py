@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tfapp.config.fields import bounded, choices
+from tfapp.config.fields import FREE, MATCH, NEVER, bounded, choices, setting
 
 
 @dataclass
@@ -28,10 +28,10 @@ class DataServiceConfig:
       job_name: shared job name so several consumers read one job; empty = one job per run.
     """
 
-    address: str = ""
+    address: str = setting("", resume=FREE)
     processing_mode: str = choices("distributed_epoch", "parallel_epochs", "dynamic", "off",
-                                   "file", default="distributed_epoch")
-    job_name: str = ""
+                                   "file", default="distributed_epoch", resume=FREE)
+    job_name: str = setting("", resume=FREE)
 
 
 @dataclass
@@ -42,8 +42,9 @@ class DataConfig:
       train_files: path or glob of the training data (local or gs://), several joined with
         commas, or a folder written by python -m tfapp.prepare. "demo" uses the dataset
         shipped with tfapp for the task.
-      format: auto (from the extension), csv, tsv, jsonl, text, tfrecord or tfds; for task
-        ner, conll or jsonl (auto: jsonl for .jsonl/.json/.ndjson files, else conll).
+      format: auto (from the extension), csv, tsv, jsonl, parquet (.parquet/.pq, read a
+        batch of rows at a time), text, tfrecord or tfds; for task ner, conll or jsonl
+        (auto: jsonl for .jsonl/.json/.ndjson files, else conll).
       batch_size: batch size per replica; the global batch is this times the replica count.
       shuffle_buffer: shuffle buffer size in examples (0 disables shuffling).
       prefetch: prefetch batches with tf.data.AUTOTUNE.
@@ -54,14 +55,14 @@ class DataConfig:
         rows and reports their count and first examples.
     """
 
-    train_files: str = "demo"
-    format: str = choices("auto", "csv", "tsv", "jsonl", "text", "tfrecord", "tfds", "conll",
-                          default="auto")
-    batch_size: int = bounded(32, min=1)
-    shuffle_buffer: int = bounded(10000, min=0)
-    prefetch: bool = True
-    deterministic: bool = False
-    on_bad_rows: str = choices("fail", "skip", default="fail")
+    train_files: str = setting("demo", resume=MATCH)
+    format: str = choices("auto", "csv", "tsv", "jsonl", "parquet", "text", "tfrecord", "tfds",
+                          "conll", default="auto", resume=MATCH)
+    batch_size: int = bounded(32, min=1, resume=MATCH)
+    shuffle_buffer: int = bounded(10000, min=0, resume=MATCH)
+    prefetch: bool = setting(True, resume=FREE)
+    deterministic: bool = setting(False, resume=MATCH)
+    on_bad_rows: str = choices("fail", "skip", default="fail", resume=MATCH)
 
 
 @dataclass
@@ -78,10 +79,10 @@ class HeldOutDataConfig:
         validation_files is empty (seeded by runtime.seed).
     """
 
-    validation_files: str = ""
-    test_files: str = ""
-    test_split: float = bounded(0.0, min=0.0, max=0.9)
-    validation_split: float = bounded(0.2, min=0.0, max=0.9)
+    validation_files: str = setting("", resume=MATCH)
+    test_files: str = setting("", resume=MATCH)
+    test_split: float = bounded(0.0, min=0.0, max=0.9, resume=MATCH)
+    validation_split: float = bounded(0.2, min=0.0, max=0.9, resume=MATCH)
 
 
 @dataclass
@@ -97,8 +98,8 @@ class StoredDataConfig:
       service: tf.data service settings.
     """
 
-    cache: str = ""
-    snapshot: str = ""
+    cache: str = setting("", resume=FREE)
+    snapshot: str = setting("", resume=FREE)
     service: DataServiceConfig = field(default_factory=DataServiceConfig)
 
 
@@ -110,7 +111,7 @@ class TextDataConfig:
       text_column: column holding the text.
     """
 
-    text_column: str = "text"
+    text_column: str = setting("text", resume=MATCH)
 
 
 @dataclass
@@ -121,7 +122,7 @@ class TokenizedDataConfig:
       seq_length: fixed token length; longer texts are truncated, shorter padded.
     """
 
-    seq_length: int = bounded(128, min=4, max=8192)
+    seq_length: int = bounded(128, min=4, max=8192, resume=MATCH)
 
 
 @dataclass
@@ -136,7 +137,7 @@ class LengthBucketsConfig:
         seq_length.
     """
 
-    length_buckets: int = bounded(8, min=0, max=64)
+    length_buckets: int = bounded(8, min=0, max=64, resume=MATCH)
 
 
 @dataclass
@@ -149,8 +150,8 @@ class ModelConfig:
       dropout: dropout rate before the output layer.
     """
 
-    kind: str = choices("bert", "cnn", "rnn", "seq2seq", default="bert")
-    dropout: float = bounded(0.1, min=0.0, max=0.95)
+    kind: str = choices("bert", "cnn", "rnn", "seq2seq", default="bert", resume=NEVER)
+    dropout: float = bounded(0.1, min=0.0, max=0.95, resume=MATCH)
 
 
 @dataclass
@@ -163,8 +164,8 @@ class BertModelConfig:
       trainable: fine-tune the encoder weights (false trains the head only).
     """
 
-    hub_handle: str = "builtin:tiny"
-    trainable: bool = True
+    hub_handle: str = setting("builtin:tiny", resume=NEVER)
+    trainable: bool = setting(True, resume=MATCH)
 
 
 @dataclass
@@ -176,7 +177,7 @@ class BertPreprocessorConfig:
         converted encoder, else data uses a vocab file.
     """
 
-    hub_preprocessor: str = ""
+    hub_preprocessor: str = setting("", resume=NEVER)
 
 
 @dataclass
@@ -189,6 +190,6 @@ class EmbeddingModelConfig:
       bidirectional: bidirectional recurrent encoder (rnn, seq2seq).
     """
 
-    embedding_dim: int = bounded(64, min=1)
-    units: int = bounded(64, min=1)
-    bidirectional: bool = False
+    embedding_dim: int = bounded(64, min=1, resume=MATCH)
+    units: int = bounded(64, min=1, resume=MATCH)
+    bidirectional: bool = setting(False, resume=MATCH)

@@ -13,7 +13,7 @@ from tfapp.config.data_model import (
     StoredDataConfig,
     TextDataConfig,
 )
-from tfapp.config.fields import bounded, choices
+from tfapp.config.fields import MATCH, NEVER, bounded, choices, setting
 
 
 @dataclass
@@ -38,14 +38,14 @@ class GeneratorDataConfig(StoredDataConfig, TextDataConfig, HeldOutDataConfig, D
       target_column: generator pairs: column holding the target text.
     """
 
-    drop_regex: str = ""
-    strip_punctuation: bool = True
-    vocab_size: int = bounded(5000, min=8)
-    example_shape: str = choices("continuation", "pairs", default="continuation")
-    context_words: int = bounded(8, min=1, max=1024)
-    target_words: int = bounded(12, min=1, max=1024)
-    source_column: str = "source"
-    target_column: str = "target"
+    drop_regex: str = setting("", resume=MATCH)
+    strip_punctuation: bool = setting(True, resume=MATCH)
+    vocab_size: int = bounded(5000, min=8, resume=MATCH)
+    example_shape: str = choices("continuation", "pairs", default="continuation", resume=MATCH)
+    context_words: int = bounded(8, min=1, max=1024, resume=MATCH)
+    target_words: int = bounded(12, min=1, max=1024, resume=MATCH)
+    source_column: str = setting("source", resume=MATCH)
+    target_column: str = setting("target", resume=MATCH)
 
 
 @dataclass
@@ -57,8 +57,8 @@ class GeneratorModelConfig(EmbeddingModelConfig, ModelConfig):
       attention: seq2seq attention: bahdanau (additive) or luong (dot).
     """
 
-    kind: str = choices("seq2seq", default="seq2seq")
-    attention: str = choices("bahdanau", "luong", default="bahdanau")
+    kind: str = choices("seq2seq", default="seq2seq", resume=NEVER)
+    attention: str = choices("bahdanau", "luong", default="bahdanau", resume=MATCH)
 
 
 @dataclass
@@ -78,14 +78,15 @@ class GenerationConfig:
       seed: seed of the stateless random ops used by sampling (same seed -> same text).
     """
 
-    method: str = choices("greedy", "sample", "top_k", "top_p", "beam", default="top_k")
-    temperature: float = bounded(0.8, gt=0.0)
-    top_k: int = bounded(5, min=1)
-    top_p: float = bounded(0.9, gt=0.0, max=1.0)
-    num_beams: int = bounded(4, min=1, max=64)
-    length_penalty: float = bounded(0.6, min=0.0)
-    max_length: int = bounded(30, min=1, max=1024)
-    seed: int = 0
+    method: str = choices("greedy", "sample", "top_k", "top_p", "beam", default="top_k",
+                          resume=MATCH)
+    temperature: float = bounded(0.8, gt=0.0, resume=MATCH)
+    top_k: int = bounded(5, min=1, resume=MATCH)
+    top_p: float = bounded(0.9, gt=0.0, max=1.0, resume=MATCH)
+    num_beams: int = bounded(4, min=1, max=64, resume=MATCH)
+    length_penalty: float = bounded(0.6, min=0.0, resume=MATCH)
+    max_length: int = bounded(30, min=1, max=1024, resume=MATCH)
+    seed: int = setting(0, resume=MATCH)
 
 
 @dataclass
@@ -96,7 +97,7 @@ class GeneratorConfig(ExperimentConfig):
       generation: how the generator writes text.
     """
 
-    task: str = "generator"
+    task: str = setting("generator", resume=NEVER)
     data: GeneratorDataConfig = field(default_factory=GeneratorDataConfig)
     model: GeneratorModelConfig = field(default_factory=GeneratorModelConfig)
     trainer: SupervisedTrainerConfig = field(default_factory=SupervisedTrainerConfig)

@@ -14,7 +14,7 @@ from tfapp.config.data_model import (
     TextDataConfig,
     TokenizedDataConfig,
 )
-from tfapp.config.fields import bounded, choices
+from tfapp.config.fields import FREE, MATCH, NEVER, bounded, choices, setting
 from tfapp.errors import ConfigError
 
 
@@ -42,7 +42,7 @@ class MlmModelConfig(BertModelConfig, ModelConfig):
       kind: bert (the module named by model.hub_handle).
     """
 
-    kind: str = choices("bert", default="bert")
+    kind: str = choices("bert", default="bert", resume=NEVER)
 
 
 @dataclass
@@ -71,12 +71,12 @@ class MlmConfig:
         RoBERTa's pretraining inputs) instead of one text padded to data.seq_length.
     """
 
-    mask_rate: float = bounded(0.15, gt=0.0, max=0.99)
-    whole_word: bool = False
-    max_predictions: int = bounded(0, min=0)
-    output: str = ""
-    overwrite: bool = False
-    pack: bool = True
+    mask_rate: float = bounded(0.15, gt=0.0, max=0.99, resume=MATCH)
+    whole_word: bool = setting(False, resume=MATCH)
+    max_predictions: int = bounded(0, min=0, resume=MATCH)
+    output: str = setting("", resume=MATCH)
+    overwrite: bool = setting(False, resume=FREE)
+    pack: bool = setting(True, resume=MATCH)
 
 
 @dataclass
@@ -87,7 +87,7 @@ class MaskedLmConfig(ExperimentConfig):
       mlm: masked-LM pretraining.
     """
 
-    task: str = "mlm"
+    task: str = setting("mlm", resume=NEVER)
     data: MlmDataConfig = field(default_factory=MlmDataConfig)
     model: MlmModelConfig = field(default_factory=MlmModelConfig)
     trainer: MlmTrainerConfig = field(default_factory=MlmTrainerConfig)

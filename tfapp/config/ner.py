@@ -15,7 +15,7 @@ from tfapp.config.data_model import (
     StoredDataConfig,
     TokenizedDataConfig,
 )
-from tfapp.config.fields import bounded, choices
+from tfapp.config.fields import MATCH, NEVER, bounded, choices, setting
 from tfapp.errors import ConfigError
 
 
@@ -37,8 +37,8 @@ class NerDataConfig(StoredDataConfig, LengthBucketsConfig, TokenizedDataConfig, 
         setting would have lost are counted as converted in the log (docs/ner.md).
     """
 
-    tag_column: int = bounded(-1, min=-64, max=64)
-    tag_scheme: str = choices("iob2", "iob1", "bioes", default="iob2")
+    tag_column: int = bounded(-1, min=-64, max=64, resume=MATCH)
+    tag_scheme: str = choices("iob2", "iob1", "bioes", default="iob2", resume=MATCH)
 
 
 @dataclass
@@ -49,14 +49,14 @@ class NerModelConfig(BertPreprocessorConfig, BertModelConfig, ModelConfig):
       kind: bert (TF-Hub encoder + a tag per token).
     """
 
-    kind: str = choices("bert", default="bert")
+    kind: str = choices("bert", default="bert", resume=NEVER)
 
 
 @dataclass
 class NerConfig(ExperimentConfig):
     """A named-entity tagger run (task=ner)."""
 
-    task: str = "ner"
+    task: str = setting("ner", resume=NEVER)
     data: NerDataConfig = field(default_factory=NerDataConfig)
     model: NerModelConfig = field(default_factory=NerModelConfig)
     trainer: SupervisedTrainerConfig = field(default_factory=SupervisedTrainerConfig)

@@ -42,6 +42,7 @@ from typing import Any, BinaryIO
 
 from tfapp.atomic import write_text
 from tfapp.config import DataConfig
+from tfapp.data import parquet
 from tfapp.demo import DEMO_DIR
 from tfapp.errors import DataError, Setting
 from tfapp.textio import (
@@ -63,10 +64,11 @@ __all__ = ["BadRow", "BadRowPolicy", "BadRowReport", "ExampleSet", "read_text", 
 
 log = logging.getLogger("tfapp.data")
 
-FORMATS = ("csv", "tsv", "jsonl", "text", "tfrecord", "tfds")
+FORMATS = ("csv", "tsv", "jsonl", "parquet", "text", "tfrecord", "tfds")
 _EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl",
                ".ndjson": "jsonl", ".json": "jsonl", ".txt": "text", ".text": "text",
-               ".tfrecord": "tfrecord", ".tfrecords": "tfrecord", ".tfrec": "tfrecord"}
+               ".tfrecord": "tfrecord", ".tfrecords": "tfrecord", ".tfrec": "tfrecord",
+               **{ext: "parquet" for ext in parquet.EXTENSIONS}}
 _FASTTEXT_LABEL = "__label__"
 MAX_REPORTED = 5
 # Long documents are valid input: no limit on a field's length (csv's default is 128 KiB).
@@ -345,6 +347,36 @@ def _jsonl_rows(path: str, lines: Iterator[str], columns: list[str], hint: Hint
         yield 1, None, "empty file (no JSON lines)"
 
 
+def _read_parquet(path: str, columns: list[str], hint: Hint, label_column: str | None = None
+                  ) -> Iterator[Row]:
+    """The ``columns`` of every row of a Parquet file, a batch at a time
+    (``data/parquet.py``); rows are numbered from 1. A missing column, or one whose type
+    holds no text (``label_column``: no labels either), fails the file in one line."""
+    with parquet.open_parquet(path) as pf:
+        _check_parquet_columns(path, pf.schema_arrow, columns, hint, label_column)
+        if pf.metadata.num_rows == 0:
+            yield 1, None, "empty file (no rows)"
+            return
+        for number, fields in parquet.rows(pf, path, columns):
+            yield number, fields, None
+
+
+def _check_parquet_columns(path: str, schema: Any, columns: list[str], hint: Hint,
+                           label_column: str | None) -> None:
+    """Each of ``columns`` is in a Parquet file's schema once, of a type that holds text
+    (``label_column``: or labels); else one line: the whole file is wrong, not a row."""
+    for column in columns:
+        if column not in schema.names:
+            raise _missing_column(path, column, schema.names, "Parquet schema", hint)
+        if schema.names.count(column) > 1:
+            raise DataError(f"{path}: the Parquet schema names column '{column}' "
+                            f"{schema.names.count(column)} times; rename all but one")
+        problem = parquet.type_problem(schema.field(column), label=column == label_column)
+        if problem:
+            raise DataError(f"{path}: {problem}; write the column as strings, or name "
+                            "another -- ", *((hint,) if isinstance(hint, str) else hint))
+
+
 def _read_text_lines(path: str, text_column: str, label_column: str | None,
                      verbatim: bool = False) -> Iterator[Row]:
     """One row per non-blank line: fastText ``__label__`` prefixes give the labels, or
@@ -506,8 +538,10 @@ def _clean_labels(value: Any, column: str, multi_label: bool,
 def _row_sources(spec: str | Sequence[str | os.PathLike], columns: list[str], *, fmt: str,
                  split: str, what: str | Setting, hint: Hint,
                  text_lines: Callable[[str], Iterator[Row]] | None,
-                 default_format: str | None = None) -> list[tuple[str, Iterator[Row]]]:
-    """(file, its rows) for every file of ``spec`` (or the TFDS dataset it names).
+                 default_format: str | None = None,
+                 label_column: str | None = None) -> list[tuple[str, Iterator[Row]]]:
+    """(file, its rows) for every file of ``spec`` (or the TFDS dataset it names);
+    ``label_column``: the column of ``columns`` holding labels (typed files check it so).
 
     Files are resolved and their formats told (``fmt``, else the extension, else
     ``default_format``) before any is read, so a missing file or an unknown extension
@@ -527,10 +561,13 @@ def _row_sources(spec: str | Sequence[str | os.PathLike], columns: list[str], *,
             rows = _read_delimited(path, "," if kind == "csv" else "\t", columns, hint)
         elif kind == "jsonl":
             rows = _read_jsonl(path, columns, hint)
+        elif kind == "parquet":
+            rows = _read_parquet(path, columns, hint, label_column)
         elif kind == "text":
             if text_lines is None:
                 raise DataError(f"{path}: plain text lines hold one text; rows of "
-                                f"{' and '.join(columns)} need csv, tsv, jsonl or tfrecord")
+                                f"{' and '.join(columns)} need csv, tsv, jsonl, parquet or "
+                                "tfrecord")
             rows = text_lines(path)
         else:
             rows = _read_tfrecord(path, columns, hint)
@@ -560,7 +597,7 @@ def read_examples(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
     text_lines = None if data_cfg.text_pair_column else (
         lambda path: _read_text_lines(path, data_cfg.text_column, label_column))
     sources = _row_sources(spec, columns, fmt=data_cfg.format, split=split, what=what,
-                           hint=COLUMNS_HINT, text_lines=text_lines)
+                           hint=COLUMNS_HINT, text_lines=text_lines, label_column=label_column)
 
     examples: list[RawExample] = []
     for path, rows in sources:

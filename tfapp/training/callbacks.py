@@ -142,7 +142,7 @@ class HistoryLog(tf.keras.callbacks.CSVLogger):
 
 class EpochStatus(tf.keras.callbacks.Callback):
     """Rewrites ``status.json`` (``running``) at every epoch end through ``write``
-    (``RunContext.status``), so the time trained so far survives a kill: a resumed run
+    (``RunDirectory.status``), so the time trained so far survives a kill: a resumed run
     counts it."""
 
     def __init__(self, write: Callable[..., None]):
@@ -300,7 +300,7 @@ def standard_callbacks(cfg: ExperimentConfig, layout: RunLayout, *, backup: Path
     Every worker of a multi-worker run gets them all (saves are collective); a non-chief's
     ``layout`` is its own scratch copy. ``backup`` is the run directory's for every worker:
     each restores from the chief's (Keras points non-chiefs' writes at temporary folders).
-    ``changed``: the config keys a resume changed (``RunContext.changed_since_backup``);
+    ``changed``: the config keys a resume changed (``RunDirectory.changed_since_backup``);
     ``on_backup`` runs after the first backup written (``ResumableBackup``).
     """
     t = cfg.trainer

@@ -4,7 +4,8 @@ compiled model -> fit -> finish.
 ``train`` runs the classifier, the generator, masked-LM pretraining (``task=mlm``) and
 every tuning trial; ``find_learning_rate`` is the LR range test on the same model and
 pipeline. Where things are decided: the runtime and XLA in ``RunContext.create``
-(``training/context.py``), the run directory's file names in ``RunLayout``
+(``training/context.py``), the run directory's lock, status and time trained in
+``RunDirectory`` (``training/run_directory.py``), its file names in ``RunLayout``
 (``run_layout.py``), the data pipeline (snapshot, cache, service) in each task's
 ``build_inputs``.
 
@@ -27,6 +28,7 @@ from tfapp.atomic import read_state, write_text
 from tfapp.config import ConfigError, ExperimentConfig
 from tfapp.models.hub_encoder import built_encoder
 from tfapp.run_layout import RunLayout
+from tfapp.runtime import Runtime
 from tfapp.tracking import profiler, wandb_run
 from tfapp.training import fit as fit_lib
 from tfapp.training.callbacks import (
@@ -41,6 +43,7 @@ from tfapp.training.lr_finder import LRFindResult, find_lr, plot_lr_find
 from tfapp.training.metrics import AUC_NOTE
 from tfapp.training.optimizers import build_optimizer, build_schedule
 from tfapp.training.plan import TrainingPlan, plan_training, resolve_steps_per_execution
+from tfapp.training.run_directory import RunDirectory
 from tfapp.training.run_header import build_header, format_header, save_header
 from tfapp.training.schedule_plot import plot_schedule
 from tfapp.training.step_logs import LearningRateLogger, StepLogger
@@ -130,30 +133,24 @@ def _step_callbacks(cfg: ExperimentConfig, plan: TrainingPlan, schedule,
     return cbs
 
 
-def train(cfg: ExperimentConfig, ctx: RunContext | None = None, *,
-          task: type[Task] | None = None, start_over: bool = False,
-          resume_anyway: bool = False, callbacks: Sequence = ()) -> TrainResult:
+def train(cfg: ExperimentConfig, *, task: type[Task], runtime: Runtime | None = None,
+          start_over: bool = False, resume_anyway: bool = False,
+          callbacks: Sequence = ()) -> TrainResult:
     """Run the experiment ``cfg`` describes end to end with its ``task`` class (the caller
-    looks it up: ``tfapp.tasks.get_task``); ``ctx`` reuses a run context built by the caller
-    instead (``tune`` hands each trial one over its once-built runtime). A rerun
-    resumes the run's backup (``resume_anyway``: under a changed config); ``start_over``
-    moves the run aside and starts a new one (``RunContext.begin``). ``callbacks``: the
-    caller's own Keras callbacks, run after tfapp's (the Python API's ``callbacks=``)."""
-    if ctx is None:
-        if task is None:
-            raise TypeError("train() needs the task class (task=) or a RunContext (ctx=)")
-        ctx = RunContext.create(cfg, task=task)
-    try:
-        return _train(cfg, ctx, start_over=start_over, resume_anyway=resume_anyway,
-                      user_callbacks=list(callbacks))
-    finally:
-        ctx.release()
+    looks it up: ``tfapp.tasks.get_task``); ``runtime`` reuses one already set up (``tune``
+    hands each trial its once-built runtime). A rerun resumes the run's backup
+    (``resume_anyway``: under a changed config); ``start_over`` moves the run aside and
+    starts a new one (``RunDirectory.take``). ``callbacks``: the caller's own Keras
+    callbacks, run after tfapp's (the Python API's ``callbacks=``)."""
+    ctx = RunContext.create(cfg, task=task, runtime=runtime)
+    with RunDirectory.take(ctx, start_over=start_over,
+                           resume_anyway=resume_anyway) as directory:
+        return _train(ctx, directory, user_callbacks=list(callbacks))
 
 
-def _train(cfg: ExperimentConfig, ctx: RunContext, *, start_over: bool,
-           resume_anyway: bool, user_callbacks: list) -> TrainResult:
-    run = ctx.layout
-    paths: dict = {"params": ctx.begin(start_over=start_over, resume_anyway=resume_anyway)}
+def _train(ctx: RunContext, directory: RunDirectory, *, user_callbacks: list) -> TrainResult:
+    cfg, run = ctx.cfg, ctx.layout
+    paths: dict = {"params": directory.params}
     log.info("runtime: %s", ctx.describe())
 
     task = ctx.task(ctx)
@@ -173,13 +170,13 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, start_over: bool,
         callbacks, nan_stop = standard_callbacks(
             cfg, run, backup=ctx.run.backup, monitor=cfg.trainer.monitor or task.default_monitor,
             has_validation=inputs.validation is not None,
-            changed=tuple(ctx.changed_since_backup),
-            on_backup=ctx.keep_config_with_backup)
+            changed=directory.changed_since_backup,
+            on_backup=directory.keep_config_with_backup)
         resuming = ctx.resuming
         if not resuming:  # starting over: an earlier attempt's history and best are not ours
             run.history.unlink(missing_ok=True)
             shutil.rmtree(run.checkpoints, ignore_errors=True)
-        model = fit_lib.build_model(ctx, task, inputs)
+        model, ctx = fit_lib.build_model(ctx, task, inputs)  # ctx: XLA settled for the model
         lr, lr_source = _peak_learning_rate(ctx, task, model, inputs, resuming=resuming)
         schedule = build_schedule(cfg.optimizer, peak=lr, total_steps=plan.total_steps)
         with ctx.runtime.strategy.scope():  # metrics hold variables: made in the scope
@@ -208,7 +205,7 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, start_over: bool,
         callbacks += tracker.callbacks(cfg) if tracker else []
         callbacks += user_callbacks  # last: they see every log key tfapp's callbacks add
         # First: an epoch's time is on record before its backup, so a kill loses none.
-        callbacks.insert(0, EpochStatus(ctx.status))
+        callbacks.insert(0, EpochStatus(directory.status))
         history = fit_lib.fit(ctx, model, inputs.train, validation=inputs.validation,
                               validation_steps=inputs.validation_steps,
                               epochs=plan.fit_epochs, steps_per_epoch=plan.fit_steps_per_epoch,
@@ -228,7 +225,7 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, start_over: bool,
     except BaseException as err:
         state = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
         try:
-            ctx.status(state, error=str(err).splitlines()[0] if str(err) else state)
+            directory.status(state, error=str(err).splitlines()[0] if str(err) else state)
         except OSError as status_err:  # (the full disk that failed the run, say)
             log.warning("could not record '%s' in %s: %s", state, ctx.layout.status,
                         status_err)
@@ -244,7 +241,7 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, start_over: bool,
     if curves:
         paths["curves"] = curves
     result = TrainResult(run_dir=run.root, paths=paths, history=history,
-                         seconds=ctx.train_seconds(), model=model)
+                         seconds=directory.train_seconds(), model=model)
     row = history_row(run.history, best["epoch"]) if best else {}
     result.metrics = ({k: row[k] for k in [*history, *row] if k in row} if row
                       else {k: v[-1] for k, v in history.items() if v})
@@ -260,9 +257,9 @@ def _train(cfg: ExperimentConfig, ctx: RunContext, *, start_over: bool,
         result.lines += profile_lines(run)
     if tracker:  # summary metrics, the exported model as an artifact
         result.lines += tracker.finish(result)
-    ctx.status("finished", metrics={k: float(v) for k, v in result.metrics.items()
+    directory.status("finished", metrics={k: float(v) for k, v in result.metrics.items()
                                     if isinstance(v, int | float)})
-    ctx.end()
+    directory.end()
     return result
 
 
@@ -294,5 +291,5 @@ def find_learning_rate(cfg: ExperimentConfig, *, task: type[Task]) -> LRFindResu
         log.info("LR range test: %s", ctx.describe())
         built = task(ctx)
         inputs = built.build_inputs()
-        model = fit_lib.build_model(ctx, built, inputs)
+        model, ctx = fit_lib.build_model(ctx, built, inputs)
         return find_lr(ctx, model, inputs.train, loss=built.build_losses(inputs))

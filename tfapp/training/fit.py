@@ -23,15 +23,16 @@ if TYPE_CHECKING:
 __all__ = ["build_model", "compile_model", "fit"]
 
 
-def build_model(ctx: RunContext, task: Task, inputs: Inputs) -> tf.keras.Model:
+def build_model(ctx: RunContext, task: Task, inputs: Inputs
+                ) -> tuple[tf.keras.Model, RunContext]:
     """The task's model, built in the strategy's scope, wrapped for gradient accumulation
-    when ``trainer.gradient_accumulation_steps`` > 1; the run's XLA settled from it
-    (``RunContext.settle_jit_compile``: which BERT encoder was built)."""
+    when ``trainer.gradient_accumulation_steps`` > 1, and the context to compile and fit it
+    with: the run's XLA settled from the model (``RunContext.for_model``: which BERT
+    encoder was built)."""
     with ctx.runtime.strategy.scope():
         model = task.build_model(inputs)
         model = wrap_for_accumulation(model, ctx.cfg.trainer.gradient_accumulation_steps)
-    ctx.settle_jit_compile(model)
-    return model
+    return model, ctx.for_model(model)
 
 
 def compile_model(ctx: RunContext, model: tf.keras.Model, *, optimizer: Any, loss: Any,

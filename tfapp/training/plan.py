@@ -96,7 +96,7 @@ def resolve_jit_compile(cfg: ExperimentConfig, rt: Runtime, *,
                         recompiles_under_xla: bool) -> bool:
     """trainer.jit_compile, with auto decided per device and model: the one place XLA is
     switched on or off for a run (``RunContext.create`` asks it with the task's trait before
-    the model exists, ``RunContext.settle_jit_compile`` again with the model built)."""
+    the model exists, ``RunContext.for_model`` again with the model built)."""
     return resolve_jit_compile_choice(cfg, rt, recompiles_under_xla=recompiles_under_xla)[0]
 
 

@@ -99,9 +99,10 @@ class Task(abc.ABC):
 
         Asked twice: by ``RunContext.create`` with ``model=None`` (what a task's
         ``build_model`` may read as ``ctx.jit_compile``), then by ``fit.build_model`` with
-        the model built, whose answer settles the run's XLA. A task whose answer depends
-        on the model (which BERT encoder was built) must not read ``ctx.jit_compile``
-        while building it."""
+        the model built, whose answer settles the run's XLA (the loop compiles with the
+        context ``fit.build_model`` returns; the task's own ``ctx`` keeps the first
+        answer). A task whose answer depends on the model (which BERT encoder was built)
+        must not read ``ctx.jit_compile``."""
         return False
 
     @abc.abstractmethod

@@ -23,7 +23,6 @@ from tfapp.run_layout import RunLayout
 from tfapp.runtime import Runtime
 from tfapp.runtime import setup as setup_runtime
 from tfapp.tasks import get_task
-from tfapp.training.context import RunContext
 from tfapp.training.driver import train
 from tfapp.tuning import distributed
 from tfapp.tuning.space import (
@@ -197,9 +196,7 @@ class ConfigTuner(base_tuner.BaseTuner):
                 run_cfg = trial_config(self.cfg, values, trial.trial_id, execution, objective)
                 if self.runtime is None:
                     self.runtime = setup_runtime(run_cfg.runtime)
-                ctx = RunContext.create(run_cfg, task=get_task(run_cfg.task),
-                                        runtime=self.runtime)
-                result = train(run_cfg, ctx)
+                result = train(run_cfg, task=get_task(run_cfg.task), runtime=self.runtime)
             except ConfigError as err:  # e.g. a NaN loss at this learning rate
                 raise kt_errors.FailedTrialError(str(err)) from None
             finally:

@@ -89,8 +89,8 @@ class LoadedClassifier(ExportedModel):
 
         if flags.get("format") == "conll":
             raise ConfigError("--format conll: CoNLL files hold tagged words (an NER "
-                              "export's input); a classifier reads csv, tsv, jsonl, text or "
-                              "tfrecord files")
+                              "export's input); a classifier reads csv, tsv, jsonl, parquet, "
+                              "text or tfrecord files")
         data = load_config(params).data if params.is_file() else ClassifierDataConfig()
         for key in ("text_column", "text_pair_column", "label_column", "format",
                     "on_bad_rows"):
