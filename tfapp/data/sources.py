@@ -58,7 +58,7 @@ import tensorflow as tf
 
 __all__ = ["BadRow", "BadRowPolicy", "BadRowReport", "ExampleSet", "read_text", "open_source",
            "RawExample", "resolve_files", "detect_format", "read_examples", "read_texts",
-           "demo_file", "LabelVocab", "read_label_vocab", "write_label_vocab",
+           "demo_file", "LabelVocab", "stream_rows", "read_label_vocab", "write_label_vocab",
            "SKIP_OPTION", "COLUMNS_HINT"]
 
 log = logging.getLogger("tfapp.data")
@@ -576,6 +576,20 @@ def read_examples(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
                         f"({report.per_split.get(split, 0)} bad row(s) skipped: "
                         f"{report.summary()})")
     return examples
+
+
+def stream_rows(path: str, columns: list[str], *, fmt: str, what: str | Setting,
+                hint: Hint = TEXT_COLUMN_HINT, text_column: str | None = None
+                ) -> Iterator[Row]:
+    """The rows of one file as ``(line, fields | None, problem | None)``, read as it goes
+    (no list): for commands that stream a file of any size (``tfapp.data.rows``). A plain
+    text file gives each non-blank line, exactly as written, as ``text_column`` (None: a
+    text file is refused, the rows need columns it cannot hold)."""
+    text_lines = None if text_column is None else (
+        lambda p: _read_text_lines(p, text_column, None, verbatim=True))
+    [(_, rows)] = _row_sources([path], columns, fmt=fmt, split="test", what=what, hint=hint,
+                               text_lines=text_lines)
+    yield from rows
 
 
 def read_texts(spec: str | Sequence[str | os.PathLike], *, text_column: str = "text",

@@ -53,6 +53,8 @@ def predict_in_batches(module: Any, texts: list[str], pairs: list[str] | None = 
 class LoadedClassifier(ExportedModel):
     """An exported classifier and its metadata (label names, pair input, ...)."""
 
+    output_columns = ("label", "probabilities")
+
     def __init__(self, model: str | os.PathLike):
         import tensorflow_text  # noqa: F401  (registers the tokenizer ops the model uses)
 
@@ -68,6 +70,19 @@ class LoadedClassifier(ExportedModel):
                               "(--pair / the text_pair column)")
         return predict_in_batches(self.module, texts, pairs if self.text_pair else None,
                                   num_labels=len(self.label_names))
+
+    def predict_rows(self, texts: Any, pairs: Any | None = None) -> list[dict]:
+        """Per text: ``{"label", "probabilities": {label: p}}`` of one call of the
+        export's serving function on the batch."""
+        if self.text_pair and pairs is None:
+            raise ConfigError("this model classifies sentence pairs; give the second texts "
+                              "(--pair / --text-pair-column)")
+        out = (self.module.serve_pair(texts, pairs) if self.text_pair
+               else self.module.serve(texts))
+        probs = out["probabilities"].numpy().tolist()
+        names = self.label_names
+        return [{"label": label.decode(), "probabilities": dict(zip(names, p, strict=True))}
+                for label, p in zip(out["label"].numpy(), probs, strict=True)]
 
     def predict_lines(self, texts: list[str], pairs: list[str] | None, *,
                       as_json: bool) -> list[str]:

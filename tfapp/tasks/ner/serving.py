@@ -47,6 +47,8 @@ def entities_of(outputs: dict, index: int) -> list[dict]:
 class LoadedTagger(ExportedModel):
     """An exported NER model and its metadata (tag names, entity types)."""
 
+    output_columns = ("entities",)
+
     def __init__(self, model: str | os.PathLike):
         import tensorflow_text  # noqa: F401  (registers the tokenizer ops the model uses)
 
@@ -64,6 +66,17 @@ class LoadedTagger(ExportedModel):
             result = {k: v.numpy() for k, v in serve(text=tf.constant(batch)).items()}
             out += [entities_of(result, i) for i in range(len(batch))]
         return out
+
+    def predict_rows(self, texts: Any, pairs: Any | None = None) -> list[dict]:
+        """Per text: ``{"entities": [{type, text, start, end, score}]}`` (character
+        offsets) of one call of the export's ``serving_default`` on the batch."""
+        import tensorflow as tf
+
+        serve = self.module.signatures["serving_default"]
+        result = {k: v.numpy() for k, v in serve(text=tf.convert_to_tensor(texts,
+                                                                          tf.string)).items()}
+        return [{"entities": entities_of(result, i)}
+                for i in range(len(result["num_entities"]))]
 
     def predict_lines(self, texts: list[str], pairs: list[str] | None, *,
                       as_json: bool) -> list[str]:
