@@ -95,6 +95,18 @@ class Output:
         return ConfigError(f"--output {self.given}: {why}; nothing was written or "
                            "overwritten; give another --output, or remove it yourself")
 
+    def precheck(self) -> None:
+        """The refusals that need no job (a file that exists, a folder of someone else's
+        files), before anything slow: a command checks them before it loads a model."""
+        marker = self.folder / MARKER
+        if self.file is not None and self.file.exists() and not marker.is_file():
+            raise self._refuse("the file exists")
+        if self.folder.exists() and not self.folder.is_dir():
+            raise self._refuse(f"{self.folder} is a file, not a folder of parts")
+        if self.folder.is_dir() and not marker.is_file() and any(
+                not _WRITING.match(p.name) for p in self.folder.iterdir()):
+            raise self._refuse(f"{self.folder} holds files that tfapp did not write")
+
     def open(self, *, sole_writer: bool) -> set[int]:
         """The parts already written for this job; makes the folder and its marker for a
         new one. Refuses an ``OUT`` that holds something else, or another job's output.

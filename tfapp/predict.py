@@ -78,6 +78,7 @@ def _predict_data(args: SimpleNamespace) -> int:
         raise ConfigError(f"--shard {args.shard}: processes share a folder of part files; give "
                           f"--output {args.output}/ (a folder)")
     keep = [c.strip() for c in (args.keep or "").split(",") if c.strip()]
+    Output(args.output, {}).precheck()  # a refusal before the model loads
     data = _run_data(args.model)
     model = load_export(args.model, PREDICT)
     text_column = args.text_column or getattr(data, "text_column", "text")

@@ -62,7 +62,7 @@ class Batch:
     bad: list[Record] = field(default_factory=list)
     last: bool = False
     position: int = 0
-    error: BaseException | None = None
+    error: Exception | None = None
 
 
 class Batches:
@@ -137,7 +137,7 @@ class _Feed:
                 yield number, tuple(np.array([t.encode() for t in c], dtype=object)
                                     for c in batch.texts)
                 number += 1
-        except BaseException as err:  # noqa: BLE001  (handed to the consumer's thread)
+        except Exception as err:  # noqa: BLE001  (handed to the consumer's thread)
             self.waiting[number] = Batch(-1, [[] for _ in range(self.inputs)], error=err)
             yield number, tuple(np.zeros([0], object) for _ in range(self.inputs))
 
