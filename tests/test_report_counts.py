@@ -65,3 +65,23 @@ def test_memory_of_the_counts_does_not_grow_with_the_rows():
         counts.update(rng.integers(0, 2, 1000), rng.random((1000, 1)))
     assert counts.examples == 20000
     assert counts.positive.nbytes + counts.negative.nbytes == size <= 64 << 20
+
+
+def test_entity_tally_equals_seqeval_on_all_sentences_at_once():
+    """NER's streamed report: batches of sentences counted and summed give seqeval's
+    scores (strict and default mode, per type) on all of them, float for float."""
+    import random
+
+    from tfapp.tasks.ner.scores import EntityTally, entity_report
+
+    rng = random.Random(0)
+    tags = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "I-ORG", "B-ORG", "B-DATE"]
+    gold = [[rng.choice(tags) for _ in range(rng.randint(1, 12))] for _ in range(300)]
+    pred = [[t if rng.random() < 0.6 else rng.choice(tags) for t in g] for g in gold]
+    pred[0] = ["B-MISC"] * len(pred[0])  # a type only predicted: in per_type, support 0
+    tally = EntityTally()
+    for start in range(0, len(gold), 7):
+        tally.update(gold[start:start + 7], pred[start:start + 7])
+    got, want = tally.report(), entity_report(gold, pred)
+    assert got == want
+    assert want["per_type"]["MISC"]["support"] == 0 and want["default_mode"]["f1"] > 0

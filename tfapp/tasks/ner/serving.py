@@ -29,7 +29,7 @@ from tfapp.serving import (
     base_encoder_fact,
     load_export,
 )
-from tfapp.tasks.ner.scores import entity_report, format_entity_report
+from tfapp.tasks.ner.scores import EntityTally, format_entity_report
 
 
 def entities_of(outputs: dict, index: int) -> list[dict]:
@@ -120,7 +120,8 @@ class LoadedTagger(ExportedModel):
         bad-row mode), counted as the run's test report counts them: the file's own words
         tagged by the model (``tag_words``), scored by ``tfapp.tasks.ner.scores``."""
         from tfapp.data.sources import BadRowReport
-        from tfapp.data.tagged import keep_known_tags, read_tagged
+        from tfapp.data.tagged import iter_known_tags, iter_tagged
+        from tfapp.errors import DataError, Setting
 
         for key, flag in (("text_column", "--text-column"),
                           ("text_pair_column", "--text-pair-column"),
@@ -139,12 +140,25 @@ class LoadedTagger(ExportedModel):
         if flags.get("on_bad_rows") is not None:
             data.on_bad_rows = flags["on_bad_rows"]
         report = BadRowReport()
-        raw = read_tagged(files, data, split="test", mode=data.on_bad_rows, report=report)
-        sentences = keep_known_tags(raw, self.tag_names, split="test", mode=data.on_bad_rows,
-                                    report=report, known_from="the model's")
-        result = entity_report([s.tags for s in sentences],
-                               self.tag_words([list(s.words) for s in sentences]))
-        return Evaluation(result, report, format_entity_report)
+        sentences = iter_known_tags(
+            iter_tagged(files, data, split="test", mode=data.on_bad_rows, report=report),
+            self.tag_names, split="test", mode=data.on_bad_rows, report=report,
+            known_from="the model's")
+        # Streamed: a batch of sentences at a time, tagged and counted (no list of them).
+        tally, batch = EntityTally(), []
+        for sentence in sentences:
+            batch.append(sentence)
+            if len(batch) == BATCH:
+                tally.update([s.tags for s in batch], self.tag_words([list(s.words)
+                                                                      for s in batch]))
+                batch = []
+        if batch:
+            tally.update([s.tags for s in batch], self.tag_words([list(s.words)
+                                                                  for s in batch]))
+        if not tally.sentences:
+            raise DataError(Setting("data.test_files"), f": no usable sentences in '{files}' "
+                            f"({report.count} bad row(s) skipped: {report.summary()})")
+        return Evaluation(tally.report(), report, format_entity_report)
 
 
 class NerExport(ExportFormat):
