@@ -359,9 +359,24 @@ def test_predict_data_writes_every_row_in_order_with_its_id(trained, labelled, t
         got = list(csv.DictReader(fh))
     assert [g["id"] for g in got] == [r["id"] for r in rows]
     assert list(got[0]) == ["id", "label", "probabilities.negative", "probabilities.positive"]
-    want = tfapp.load(trained.run_dir).predict([r["text"] for r in rows])
+    predictor = tfapp.load(trained.run_dir)
+    want = predictor.predict([r["text"] for r in rows])
     assert [g["label"] for g in got] == [w["label"] for w in want]
     np.testing.assert_allclose([float(g["probabilities.positive"]) for g in got],
+                               [w["probabilities"]["positive"] for w in want], atol=1e-6)
+    # The Python API reads the same file as an iterator (no list, no JSON), and a
+    # tf.data.Dataset of the texts, with the same predictions.
+    streamed = predictor.predict(data, keep=["id"], batch_size=50)
+    assert not isinstance(streamed, list)
+    streamed = list(streamed)
+    assert [s["id"] for s in streamed] == [r["id"] for r in rows]
+    assert [s["label"] for s in streamed] == [w["label"] for w in want]
+    import tensorflow as tf
+
+    from_dataset = list(predictor.predict(tf.data.Dataset.from_tensor_slices(
+        [r["text"] for r in rows])))
+    assert [d["label"] for d in from_dataset] == [w["label"] for w in want]
+    np.testing.assert_allclose([d["probabilities"]["positive"] for d in from_dataset],
                                [w["probabilities"]["positive"] for w in want], atol=1e-6)
     assert not (tmp_path / "preds.csv.parts").exists()
 

@@ -23,6 +23,8 @@ from types import SimpleNamespace
 
 from tfapp import cli, textio
 from tfapp.config import ConfigError, load_config
+from tfapp.parts import Output
+from tfapp.progress import Progress
 from tfapp.run_layout import RunLayout
 from tfapp.serving import PREDICT
 from tfapp.tasks import load_export
@@ -61,8 +63,6 @@ def _run_data(model_dir: str) -> object | None:
 def _predict_data(args: SimpleNamespace) -> int:
     """``--data FILES --output OUT``: every row scored into OUT, streaming."""
     from tfapp.data.rows import InputRows, describe_input
-    from tfapp.parts import Output
-    from tfapp.progress import Progress
     from tfapp.scoring import parse_shard, score_to
 
     if args.texts or args.input or args.pair:

@@ -12,6 +12,8 @@ import sys
 import time
 from typing import TextIO
 
+from tfapp.console import stderr_is_terminal
+
 __all__ = ["Progress"]
 
 
@@ -30,8 +32,6 @@ class Progress:
         self.what, self.total, self.enabled = what, total, enabled
         self.stream = stream or sys.stderr
         if terminal is None:
-            from tfapp.console import stderr_is_terminal
-
             terminal = stderr_is_terminal() and self.stream is sys.stderr
         self.terminal, self.every = terminal, 0.25 if terminal else every
         self.start = self.shown = time.monotonic()

@@ -30,7 +30,7 @@ from tfapp.errors import ConfigError
 from tfapp.parts import Output
 from tfapp.progress import Progress
 
-__all__ = ["Batch", "Batches", "Summary", "parse_shard", "score_to"]
+__all__ = ["Batch", "Batches", "Summary", "parse_shard", "predictions", "score_to"]
 
 log = logging.getLogger("tfapp")
 
@@ -142,36 +142,57 @@ class _Feed:
             yield number, tuple(np.zeros([0], object) for _ in range(self.inputs))
 
 
-def score_to(model: Any, rows: InputRows, out: Output, *, batch_size: int = BATCH,
-             part_rows: int = PART_ROWS, shard: tuple[int, int] = (0, 1), mode: str = "fail",
-             progress: Progress | None = None) -> Summary:
-    """Score every row of ``rows`` of this ``shard`` with ``model`` (an
-    ``ExportedModel``) into ``out``, skipping the parts already there; bad rows stop the
-    run (``mode="fail"``: one line naming file:line) or are left out and counted."""
+def _scored(model: Any, source: Batches, policy: BadRowPolicy
+            ) -> Iterator[tuple[Batch, list[dict[str, Any]]]]:
+    """Each batch of ``source`` and the model's predictions of its rows (the kept columns
+    first), read ahead on a tf.data thread; bad rows go to ``policy`` in input order."""
     import tensorflow as tf
 
-    done = out.open(sole_writer=shard[1] == 1)
-    report = BadRowReport()
-    policy = BadRowPolicy(mode, report, "input", skip_option="--on-bad-rows skip")
-    source = Batches(rows, batch_size=batch_size, part_rows=part_rows, skip=done, shard=shard)
-    inputs = len(rows.columns)
+    inputs = len(source.rows.columns)
     feed = _Feed(source, inputs)
     text = tf.TensorSpec([None], tf.string)
     dataset = tf.data.Dataset.from_generator(
         feed, output_signature=(tf.TensorSpec([], tf.int64), (text,) * inputs)).prefetch(2)
-    scored = written = 0
-    buffer: list[dict[str, Any]] = []
     for number, texts in dataset:
         batch = feed.waiting.pop(int(number))
         if batch.error is not None:
             raise batch.error
         for bad in batch.bad:
             policy(bad.file, bad.line, bad.problem)
+        rows: list[dict[str, Any]] = []
         if batch.kept:
             predictions = model.predict_rows(texts[0], texts[1] if inputs > 1 else None)
-            buffer.extend({**kept, **p} for kept, p in zip(batch.kept, predictions,
-                                                           strict=True))
-            scored += len(batch.kept)
+            rows = [{**kept, **p} for kept, p in zip(batch.kept, predictions, strict=True)]
+        yield batch, rows
+
+
+def predictions(model: Any, rows: InputRows, *, batch_size: int = BATCH, mode: str = "fail",
+                report: BadRowReport | None = None) -> Iterator[dict[str, Any]]:
+    """The prediction of every row of ``rows``, in order, one dict each (the kept columns
+    and ``model.predict_rows``'s keys): what ``predict --data`` writes, as an iterator
+    (the Python API's ``Predictor.predict`` of files)."""
+    report = BadRowReport() if report is None else report
+    policy = BadRowPolicy(mode, report, "input", skip_option="on_bad_rows='skip'")
+    source = Batches(rows, batch_size=batch_size, part_rows=1 << 62, skip=set())
+    for _, scored in _scored(model, source, policy):
+        yield from scored
+
+
+def score_to(model: Any, rows: InputRows, out: Output, *, batch_size: int = BATCH,
+             part_rows: int = PART_ROWS, shard: tuple[int, int] = (0, 1), mode: str = "fail",
+             progress: Progress | None = None) -> Summary:
+    """Score every row of ``rows`` of this ``shard`` with ``model`` (an
+    ``ExportedModel``) into ``out``, skipping the parts already there; bad rows stop the
+    run (``mode="fail"``: one line naming file:line) or are left out and counted."""
+    done = out.open(sole_writer=shard[1] == 1)
+    report = BadRowReport()
+    policy = BadRowPolicy(mode, report, "input")  # its data.on_bad_rows: --on-bad-rows
+    source = Batches(rows, batch_size=batch_size, part_rows=part_rows, skip=done, shard=shard)
+    scored = written = 0
+    buffer: list[dict[str, Any]] = []
+    for batch, predicted in _scored(model, source, policy):
+        buffer.extend(predicted)
+        scored += len(predicted)
         if batch.last:
             out.write(batch.part, buffer)
             buffer, written = [], written + 1

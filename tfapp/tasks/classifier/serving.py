@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.config import ClassifierDataConfig, ConfigError, ExperimentConfig, load_config
+from tfapp.errors import DataError, Setting
 from tfapp.hub.hf_checkpoint import SEQUENCE_CLASSIFICATION, binary_as_two_logits
 from tfapp.serving import (
     BATCH,
@@ -100,7 +101,6 @@ class LoadedClassifier(ExportedModel):
         """Accuracy, AUC, ... on labelled ``files``, read with the run's columns and format
         (``params``) unless ``flags`` say otherwise."""
         from tfapp.data.sources import BadRowPolicy, BadRowReport, iter_examples
-        from tfapp.errors import DataError, Setting
         from tfapp.training.metrics import format_report
         from tfapp.training.report_counts import ClassificationCounts
 

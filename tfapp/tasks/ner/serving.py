@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.config import ConfigError, load_config
+from tfapp.errors import DataError, Setting
 from tfapp.hub.hf_checkpoint import TOKEN_CLASSIFICATION
 from tfapp.serving import (
     BATCH,
@@ -121,7 +122,6 @@ class LoadedTagger(ExportedModel):
         tagged by the model (``tag_words``), scored by ``tfapp.tasks.ner.scores``."""
         from tfapp.data.sources import BadRowReport
         from tfapp.data.tagged import iter_known_tags, iter_tagged
-        from tfapp.errors import DataError, Setting
 
         for key, flag in (("text_column", "--text-column"),
                           ("text_pair_column", "--text-pair-column"),
