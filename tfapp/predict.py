@@ -72,8 +72,6 @@ def _predict_data(args: SimpleNamespace) -> int:
         raise ConfigError("--data needs --output OUT (.jsonl, .csv or .parquet; OUT/ for a "
                           "folder of part files)")
     shard = parse_shard(args.shard)
-    if args.batch_size < 1 or args.part_rows < 1:
-        raise ConfigError("--batch-size and --part-rows must be at least 1")
     if shard[1] > 1 and not args.output.endswith(("/", os.sep)):
         raise ConfigError(f"--shard {args.shard}: processes share a folder of part files; give "
                           f"--output {args.output}/ (a folder)")
@@ -148,6 +146,9 @@ def _predict_data(args: SimpleNamespace) -> int:
 @click.option("--json", is_flag=True,
               help="One JSON object per text with every class probability.")
 def command(args: SimpleNamespace) -> int:
+    for flag, value in (("--batch-size", args.batch_size), ("--part-rows", args.part_rows)):
+        if value < 1:
+            raise ConfigError(f"{flag} {value}: must be at least 1")
     if args.data:
         try:
             return _predict_data(args)

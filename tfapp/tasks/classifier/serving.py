@@ -158,8 +158,9 @@ class LoadedClassifier(ExportedModel):
         if texts:
             score()
         if not counts.examples:
-            raise DataError(Setting("data.test_files"), f": no usable examples in '{files}' "
-                            f"({report.count} bad row(s) skipped: {report.summary()})")
+            raise DataError(Setting("data.test_files"), (
+                f": no usable examples left after dropping {report.count} bad row(s): "
+                f"{report.summary()}" if report.count else f": no usable examples in '{files}'"))
         return Evaluation(counts.report(), report, format_report)
 
 

@@ -156,8 +156,9 @@ class LoadedTagger(ExportedModel):
             tally.update([s.tags for s in batch], self.tag_words([list(s.words)
                                                                   for s in batch]))
         if not tally.sentences:
-            raise DataError(Setting("data.test_files"), f": no usable sentences in '{files}' "
-                            f"({report.count} bad row(s) skipped: {report.summary()})")
+            raise DataError(Setting("data.test_files"), (
+                f": no usable sentences left after dropping {report.count} bad row(s): "
+                f"{report.summary()}" if report.count else f": no usable sentences in '{files}'"))
         return Evaluation(tally.report(), report, format_entity_report)
 
 
