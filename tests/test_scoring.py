@@ -111,6 +111,13 @@ def test_parts_join_into_one_file_in_order(tmp_path, suffix):
                                       "1,a,0.75,0.25\n2,b,0.5,0.5\n3,a,1.0,0.0\n")
     else:
         assert pq.read_table(target).to_pylist() == ROWS[0] + ROWS[1]
+    # Killed after the join, before the parts were removed: a rerun finds it complete.
+    out.folder.mkdir()
+    (out.folder / MARKER).write_text(json.dumps({"job": JOB, "joined": True}))
+    again = Output(str(target), JOB)
+    again.precheck()
+    assert again.open(sole_writer=True) == set() and again.complete
+    assert not out.folder.exists() and target.is_file()
     # The same command again finds the file it wrote: refused, nothing touched.
     before = target.read_bytes()
     with pytest.raises(ConfigError, match="the file exists; nothing was written or "

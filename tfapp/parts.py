@@ -90,6 +90,8 @@ class Output:
                               "a folder of part files (preds.parquet/)")
         self.file = None if folder else path
         self.folder = path if folder else path.with_name(path.name + ".parts")
+        #: ``open`` found the output already complete (joined before a kill)
+        self.complete = False
 
     def _refuse(self, why: str) -> ConfigError:
         return ConfigError(f"--output {self.given}: {why}; nothing was written or "
@@ -117,6 +119,7 @@ class Output:
         if self.file is not None and self.file.exists():
             if marker is not None and marker.get("joined") and marker.get("job") == self.job:
                 shutil.rmtree(self.folder, ignore_errors=True)  # a kill after the join
+                self.complete = True
                 return set()
             raise self._refuse("the file exists")
         if self.folder.exists() and not self.folder.is_dir():

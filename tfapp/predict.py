@@ -103,6 +103,10 @@ def _predict_data(args: SimpleNamespace) -> int:
     summary = score_to(model, rows, out, batch_size=args.batch_size, part_rows=args.part_rows,
                        shard=shard, mode=mode, progress=progress)
     where = args.output
+    if out.complete:
+        print(f"predict: {where} is already complete (its parts were joined before the "
+              "last run stopped)", file=sys.stderr)
+        return 0
     line = (f"predict: {summary.rows:,} rows in {summary.parts_written} part(s) "
             f"-> {where}")
     if summary.parts_before:

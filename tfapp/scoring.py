@@ -186,6 +186,8 @@ def score_to(model: Any, rows: InputRows, out: Output, *, batch_size: int = BATC
     run (``mode="fail"``: one line naming file:line) or are left out and counted."""
     done = out.open(sole_writer=shard[1] == 1)
     report = BadRowReport()
+    if out.complete:
+        return Summary(0, 0, 0, 0, True, report)
     policy = BadRowPolicy(mode, report, "input")  # its data.on_bad_rows: --on-bad-rows
     source = Batches(rows, batch_size=batch_size, part_rows=part_rows, skip=done, shard=shard)
     scored = written = 0
