@@ -428,6 +428,26 @@ def test_predict_data_resumes_after_an_interruption_with_the_same_output(
     assert len((tmp_path / "whole.jsonl").read_text().splitlines()) == len(rows)
 
 
+@pytest.mark.slow
+def test_predict_data_killed_midway_then_rerun_gives_the_same_output(trained, labelled,
+                                                                     tmp_path):
+    """SIGKILL (tfapp.killpoints) as the third of five parts is about to be written: the
+    rerun writes the rest, and the file equals an uninterrupted run's."""
+    data, rows = _scored_input(labelled, tmp_path)
+    proc = _predict_data(trained.run_dir, data, str(tmp_path / "whole.csv"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    argv = ["-m", "tfapp.predict", "--model", str(trained.run_dir), "--data", str(data),
+            "--keep", "id", "--output", str(tmp_path / "killed.csv"), "--part-rows", "64"]
+    proc = run_python(argv, env=subprocess_env(TFAPP_KILL_AT="predict-part@3"))
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert len(list((tmp_path / "killed.csv.parts").glob("part-*.csv"))) == 2
+    proc = _predict_data(trained.run_dir, data, str(tmp_path / "killed.csv"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "(2 part(s) were already written)" in proc.stderr
+    assert (tmp_path / "killed.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()
+    assert len((tmp_path / "whole.csv").read_text().splitlines()) == len(rows) + 1
+
+
 def test_predict_data_shards_write_every_row_once(trained, labelled, tmp_path):
     data, rows = _scored_input(labelled, tmp_path)
     out = tmp_path / "preds.jsonl"

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tfapp import killpoints
 from tfapp.atomic import atomic_open, read_state, remove_leftovers, write_bytes, write_text
 from tfapp.errors import ConfigError
 
@@ -151,6 +152,7 @@ class Output:
 
     def write(self, index: int, rows: Sequence[dict[str, Any]]) -> None:
         """Part ``index`` of ``rows``, whole (a temporary file renamed into place)."""
+        killpoints.reached("predict-part")  # the crash test's SIGKILL between parts
         write_bytes(self.part(index), encode(rows, self.fmt))
 
     def finish(self, parts: int) -> bool:

@@ -119,7 +119,7 @@ class Summary:
 
 
 class _Feed:
-    """``batches`` behind tf.data: ``__call__`` is the generator tf.data runs on its
+    """``Batches`` behind tf.data: ``__call__`` is the generator tf.data runs on its
     thread, yielding each batch's number and texts; the rest of the batch waits in
     ``waiting`` for the consumer."""
 
