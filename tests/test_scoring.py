@@ -167,3 +167,22 @@ def test_shard_flag_and_progress_line(tmp_path):
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2 and lines[0].startswith("predict: 50 rows  ")
     assert "rows/s  50%  ETA " in lines[0]
+
+
+def test_rows_of_a_prepared_folder_carry_text_and_id(tmp_path):
+    """A folder written by ``tfapp prepare`` is read shard by shard; its ids are plain
+    ints (JSON can hold them)."""
+    from tfapp.config import ClassifierDataConfig
+    from tfapp.data.prepare import RowSpec, prepare
+
+    source = _csv(tmp_path / "in.csv", [(f"t{i}", "pos" if i % 2 else "neg") for i in range(5)],
+                  header=("text", "label"))
+    prepare([str(source)], str(tmp_path / "prep"), RowSpec.from_config(
+        "labelled", ClassifierDataConfig()))
+    rows = list(InputRows(str(tmp_path / "prep"), ["text"], ["id"]))
+    assert sorted(r.texts[0] for r in rows) == [f"t{i}" for i in range(5)]
+    assert all(type(r.kept["id"]) is int for r in rows)
+    json.dumps([r.kept for r in rows])
+    with pytest.raises(DataError, match="a prepared folder's rows hold only text, text_pair "
+                                        "and id"):
+        InputRows(str(tmp_path / "prep"), ["text"], ["label"])

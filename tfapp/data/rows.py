@@ -65,6 +65,10 @@ def _kept(value: Any) -> Any:
     """A kept column's value as JSON can hold it (TFRecord/Parquet give bytes, lists)."""
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
+    if hasattr(value, "tolist"):  # a NumPy scalar or array (a prepared folder's id)
+        return _kept(value.tolist())
+    if isinstance(value, list):
+        return [_kept(v) for v in value]
     return value
 
 
