@@ -502,8 +502,10 @@ ROWS = [
     # command-line arguments
     ("cli-no-command", "tfapp.cli", [], "no command given"),
     ("cli-unknown-command", "tfapp.cli", ["trian"], "trian"),
-    ("cli-unknown-flag-predict", "tfapp.cli", ["predict", "--model", "{out}", "--batch-size",
-                                               "0", "hi"], "--batch-size"),
+    ("cli-unknown-flag-predict", "tfapp.cli", ["predict", "--model", "{out}", "--batchsize",
+                                               "0", "hi"], "--batchsize"),
+    ("predict-batch-size-zero", "tfapp.predict", ["--model", "{out}", "--batch-size", "0",
+                                                  "hi"], "--batch-size 0: must be at least 1"),
     ("cli-unknown-flag", "tfapp.train", ["--epochs", "3"], "--epochs"),
     ("cli-missing-required", "tfapp.predict", ["hello"], "--model"),
     # texts on both sides of a flag are all texts; the error is the missing model

@@ -306,6 +306,177 @@ def test_predict_without_export_is_one_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def test_streamed_evaluate_equals_the_in_memory_report(trained, labelled):
+    """evaluate counts batch by batch; on a small file its report is scikit-learn's on all
+    the rows at once (the AUC within its bins)."""
+    from tfapp.training.metrics import classification_report
+
+    predictor = tfapp.load(trained.run_dir)
+    got = predictor.evaluate(labelled / "test.csv")
+    with (labelled / "test.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    names = predictor.model.label_names
+    probs, _ = predictor.model.predict([r["text"] for r in rows])
+    want = classification_report(np.array([names.index(r["label"]) for r in rows]),
+                                 probs[:, 1:], names, False)
+    assert got["examples"] == want["examples"] == len(rows)
+    assert got["confusion_matrix"] == want["confusion_matrix"]
+    assert got["accuracy"] == pytest.approx(want["accuracy"], abs=1e-12)
+    assert got["macro_f1"] == pytest.approx(want["macro_f1"], abs=1e-12)
+    assert got["auc"] == pytest.approx(want["auc"], abs=1e-3)
+    assert got["per_class"]["positive"]["f1"] == pytest.approx(
+        want["per_class"]["positive"]["f1"], abs=1e-12)
+
+
+def _scored_input(labelled: Path, tmp_path: Path) -> tuple[Path, list[dict]]:
+    """The held-out reviews with an id column, as a Kaggle test file has one."""
+    with (labelled / "test.csv").open() as fh:
+        rows = [{"id": f"r{i}", "text": r["text"]} for i, r in enumerate(csv.DictReader(fh))]
+    path = tmp_path / "in.csv"
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["id", "text"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return path, rows
+
+
+def _predict_data(run_dir: Path, data: Path, output: str, *extra: str):
+    return run_tfapp("tfapp.predict", ["--model", str(run_dir), "--data", str(data), "--keep",
+                                       "id", "--output", output, "--part-rows", "64",
+                                       "--batch-size", "24", "-q", *extra])
+
+
+def test_predict_data_writes_every_row_in_order_with_its_id(trained, labelled, tmp_path):
+    """predict --data: one output row per input row, in order, with the kept id and the
+    labels and probabilities the Python API gives for the same texts; CSV and Parquet."""
+    import pyarrow.parquet as pq
+
+    data, rows = _scored_input(labelled, tmp_path)
+    proc = _predict_data(trained.run_dir, data, str(tmp_path / "preds.csv"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"{len(rows):,} rows in 5 part(s)" in proc.stderr  # 300 rows, 64 per part
+    with (tmp_path / "preds.csv").open() as fh:
+        got = list(csv.DictReader(fh))
+    assert [g["id"] for g in got] == [r["id"] for r in rows]
+    assert list(got[0]) == ["id", "label", "probabilities.negative", "probabilities.positive"]
+    predictor = tfapp.load(trained.run_dir)
+    want = predictor.predict([r["text"] for r in rows])
+    assert [g["label"] for g in got] == [w["label"] for w in want]
+    np.testing.assert_allclose([float(g["probabilities.positive"]) for g in got],
+                               [w["probabilities"]["positive"] for w in want], atol=1e-6)
+    # The Python API reads the same file as an iterator (no list, no JSON), and a
+    # tf.data.Dataset of the texts, with the same predictions.
+    streamed = predictor.predict(data, keep=["id"], batch_size=50)
+    assert not isinstance(streamed, list)
+    streamed = list(streamed)
+    assert [s["id"] for s in streamed] == [r["id"] for r in rows]
+    assert [s["label"] for s in streamed] == [w["label"] for w in want]
+    import tensorflow as tf
+
+    from_dataset = list(predictor.predict(tf.data.Dataset.from_tensor_slices(
+        [r["text"] for r in rows])))
+    assert [d["label"] for d in from_dataset] == [w["label"] for w in want]
+    np.testing.assert_allclose([d["probabilities"]["positive"] for d in from_dataset],
+                               [w["probabilities"]["positive"] for w in want], atol=1e-6)
+    assert not (tmp_path / "preds.csv.parts").exists()
+
+    proc = _predict_data(trained.run_dir, data, str(tmp_path / "preds.parquet"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = pq.read_table(tmp_path / "preds.parquet").to_pylist()
+    assert [t["id"] for t in table] == [r["id"] for r in rows]
+    assert [t["label"] for t in table] == [w["label"] for w in want]
+
+    # The output is there now: the same command again is refused, the file untouched.
+    before = (tmp_path / "preds.csv").read_bytes()
+    proc = _predict_data(trained.run_dir, data, str(tmp_path / "preds.csv"))
+    assert proc.returncode == 2 and "the file exists; nothing was written" in proc.stderr
+    assert (tmp_path / "preds.csv").read_bytes() == before
+    proc = _predict_data(trained.run_dir, data, str(tmp_path / "x.jsonl"), "--keep", "label")
+    assert proc.returncode == 2
+    assert "'label' is a column of the prediction" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_predict_data_resumes_after_an_interruption_with_the_same_output(
+        trained, labelled, tmp_path, monkeypatch):
+    """Stopped while writing its third part, a rerun writes the parts that are missing and
+    the output equals an uninterrupted run's, byte for byte."""
+    from tfapp import parts
+
+    data, rows = _scored_input(labelled, tmp_path)
+    proc = _predict_data(trained.run_dir, data, str(tmp_path / "whole.jsonl"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    written = []
+    real_write = parts.Output.write
+
+    def write(self, index, part_rows):
+        if len(written) == 2:
+            raise KeyboardInterrupt  # the third part is never written
+        written.append(index)
+        real_write(self, index, part_rows)
+
+    monkeypatch.setattr(parts.Output, "write", write)
+    proc = _predict_data(trained.run_dir, data, str(tmp_path / "resumed.jsonl"))
+    assert proc.returncode == 130 and "interrupted" in proc.stderr
+    assert not (tmp_path / "resumed.jsonl").exists()
+    assert sorted(p.name for p in (tmp_path / "resumed.jsonl.parts").glob("part-*")) == [
+        "part-000000.jsonl", "part-000001.jsonl"]
+    monkeypatch.setattr(parts.Output, "write", real_write)
+    proc = _predict_data(trained.run_dir, data, str(tmp_path / "resumed.jsonl"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "3 part(s) -> " in proc.stderr and "(2 part(s) were already written)" in proc.stderr
+    assert (tmp_path / "resumed.jsonl").read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+    assert len((tmp_path / "whole.jsonl").read_text().splitlines()) == len(rows)
+
+
+@pytest.mark.slow
+def test_predict_data_killed_midway_then_rerun_gives_the_same_output(trained, labelled,
+                                                                     tmp_path):
+    """SIGKILL (tfapp.killpoints) as the third of five parts is about to be written: the
+    rerun writes the rest, and the file equals an uninterrupted run's."""
+    data, rows = _scored_input(labelled, tmp_path)
+    proc = _predict_data(trained.run_dir, data, str(tmp_path / "whole.csv"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    argv = ["-m", "tfapp.predict", "--model", str(trained.run_dir), "--data", str(data),
+            "--keep", "id", "--output", str(tmp_path / "killed.csv"), "--part-rows", "64"]
+    proc = run_python(argv, env=subprocess_env(TFAPP_KILL_AT="predict-part@3"))
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert len(list((tmp_path / "killed.csv.parts").glob("part-*.csv"))) == 2
+    proc = _predict_data(trained.run_dir, data, str(tmp_path / "killed.csv"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "(2 part(s) were already written)" in proc.stderr
+    assert (tmp_path / "killed.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()
+    assert len((tmp_path / "whole.csv").read_text().splitlines()) == len(rows) + 1
+
+
+def test_predict_data_shards_write_every_row_once(trained, labelled, tmp_path):
+    data, rows = _scored_input(labelled, tmp_path)
+    out = tmp_path / "preds.jsonl"
+    for index in range(2):
+        proc = _predict_data(trained.run_dir, data, f"{out}/", "--shard", f"{index}/2")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert (out / "_SUCCESS").exists() == (index == 1)
+    ids = [json.loads(line)["id"] for part in sorted(out.glob("part-*.jsonl"))
+           for line in part.read_text().splitlines()]
+    assert ids == [r["id"] for r in rows]
+    proc = _predict_data(trained.run_dir, data, str(tmp_path / "one.jsonl"), "--shard", "0/2")
+    assert proc.returncode == 2 and "give --output" in proc.stderr
+
+
+def test_predict_data_bad_rows_name_file_and_line(trained, tmp_path):
+    data = tmp_path / "in.csv"
+    data.write_text("id,text\na,fine film\nb,two,fields too many\nc,dull\n")
+    proc = _predict_data(trained.run_dir, data, str(tmp_path / "p.jsonl"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"tfapp: error: {data}:3: has 3 field(s) but the header has 2")
+    assert "--on-bad-rows skip" in last
+    proc = _predict_data(trained.run_dir, data, str(tmp_path / "q.jsonl"), "--on-bad-rows",
+                         "skip")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [json.loads(line)["id"] for line in (tmp_path / "q.jsonl").open()] == ["a", "c"]
+    assert "1 bad row(s) skipped" in proc.stderr
+
+
 @pytest.mark.slow
 def test_two_worker_processes_train_the_classifier_and_agree(tmp_path):
     args = ["runtime.strategy=multi_worker", f"output_dir={tmp_path / 'runs'}",

@@ -103,6 +103,31 @@ def test_predict_and_evaluate_commands(trained):
 
 
 @pytest.mark.slow
+def test_predict_data_writes_entities_with_character_offsets(trained, tmp_path):
+    """predict --data over a JSONL dump: one row per document, in order, with its id and
+    the entities the few-texts form finds, their offsets into the document's own text."""
+    docs = [{"doc": f"d{i}", "text": TEXTS[i % len(TEXTS)]} for i in range(7)]
+    data = tmp_path / "dump.jsonl"
+    data.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs))
+    proc = run_tfapp("tfapp.predict", ["--model", str(trained), "--data", str(data), "--keep",
+                                       "doc", "--output", str(tmp_path / "ents.jsonl"),
+                                       "--batch-size", "3", "--part-rows", "4", "-q"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "ents.jsonl").open()]
+    assert [r["doc"] for r in rows] == [d["doc"] for d in docs]
+    want = run_tfapp("tfapp.predict", ["--model", str(trained), "--json", *TEXTS])
+    found = [json.loads(line)["entities"] for line in want.stdout.strip().splitlines()]
+    for i, (row, doc) in enumerate(zip(rows, docs, strict=True)):
+        want_here = found[i % len(TEXTS)]
+        assert [{**e, "score": 0} for e in row["entities"]] == [{**e, "score": 0}
+                                                               for e in want_here]
+        assert [e["score"] for e in row["entities"]] == pytest.approx(
+            [e["score"] for e in want_here], abs=1e-5)
+        assert all(doc["text"][e["start"]:e["end"]] == e["text"] for e in row["entities"])
+    assert any(r["entities"] for r in rows)
+
+
+@pytest.mark.slow
 @pytest.mark.long
 def test_tune_searches_on_entity_f1(tmp_path):
     """A 2-trial search: each trial is an NER run scored on its val_entity_f1."""

@@ -19,9 +19,8 @@ the one-line messages the commands print.
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -31,7 +30,7 @@ from tfapp.errors import ConfigError
 from tfapp.generate import generate
 from tfapp.generate import settings as checked_settings
 from tfapp.run_layout import RunLayout
-from tfapp.serving import EVALUATE, GENERATE, PREDICT, ExportedModel, find_export
+from tfapp.serving import BATCH, EVALUATE, GENERATE, PREDICT, ExportedModel, find_export
 from tfapp.tasks import export_formats
 from tfapp.train import config_from
 from tfapp.train import run as train
@@ -61,12 +60,63 @@ class Predictor:
             raise ConfigError(f"{self.path} is a {self.task} export; it does not {command} "
                               f"(it serves: {', '.join(sorted(self._serves))})")
 
-    def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[dict]:
-        """One dict per text, as ``predict --json`` prints it."""
+    def predict(self, texts: Sequence[str] | str | os.PathLike | Any,
+                pairs: Sequence[str] | None = None, *, text_column: str | None = None,
+                text_pair_column: str | None = None, keep: Sequence[str] = (),
+                format: str = "auto", on_bad_rows: str = "fail",
+                batch_size: int = BATCH) -> list[dict] | Iterator[dict]:
+        """Predictions of ``texts``, without a JSON round trip:
+
+        * a list of strings (``pairs``: their second texts): a list of dicts, one per
+          text, as ``predict --json`` prints them (``text`` and the prediction);
+        * a file, glob, comma-joined files or a prepared folder (``str`` or path): an
+          iterator of dicts, one per row, in order: the ``keep`` columns and the
+          prediction, as ``predict --data --output`` writes them, read and scored a batch
+          at a time (the columns as the command's flags; bad rows per ``on_bad_rows``);
+        * a ``tf.data.Dataset`` of strings (one per element, or batches; ``(text, pair)``
+          for a pair model): an iterator of prediction dicts, one per string.
+        """
         self._check(PREDICT)
-        lines = self.model.predict_lines(list(texts), None if pairs is None else list(pairs),
-                                         as_json=True)
-        return [json.loads(line) for line in lines]
+        if isinstance(texts, str | os.PathLike):
+            return self._predict_files(os.fspath(texts), text_column, text_pair_column,
+                                       list(keep), format, on_bad_rows, batch_size)
+        if _is_dataset(texts):
+            return self._predict_dataset(texts, batch_size)
+        texts = list(texts)
+        pairs = None if pairs is None else list(pairs)
+        out = []
+        for start in range(0, len(texts), batch_size):
+            part = texts[start:start + batch_size]
+            found = self.model.predict_rows(
+                part, None if pairs is None else pairs[start:start + batch_size])
+            out += [{"text": t, **p} for t, p in zip(part, found, strict=True)]
+        return out
+
+    def _predict_files(self, spec: str, text_column: str | None,
+                       text_pair_column: str | None, keep: list[str], fmt: str,
+                       on_bad_rows: str, batch_size: int) -> Iterator[dict]:
+        from tfapp.data.input_rows import InputRows
+        from tfapp.scoring import predictions
+
+        params = RunLayout(self.path).params
+        data = load_config(params).data if params.is_file() else None
+        columns = [text_column or getattr(data, "text_column", "text")]
+        if self.model.text_pair:
+            columns.append(text_pair_column or getattr(data, "text_pair_column", "")
+                           or "text_pair")
+        rows = InputRows(spec, columns, keep, fmt=fmt, what="predict(data)")
+        return predictions(self.model, rows, batch_size=batch_size, mode=on_bad_rows)
+
+    def _predict_dataset(self, dataset: Any, batch_size: int) -> Iterator[dict]:
+        spec = dataset.element_spec
+        first = spec[0] if isinstance(spec, tuple) else spec
+        if first.shape.rank == 0:
+            dataset = dataset.batch(batch_size)
+        for element in dataset.prefetch(2):
+            if isinstance(element, tuple):
+                yield from self.model.predict_rows(element[0], element[1])
+            else:
+                yield from self.model.predict_rows(element)
 
     def evaluate(self, data: str | os.PathLike, **flags: Any) -> dict:
         """The scores on labelled ``data`` (a file, comma-separated files or a glob), as
@@ -88,6 +138,15 @@ class Predictor:
         s = checked_settings(SimpleNamespace(num_samples=1, **{k: settings.get(k) for k in keys}),
                              self.model.metadata)
         return generate(self.model.module, list(prompts), s)
+
+
+def _is_dataset(value: Any) -> bool:
+    """Whether ``value`` is a ``tf.data.Dataset`` (without importing TensorFlow for a
+    list)."""
+    import sys
+
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(value, tf.data.Dataset)
 
 
 def load(path: str | os.PathLike) -> Predictor:

@@ -1,23 +1,39 @@
-"""Classify raw texts with an exported model, or find their entities with a tagger.
+"""Classify texts, or find their entities with a tagger: a few given on the command line,
+or every row of files, streamed into an output file.
 
-    python -m tfapp.predict --model runs/classifier "great battery life" "broke in a week"
-    python -m tfapp.predict --model runs/classifier --input texts.txt --json
-    python -m tfapp.predict --model runs/ner "Anna Berg moved to Oslo on 3 May ."
+    tfapp predict --model runs/classifier --data test.csv --keep id --output preds.csv
+    tfapp predict --model runs/ner --data 'docs/*.jsonl' --output entities.jsonl
+    tfapp predict --model runs/classifier "great battery life" "broke in a week"
+    tfapp predict --model runs/classifier --input texts.txt --json
+
+With --data, rows are read as training reads them (csv, tsv, jsonl, text lines, tfrecord,
+parquet, a prepared folder; the run's text column unless --text-column says otherwise),
+scored in batches and written as they come into part files that appear whole. A rerun
+after a kill resumes where it stopped; --shard I/N splits the rows among N processes
+writing into one folder (--output OUT/).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
 from tfapp import cli, textio
-from tfapp.config import ConfigError
+from tfapp.config import ConfigError, load_config
+from tfapp.parts import Output
+from tfapp.progress import Progress
+from tfapp.run_layout import RunLayout
 from tfapp.serving import PREDICT
 from tfapp.tasks import load_export
 
 import click
+
+# The config keys predict takes as flags: its errors name the flag, not the key.
+_FLAGS = {"data.text_column": "--text-column", "data.text_pair_column": "--text-pair-column",
+          "data.format": "--format", "data.on_bad_rows": "--on-bad-rows"}
 
 
 def _read_lines(path: str) -> list[str]:
@@ -37,17 +53,118 @@ def _read_lines(path: str) -> list[str]:
     return [line.strip() for line in lines if line.strip()]
 
 
+def _run_data(model_dir: str) -> object | None:
+    """The run's data config (its columns, format, bad-row mode), None without params.yaml
+    (an export directory given alone)."""
+    params = RunLayout(model_dir).params
+    return load_config(params).data if params.is_file() else None
+
+
+def _predict_data(args: SimpleNamespace) -> int:
+    """``--data FILES --output OUT``: every row scored into OUT, streaming."""
+    from tfapp.data.input_rows import InputRows, describe_input
+    from tfapp.scoring import parse_shard, score_to
+
+    if args.texts or args.input or args.pair:
+        raise ConfigError("--data reads the texts from files; leave out the TEXT arguments, "
+                          "--input and --pair (the pair's column is --text-pair-column)")
+    if not args.output:
+        raise ConfigError("--data needs --output OUT (.jsonl, .csv or .parquet; OUT/ for a "
+                          "folder of part files)")
+    shard = parse_shard(args.shard)
+    if shard[1] > 1 and not args.output.endswith(("/", os.sep)):
+        raise ConfigError(f"--shard {args.shard}: processes share a folder of part files; give "
+                          f"--output {args.output}/ (a folder)")
+    keep = [c.strip() for c in (args.keep or "").split(",") if c.strip()]
+    Output(args.output, {}).precheck()  # a refusal before the model loads
+    data = _run_data(args.model)
+    model = load_export(args.model, PREDICT)
+    text_column = args.text_column or getattr(data, "text_column", "text")
+    columns = [text_column]
+    if model.text_pair:
+        columns.append(args.text_pair_column or getattr(data, "text_pair_column", "")
+                       or "text_pair")
+    elif args.text_pair_column:
+        raise ConfigError("--text-pair-column: this model reads one text per row; leave it "
+                          "out")
+    taken = [c for c in keep if c in model.output_columns]
+    if taken:
+        raise ConfigError(f"--keep {args.keep}: '{taken[0]}' is a column of the prediction "
+                          f"({', '.join(model.output_columns)}); rename that input column, "
+                          "or leave it out of --keep")
+    fmt = args.format or "auto"
+    rows = InputRows(args.data, columns, keep, fmt=fmt)
+    mode = args.on_bad_rows or getattr(data, "on_bad_rows", "fail")
+    export = model.path.resolve()
+    job = {"model": str(export), "model_bytes": (export / "saved_model.pb").stat().st_size,
+           "input": describe_input(rows), "part_rows": args.part_rows}
+    out = Output(args.output, job)
+    progress = Progress("predict", rows.estimated_rows(), enabled=not args.quiet)
+    summary = score_to(model, rows, out, batch_size=args.batch_size, part_rows=args.part_rows,
+                       shard=shard, mode=mode, progress=progress)
+    where = args.output
+    if out.complete:
+        print(f"predict: {where} is already complete (its parts were joined before the "
+              "last run stopped)", file=sys.stderr)
+        return 0
+    line = (f"predict: {summary.rows:,} rows in {summary.parts_written} part(s) "
+            f"-> {where}")
+    if summary.parts_before:
+        line += f" ({summary.parts_before} part(s) were already written)"
+    if summary.report.count:
+        line += f"; {summary.report.count} bad row(s) skipped"
+    if not summary.complete:
+        line += "; other shards' parts are not all written yet"
+    print(line, file=sys.stderr)
+    return 0
+
+
 @cli.command("predict", __doc__)
 @click.argument("texts", nargs=-1, metavar="[TEXT]...")
 @click.option("--model", required=True, help="Run directory or its export/.")
-@click.option("--input", help="File with one text per line ('-' = stdin).")
+@click.option("--data", metavar="FILES",
+              help="Rows to score: path, glob, comma-joined, gs://, or a prepared folder.")
+@click.option("--output", metavar="OUT",
+              help="With --data: OUT.jsonl, OUT.csv or OUT.parquet (a file), or such a "
+                   "name ending in / (a folder of part files).")
+@click.option("--keep", metavar="COL,...", help="With --data: columns carried into the "
+                                               "output (an id).")
+@click.option("--text-column", help="With --data: default the run's data.text_column.")
+@click.option("--text-pair-column",
+              help="With --data, a sentence-pair model: default the run's data.text_pair_column.")
+@click.option("--format", type=click.Choice(["auto", "csv", "tsv", "jsonl", "text", "tfrecord",
+                                             "parquet"]),
+              help="With --data: the files' format (default: from each file's extension).")
+@click.option("--on-bad-rows", type=click.Choice(["fail", "skip"]),
+              help="With --data: a row that cannot be read stops the run (fail) or is left "
+                   "out and counted (skip); default: the run's data.on_bad_rows.")
+@click.option("--shard", default="0/1", metavar="I/N", show_default=True,
+              help="With --data: score parts I, I+N, ... (one process of N; --output OUT/).")
+@click.option("--batch-size", type=int, default=256, show_default=True,
+              help="With --data: rows per model call.")
+@click.option("--part-rows", type=int, default=10000, show_default=True,
+              help="With --data: input rows per part file (what a rerun after a kill "
+                   "skips at once).")
+@click.option("--input", help="File with one text per line ('-' = stdin); printed to stdout.")
 @click.option("--pair", multiple=True, help="Second text of a sentence pair (once per text).")
 @click.option("--json", is_flag=True,
               help="One JSON object per text with every class probability.")
 def command(args: SimpleNamespace) -> int:
+    for flag, value in (("--batch-size", args.batch_size), ("--part-rows", args.part_rows)):
+        if value < 1:
+            raise ConfigError(f"{flag} {value}: must be at least 1")
+    if args.data:
+        try:
+            return _predict_data(args)
+        except ConfigError as err:
+            raise err.in_flag_terms(_FLAGS) from None
+    if args.output or args.keep:
+        raise ConfigError("--output and --keep go with --data FILES (rows read from files); "
+                          "texts given as arguments or --input are printed")
     texts = list(args.texts) + (_read_lines(args.input) if args.input else [])
     if not texts:
-        raise ConfigError("no texts given; pass them as arguments or with --input FILE")
+        raise ConfigError("no texts given; pass them as arguments, with --input FILE, or "
+                          "--data FILES --output OUT")
     pairs = list(args.pair) or None
     if pairs is not None and len(pairs) != len(texts):
         raise ConfigError(f"--pair given {len(pairs)} times for {len(texts)} texts")

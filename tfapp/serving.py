@@ -83,8 +83,19 @@ class ExportedModel:
     JSON. A format's model overrides the commands its format ``serves``; the lookup never
     hands a command a model that does not serve it, so these defaults only guard."""
 
+    #: the model reads sentence pairs (a second text per row)
+    text_pair: bool = False
+    #: the keys of ``predict_rows``'s dicts (a kept column may not take one)
+    output_columns: tuple[str, ...] = ()
+
     def __init__(self, path: Path, module: Any, metadata: dict):
         self.path, self.module, self.metadata = path, module, metadata
+
+    def predict_rows(self, texts: Any, pairs: Any | None = None) -> list[dict]:
+        """One dict per text of the batch ``texts`` (a string tensor ``[n]`` or a list;
+        ``pairs``: their second texts), the prediction alone, as ``predict --output``
+        writes it next to the kept columns."""
+        raise ConfigError(f"{self.path}: this export does not predict")
 
     def predict_lines(self, texts: list[str], pairs: list[str] | None, *,
                       as_json: bool) -> list[str]:

@@ -58,9 +58,9 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = ["BadRow", "BadRowPolicy", "BadRowReport", "ExampleSet", "read_text", "open_source",
-           "RawExample", "resolve_files", "detect_format", "read_examples", "read_texts",
-           "demo_file", "LabelVocab", "read_label_vocab", "write_label_vocab",
-           "SKIP_OPTION", "COLUMNS_HINT"]
+           "RawExample", "resolve_files", "detect_format", "read_examples", "iter_examples",
+           "read_texts", "demo_file", "LabelVocab", "stream_rows", "read_label_vocab",
+           "write_label_vocab", "SKIP_OPTION", "COLUMNS_HINT"]
 
 log = logging.getLogger("tfapp.data")
 
@@ -586,6 +586,19 @@ def read_examples(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
     Bad rows raise ``DataError`` (``mode='fail'``) or are recorded in ``report``
     (``mode='skip'``). Raises when no usable example remains.
     """
+    examples = list(iter_examples(spec, data_cfg, split=split, mode=mode, report=report,
+                                  with_labels=with_labels))
+    if not examples:
+        raise DataError(Setting(f"data.{split}_files"), f": no usable examples in '{spec}' "
+                        f"({report.per_split.get(split, 0)} bad row(s) skipped: "
+                        f"{report.summary()})")
+    return examples
+
+
+def iter_examples(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
+                  report: BadRowReport, with_labels: bool = True) -> Iterator[RawExample]:
+    """The examples of ``read_examples`` one at a time, as the files are read (a streaming
+    evaluation holds none of them); an empty result is the caller's to refuse."""
     what = Setting(f"data.{split}_files")
     columns = [data_cfg.text_column]
     if data_cfg.text_pair_column:
@@ -598,21 +611,28 @@ def read_examples(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
         lambda path: _read_text_lines(path, data_cfg.text_column, label_column))
     sources = _row_sources(spec, columns, fmt=data_cfg.format, split=split, what=what,
                            hint=COLUMNS_HINT, text_lines=text_lines, label_column=label_column)
-
-    examples: list[RawExample] = []
     for path, rows in sources:
         for line, fields, problem in rows:
             if problem is None:
                 problem, ex = _to_example(fields, data_cfg, with_labels, (path, line))
                 if ex is not None:
-                    examples.append(ex)
+                    yield ex
                     continue
             bad(path, line, problem)
-    if not examples:
-        raise DataError(what, f": no usable examples in '{spec}' "
-                        f"({report.per_split.get(split, 0)} bad row(s) skipped: "
-                        f"{report.summary()})")
-    return examples
+
+
+def stream_rows(path: str, columns: list[str], *, fmt: str, what: str | Setting,
+                hint: Hint = TEXT_COLUMN_HINT, text_column: str | None = None
+                ) -> Iterator[Row]:
+    """The rows of one file as ``(line, fields | None, problem | None)``, read as it goes
+    (no list): for commands that stream a file of any size (``tfapp.data.rows``). A plain
+    text file gives each non-blank line, exactly as written, as ``text_column`` (None: a
+    text file is refused, the rows need columns it cannot hold)."""
+    text_lines = None if text_column is None else (
+        lambda p: _read_text_lines(p, text_column, None, verbatim=True))
+    [(_, rows)] = _row_sources([path], columns, fmt=fmt, split="test", what=what, hint=hint,
+                               text_lines=text_lines)
+    yield from rows
 
 
 def read_texts(spec: str | Sequence[str | os.PathLike], *, text_column: str = "text",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,8 +47,8 @@ from tfapp.demo import DEMO_DIR
 from tfapp.errors import DataError, Setting
 from tfapp.textio import NOT_UTF8, has_undecodable, iter_lines, json_line
 
-__all__ = ["TaggedSentence", "read_tagged", "tagged_rows",
-           "demo_ner_file", "read_tag_vocab", "keep_known_tags", "log_entity_counts"]
+__all__ = ["TaggedSentence", "read_tagged", "iter_tagged", "tagged_rows", "demo_ner_file",
+           "read_tag_vocab", "keep_known_tags", "iter_known_tags", "log_entity_counts"]
 
 log = logging.getLogger("tfapp.data")
 
@@ -207,10 +207,21 @@ def read_tagged(spec: str, data_cfg: NerDataConfig, *, split: str, mode: str,
 
     Bad sentences fail or are recorded in ``report`` per ``mode``; raises when none remains.
     """
+    out = list(iter_tagged(spec, data_cfg, split=split, mode=mode, report=report))
+    if not out:
+        raise DataError(Setting(f"data.{split}_files"), f": no usable sentences in '{spec}' "
+                        f"({report.per_split.get(split, 0)} bad row(s) skipped: "
+                        f"{report.summary()})")
+    return out
+
+
+def iter_tagged(spec: str, data_cfg: NerDataConfig, *, split: str, mode: str,
+                report: BadRowReport) -> Iterator[TaggedSentence]:
+    """The sentences of ``read_tagged`` one at a time, as the files are read (a streaming
+    evaluation holds none of them); an empty result is the caller's to refuse."""
     what = Setting(f"data.{split}_files")
     bad = BadRowPolicy(mode, report, split)
     scheme = data_cfg.tag_scheme
-    out: list[TaggedSentence] = []
     for path in resolve_files(spec, what):
         counts = EntityCounts()
         for start, words, tags, problem in tagged_rows(path, data_cfg.format,
@@ -218,13 +229,8 @@ def read_tagged(spec: str, data_cfg: NerDataConfig, *, split: str, mode: str,
             if problem is not None:
                 bad(path, problem[0], problem[1])
                 continue
-            out.append(TaggedSentence(words, tags, (path, start)))
+            yield TaggedSentence(words, tags, (path, start))
         log_entity_counts(path, counts, scheme)
-    if not out:
-        raise DataError(what, f": no usable sentences in '{spec}' "
-                        f"({report.per_split.get(split, 0)} bad row(s) skipped: "
-                        f"{report.summary()})")
-    return out
 
 
 # ------------------------------------------------------------------------------ splits
@@ -246,18 +252,26 @@ def keep_known_tags(sentences: list[TaggedSentence], names: list[str], *, split:
                     mode: str, report: BadRowReport, known_from: str = "the training data's"
                     ) -> list[TaggedSentence]:
     """Sentences whose tags are all in ``names``; others are bad rows (one line each)."""
-    known, bad, kept = set(names), BadRowPolicy(mode, report, split), []
-    types = ", ".join(sorted({split_tag(t)[1] for t in names if t != OUTSIDE}))
-    for s in sentences:
-        unseen = next((t for t in s.tags if t not in known), None)
-        if unseen is None:
-            kept.append(s)
-            continue
-        bad(s.origin[0], s.origin[1], f"tag '{unseen}' in this sentence: entity type "
-                                      f"'{split_tag(unseen)[1]}' is not among "
-                                      f"{known_from} ({types})")
+    kept = list(iter_known_tags(sentences, names, split=split, mode=mode, report=report,
+                                known_from=known_from))
     if not kept:
         raise DataError(Setting(f"data.{split}_files"), ": no usable sentences left after "
                         f"dropping {report.per_split.get(split, 0)} bad row(s): "
                         f"{report.summary()}")
     return kept
+
+
+def iter_known_tags(sentences: Iterable[TaggedSentence], names: list[str], *, split: str,
+                    mode: str, report: BadRowReport, known_from: str = "the training data's"
+                    ) -> Iterator[TaggedSentence]:
+    """``keep_known_tags`` one sentence at a time (an empty result is the caller's)."""
+    known, bad = set(names), BadRowPolicy(mode, report, split)
+    types = ", ".join(sorted({split_tag(t)[1] for t in names if t != OUTSIDE}))
+    for s in sentences:
+        unseen = next((t for t in s.tags if t not in known), None)
+        if unseen is None:
+            yield s
+            continue
+        bad(s.origin[0], s.origin[1], f"tag '{unseen}' in this sentence: entity type "
+                                      f"'{split_tag(unseen)[1]}' is not among "
+                                      f"{known_from} ({types})")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.config import ClassifierDataConfig, ConfigError, ExperimentConfig, load_config
+from tfapp.errors import DataError, Setting
 from tfapp.hub.hf_checkpoint import SEQUENCE_CLASSIFICATION, binary_as_two_logits
 from tfapp.serving import (
     BATCH,
@@ -53,6 +54,8 @@ def predict_in_batches(module: Any, texts: list[str], pairs: list[str] | None = 
 class LoadedClassifier(ExportedModel):
     """An exported classifier and its metadata (label names, pair input, ...)."""
 
+    output_columns = ("label", "probabilities")
+
     def __init__(self, model: str | os.PathLike):
         import tensorflow_text  # noqa: F401  (registers the tokenizer ops the model uses)
 
@@ -69,6 +72,19 @@ class LoadedClassifier(ExportedModel):
         return predict_in_batches(self.module, texts, pairs if self.text_pair else None,
                                   num_labels=len(self.label_names))
 
+    def predict_rows(self, texts: Any, pairs: Any | None = None) -> list[dict]:
+        """Per text: ``{"label", "probabilities": {label: p}}`` of one call of the
+        export's serving function on the batch."""
+        if self.text_pair and pairs is None:
+            raise ConfigError("this model classifies sentence pairs; give the second texts "
+                              "(--pair / --text-pair-column)")
+        out = (self.module.serve_pair(texts, pairs) if self.text_pair
+               else self.module.serve(texts))
+        probs = out["probabilities"].numpy().tolist()
+        names = self.label_names
+        return [{"label": label.decode(), "probabilities": dict(zip(names, p, strict=True))}
+                for label, p in zip(out["label"].numpy(), probs, strict=True)]
+
     def predict_lines(self, texts: list[str], pairs: list[str] | None, *,
                       as_json: bool) -> list[str]:
         """Per text: "label<TAB>probability<TAB>text", or JSON with every class's
@@ -84,8 +100,9 @@ class LoadedClassifier(ExportedModel):
     def evaluate(self, files: str, params: Path, flags: dict[str, Any]) -> Evaluation:
         """Accuracy, AUC, ... on labelled ``files``, read with the run's columns and format
         (``params``) unless ``flags`` say otherwise."""
-        from tfapp.data.sources import BadRowReport, LabelVocab, read_examples, to_example_set
-        from tfapp.training.metrics import classification_report, format_report
+        from tfapp.data.sources import BadRowPolicy, BadRowReport, iter_examples
+        from tfapp.training.metrics import format_report
+        from tfapp.training.report_counts import ClassificationCounts
 
         if flags.get("format") == "conll":
             raise ConfigError("--format conll: CoNLL files hold tagged words (an NER "
@@ -100,15 +117,51 @@ class LoadedClassifier(ExportedModel):
         multi_label = bool(self.metadata.get("multi_label", data.multi_label))
         data.multi_label = multi_label
         report = BadRowReport()
-        raw = read_examples(files, data, split="test", mode=data.on_bad_rows, report=report)
-        examples = to_example_set(raw, LabelVocab(self.label_names, multi_label),
-                                  split="test", mode=data.on_bad_rows, report=report,
-                                  known_from="the model")
-        probs, _ = self.predict(examples.texts, examples.text_pairs)
-        if len(self.label_names) == 2 and not multi_label:
-            probs = probs[:, 1:]  # the report scores a binary model by P(positive)
-        result = classification_report(examples.labels, probs, self.label_names, multi_label)
-        return Evaluation(result, report, format_report)
+        bad = BadRowPolicy(data.on_bad_rows, report, "test")
+        index = {name: i for i, name in enumerate(self.label_names)}
+        shown = ", ".join(self.label_names[:10]) + (" ..." if len(self.label_names) > 10
+                                                    else "")
+        counts = ClassificationCounts(self.label_names, multi_label)
+        # Streamed: a batch of rows at a time, scored and counted (no list of the rows).
+        texts: list[str] = []
+        pairs: list[str] = []
+        labels: list[list[str]] = []
+
+        def score() -> None:
+            probs, _ = self.predict(texts, pairs if data.text_pair_column else None)
+            if len(self.label_names) == 2 and not multi_label:
+                probs = probs[:, 1:]  # the report scores a binary model by P(positive)
+            if multi_label:
+                truth = np.zeros((len(labels), len(index)), np.float32)
+                for i, names in enumerate(labels):
+                    truth[i, [index[n] for n in names]] = 1.0
+            else:
+                truth = np.array([index[names[0]] for names in labels], np.int32)
+            counts.update(truth, probs)
+            texts.clear(), pairs.clear(), labels.clear()
+
+        for ex in iter_examples(files, data, split="test", mode=data.on_bad_rows,
+                                report=report):
+            unknown = [label for label in ex.labels if label not in index]
+            if unknown:
+                shown_label = repr(unknown[0])
+                if len(shown_label) > 60:
+                    shown_label = shown_label[:56] + "...'"
+                bad(ex.origin[0], ex.origin[1], f"unknown label {shown_label} (not among "
+                                                f"the labels of the model: {shown})")
+                continue
+            texts.append(ex.text)
+            pairs.append(ex.text_pair or "")
+            labels.append(ex.labels)
+            if len(texts) == BATCH:
+                score()
+        if texts:
+            score()
+        if not counts.examples:
+            raise DataError(Setting("data.test_files"), (
+                f": no usable examples left after dropping {report.count} bad row(s): "
+                f"{report.summary()}" if report.count else f": no usable examples in '{files}'"))
+        return Evaluation(counts.report(), report, format_report)
 
 
 class ClassifierExport(ExportFormat):

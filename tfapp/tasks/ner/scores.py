@@ -67,6 +67,68 @@ def entity_report(gold: list[list[str]], pred: list[list[str]]) -> dict:
             "per_type": per_type}
 
 
+class EntityTally:
+    """``entity_report`` from counts, so an evaluation holds no list of sentences:
+    ``update(gold, pred)`` per batch of sentences, ``report()`` at the end. Entities never
+    cross a sentence, so counting each batch's entities as seqeval does (its strict IOB2
+    entities, and its default mode's) and summing gives seqeval's scores on all the
+    sentences at once."""
+
+    def __init__(self) -> None:
+        from collections import Counter
+
+        self.strict = {k: Counter() for k in ("tp", "pred", "gold")}
+        self.default = {k: Counter() for k in ("tp", "pred", "gold")}
+        self.right = self.words = self.sentences = 0
+
+    @staticmethod
+    def _count(into: dict, gold: set, pred: set) -> None:
+        for key, found in (("gold", gold), ("pred", pred), ("tp", gold & pred)):
+            for entity in found:
+                into[key][entity[0]] += 1
+
+    def update(self, gold: list[list[str]], pred: list[list[str]]) -> None:
+        from seqeval.metrics.sequence_labeling import get_entities
+        from seqeval.scheme import IOB2, Entities
+
+        if len(gold) != len(pred):
+            raise ValueError(f"{len(gold)} gold sentences but {len(pred)} predicted")
+        for g, p in zip(gold, pred, strict=True):
+            if len(g) != len(p):
+                raise ValueError(f"a sentence of {len(g)} gold tags has {len(p)} predicted")
+            self.words += len(g)
+            self.right += sum(a == b for a, b in zip(g, p, strict=True))
+        self.sentences += len(gold)
+
+        def strict(tags):
+            return {(e.tag, e.sent_id, e.start, e.end)
+                    for sentence in Entities(tags, IOB2).entities for e in sentence}
+
+        self._count(self.strict, strict(gold), strict(pred))
+        self._count(self.default, set(get_entities(gold)), set(get_entities(pred)))
+
+    @staticmethod
+    def _scores(tp: int, pred: int, gold: int) -> dict:
+        precision = tp / pred if pred else 0.0
+        recall = tp / gold if gold else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        return {"precision": precision, "recall": recall, "f1": f1}
+
+    def report(self) -> dict:
+        """The dict ``entity_report`` returns for all the sentences counted."""
+        s, d = self.strict, self.default
+        types = sorted(set(s["gold"]) | set(s["pred"]))
+        per_type = {t: {**self._scores(s["tp"][t], s["pred"][t], s["gold"][t]),
+                        "support": s["gold"][t]} for t in types}
+        total = {k: sum(v.values()) for k, v in s.items()}
+        return {**self._scores(total["tp"], total["pred"], total["gold"]), "mode": MODE,
+                "default_mode": self._scores(*(sum(d[k].values())
+                                               for k in ("tp", "pred", "gold"))),
+                "token_accuracy": self.right / self.words if self.words else 0.0,
+                "sentences": self.sentences, "entities": total["gold"],
+                "per_type": per_type}
+
+
 def format_entity_report(report: dict) -> str:
     """The per-type table in the shape of the classifier's report, then the totals."""
     width = max(10, *(len(n) for n in report["per_type"])) if report["per_type"] else 10

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.config import ConfigError, load_config
+from tfapp.errors import DataError, Setting
 from tfapp.hub.hf_checkpoint import TOKEN_CLASSIFICATION
 from tfapp.serving import (
     BATCH,
@@ -29,7 +30,7 @@ from tfapp.serving import (
     base_encoder_fact,
     load_export,
 )
-from tfapp.tasks.ner.scores import entity_report, format_entity_report
+from tfapp.tasks.ner.scores import EntityTally, format_entity_report
 
 
 def entities_of(outputs: dict, index: int) -> list[dict]:
@@ -46,6 +47,8 @@ def entities_of(outputs: dict, index: int) -> list[dict]:
 
 class LoadedTagger(ExportedModel):
     """An exported NER model and its metadata (tag names, entity types)."""
+
+    output_columns = ("entities",)
 
     def __init__(self, model: str | os.PathLike):
         import tensorflow_text  # noqa: F401  (registers the tokenizer ops the model uses)
@@ -64,6 +67,17 @@ class LoadedTagger(ExportedModel):
             result = {k: v.numpy() for k, v in serve(text=tf.constant(batch)).items()}
             out += [entities_of(result, i) for i in range(len(batch))]
         return out
+
+    def predict_rows(self, texts: Any, pairs: Any | None = None) -> list[dict]:
+        """Per text: ``{"entities": [{type, text, start, end, score}]}`` (character
+        offsets) of one call of the export's ``serving_default`` on the batch."""
+        import tensorflow as tf
+
+        serve = self.module.signatures["serving_default"]
+        result = {k: v.numpy() for k, v in serve(text=tf.convert_to_tensor(texts,
+                                                                          tf.string)).items()}
+        return [{"entities": entities_of(result, i)}
+                for i in range(len(result["num_entities"]))]
 
     def predict_lines(self, texts: list[str], pairs: list[str] | None, *,
                       as_json: bool) -> list[str]:
@@ -107,7 +121,7 @@ class LoadedTagger(ExportedModel):
         bad-row mode), counted as the run's test report counts them: the file's own words
         tagged by the model (``tag_words``), scored by ``tfapp.tasks.ner.scores``."""
         from tfapp.data.sources import BadRowReport
-        from tfapp.data.tagged import keep_known_tags, read_tagged
+        from tfapp.data.tagged import iter_known_tags, iter_tagged
 
         for key, flag in (("text_column", "--text-column"),
                           ("text_pair_column", "--text-pair-column"),
@@ -126,12 +140,26 @@ class LoadedTagger(ExportedModel):
         if flags.get("on_bad_rows") is not None:
             data.on_bad_rows = flags["on_bad_rows"]
         report = BadRowReport()
-        raw = read_tagged(files, data, split="test", mode=data.on_bad_rows, report=report)
-        sentences = keep_known_tags(raw, self.tag_names, split="test", mode=data.on_bad_rows,
-                                    report=report, known_from="the model's")
-        result = entity_report([s.tags for s in sentences],
-                               self.tag_words([list(s.words) for s in sentences]))
-        return Evaluation(result, report, format_entity_report)
+        sentences = iter_known_tags(
+            iter_tagged(files, data, split="test", mode=data.on_bad_rows, report=report),
+            self.tag_names, split="test", mode=data.on_bad_rows, report=report,
+            known_from="the model's")
+        # Streamed: a batch of sentences at a time, tagged and counted (no list of them).
+        tally, batch = EntityTally(), []
+        for sentence in sentences:
+            batch.append(sentence)
+            if len(batch) == BATCH:
+                tally.update([s.tags for s in batch], self.tag_words([list(s.words)
+                                                                      for s in batch]))
+                batch = []
+        if batch:
+            tally.update([s.tags for s in batch], self.tag_words([list(s.words)
+                                                                  for s in batch]))
+        if not tally.sentences:
+            raise DataError(Setting("data.test_files"), (
+                f": no usable sentences left after dropping {report.count} bad row(s): "
+                f"{report.summary()}" if report.count else f": no usable sentences in '{files}'"))
+        return Evaluation(tally.report(), report, format_entity_report)
 
 
 class NerExport(ExportFormat):

@@ -1,0 +1,209 @@
+"""Score input rows with an export, streaming: ``predict --data FILES --output OUT``.
+
+The rows (``tfapp.data.input_rows``) are read on a tf.data thread, in batches that never
+straddle a part, prefetched while the model scores the batch before; the model's
+predictions (``ExportedModel.predict_rows``) and the kept columns are written part by
+part (``tfapp.parts``) as they come. Memory holds a few batches and one part, whatever the
+input's size.
+
+The batches carry only the texts as tensors; what goes with them (each row's kept
+columns, the bad rows, which part they belong to) waits on the Python side, keyed by
+the batch's number, until the main loop takes the batch.
+
+``--shard I/N``: part ``k`` belongs to process ``k % N``. Each process reads the whole
+input (reading is a small cost beside the model) and scores only its parts, so N
+processes on one folder write every row once, whatever the number of input files.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfapp.data.input_rows import InputRows, Record
+from tfapp.data.sources import BadRowPolicy, BadRowReport
+from tfapp.errors import ConfigError
+from tfapp.parts import Output
+from tfapp.progress import Progress
+
+__all__ = ["Batch", "Batches", "Summary", "parse_shard", "predictions", "score_to"]
+
+log = logging.getLogger("tfapp")
+
+#: rows per part file: what a kill can cost, and what a rerun skips at once
+PART_ROWS = 10000
+#: rows per model call
+BATCH = 256
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``I/N`` of ``--shard`` as (I, N); one line when it is not that."""
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
+    if not m or not 0 <= int(m.group(1)) < int(m.group(2)):
+        raise ConfigError(f"--shard {text}: give I/N with 0 <= I < N, e.g. --shard 0/4 in the "
+                          "first of four processes")
+    return int(m.group(1)), int(m.group(2))
+
+
+@dataclass
+class Batch:
+    """One batch of rows of one part: their texts (columns of ``texts``, one list per model
+    input), kept columns, the bad rows among them, and whether the part ends with it.
+    ``position``: the input records passed when it was cut; ``error``: what stopped the
+    reading (raised by the consumer, in its own thread)."""
+
+    part: int
+    texts: list[list[str]] = field(default_factory=list)
+    kept: list[dict[str, Any]] = field(default_factory=list)
+    bad: list[Record] = field(default_factory=list)
+    last: bool = False
+    position: int = 0
+    error: Exception | None = None
+
+
+class Batches:
+    """The records of ``rows`` as ``Batch``es of at most ``batch_size`` rows, cut at part
+    boundaries (``part_rows`` records each), leaving out the parts in ``skip`` and those
+    of other shards. A part's last batch says so (``last``), also when all its rows were
+    bad or it is the input's end. ``records``: the input records passed (all of them, once
+    iterated to the end)."""
+
+    def __init__(self, rows: InputRows, *, batch_size: int, part_rows: int, skip: set[int],
+                 shard: tuple[int, int] = (0, 1)):
+        self.rows, self.batch_size, self.part_rows = rows, batch_size, part_rows
+        self.skip, self.shard = skip, shard
+        self.records = 0
+
+    def __iter__(self) -> Iterator[Batch]:
+        index, count = self.shard
+        pending: Batch | None = None
+        for number, record in enumerate(self.rows):
+            self.records = number + 1
+            part = number // self.part_rows
+            if pending is not None and (part != pending.part
+                                        or len(pending.kept) >= self.batch_size):
+                pending.last = part != pending.part
+                yield pending
+                pending = None
+            if part % count != index or part in self.skip:
+                continue
+            if pending is None:
+                pending = Batch(part, [[] for _ in self.rows.columns])
+            pending.position = number + 1
+            if record.problem is not None:
+                pending.bad.append(record)
+                continue
+            for column, text in zip(pending.texts, record.texts, strict=True):
+                column.append(text)
+            pending.kept.append(record.kept)
+        if pending is not None:
+            pending.last = True
+            yield pending
+
+
+@dataclass
+class Summary:
+    """What a scoring run did: rows written, parts written now and before, the input
+    records, and whether the output is complete (other shards may still be at work)."""
+
+    rows: int
+    parts_written: int
+    parts_before: int
+    records: int
+    complete: bool
+    report: BadRowReport
+
+
+class _Feed:
+    """``Batches`` behind tf.data: ``__call__`` is the generator tf.data runs on its
+    thread, yielding each batch's number and texts; the rest of the batch waits in
+    ``waiting`` for the consumer."""
+
+    def __init__(self, source: Batches, inputs: int):
+        self.source, self.inputs = source, inputs
+        self.waiting: dict[int, Batch] = {}
+
+    def __call__(self):
+        import numpy as np
+
+        number = 0
+        try:
+            for batch in self.source:
+                self.waiting[number] = batch
+                yield number, tuple(np.array([t.encode() for t in c], dtype=object)
+                                    for c in batch.texts)
+                number += 1
+        except Exception as err:  # noqa: BLE001  (handed to the consumer's thread)
+            self.waiting[number] = Batch(-1, [[] for _ in range(self.inputs)], error=err)
+            yield number, tuple(np.zeros([0], object) for _ in range(self.inputs))
+
+
+def _scored(model: Any, source: Batches, policy: BadRowPolicy
+            ) -> Iterator[tuple[Batch, list[dict[str, Any]]]]:
+    """Each batch of ``source`` and the model's predictions of its rows (the kept columns
+    first), read ahead on a tf.data thread; bad rows go to ``policy`` in input order."""
+    import tensorflow as tf
+
+    inputs = len(source.rows.columns)
+    feed = _Feed(source, inputs)
+    text = tf.TensorSpec([None], tf.string)
+    dataset = tf.data.Dataset.from_generator(
+        feed, output_signature=(tf.TensorSpec([], tf.int64), (text,) * inputs)).prefetch(2)
+    for number, texts in dataset:
+        batch = feed.waiting.pop(int(number))
+        if batch.error is not None:
+            raise batch.error
+        for bad in batch.bad:
+            policy(bad.file, bad.line, bad.problem)
+        rows: list[dict[str, Any]] = []
+        if batch.kept:
+            predictions = model.predict_rows(texts[0], texts[1] if inputs > 1 else None)
+            rows = [{**kept, **p} for kept, p in zip(batch.kept, predictions, strict=True)]
+        yield batch, rows
+
+
+def predictions(model: Any, rows: InputRows, *, batch_size: int = BATCH, mode: str = "fail",
+                report: BadRowReport | None = None) -> Iterator[dict[str, Any]]:
+    """The prediction of every row of ``rows``, in order, one dict each (the kept columns
+    and ``model.predict_rows``'s keys): what ``predict --data`` writes, as an iterator
+    (the Python API's ``Predictor.predict`` of files)."""
+    report = BadRowReport() if report is None else report
+    policy = BadRowPolicy(mode, report, "input", skip_option="on_bad_rows='skip'")
+    source = Batches(rows, batch_size=batch_size, part_rows=1 << 62, skip=set())
+    for _, scored in _scored(model, source, policy):
+        yield from scored
+
+
+def score_to(model: Any, rows: InputRows, out: Output, *, batch_size: int = BATCH,
+             part_rows: int = PART_ROWS, shard: tuple[int, int] = (0, 1), mode: str = "fail",
+             progress: Progress | None = None) -> Summary:
+    """Score every row of ``rows`` of this ``shard`` with ``model`` (an
+    ``ExportedModel``) into ``out``, skipping the parts already there; bad rows stop the
+    run (``mode="fail"``: one line naming file:line) or are left out and counted."""
+    done = out.open(sole_writer=shard[1] == 1)
+    report = BadRowReport()
+    if out.complete:
+        return Summary(0, 0, 0, 0, True, report)
+    policy = BadRowPolicy(mode, report, "input")  # its data.on_bad_rows: --on-bad-rows
+    source = Batches(rows, batch_size=batch_size, part_rows=part_rows, skip=done, shard=shard)
+    scored = written = 0
+    buffer: list[dict[str, Any]] = []
+    for batch, predicted in _scored(model, source, policy):
+        buffer.extend(predicted)
+        scored += len(predicted)
+        if batch.last:
+            out.write(batch.part, buffer)
+            buffer, written = [], written + 1
+        if progress is not None:
+            progress.update(scored, batch.position)
+    if progress is not None:
+        progress.close()
+    records = source.records
+    complete = out.finish(math.ceil(records / part_rows))
+    if report.count:
+        log.warning("predict: %s", report.summary())
+    return Summary(scored, written, len(done), records, complete, report)
