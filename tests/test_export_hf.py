@@ -504,3 +504,17 @@ def test_transformers_loads_the_tagger(ner_export):
         n = int(feats["input_mask"][i].sum())
         assert got["input_ids"][i] == feats["input_word_ids"][i][:n].tolist()
         np.testing.assert_allclose(np.array(row), want[i, :n], atol=1e-4, rtol=0)
+
+
+def test_the_export_computes_a_batch_as_far_as_its_longest_text(seeded_export):
+    # serve trims each call to its longest text (rounded up to 8): a row's probabilities
+    # are the same alone (trimmed to its own length) as beside a longer one (16 tokens).
+    import tensorflow as tf
+
+    run, _ = seeded_export
+    module = tf.saved_model.load(str(run / "export"))  # keeps its variables alive
+    serve = module.serve
+    texts = ["good", "the room was clean and the staff were kind to us all week long"]
+    together = serve(tf.constant(texts))["probabilities"].numpy()
+    alone = np.concatenate([serve(tf.constant([t]))["probabilities"].numpy() for t in texts])
+    np.testing.assert_allclose(alone, together, atol=1e-5)
