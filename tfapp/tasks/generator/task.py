@@ -332,7 +332,8 @@ class GeneratorTask(Task):
     def build_model(self, inputs: GeneratorInputs) -> seq2seq.Seq2Seq:
         # The fused LSTM recompiles every step under XLA; unfused cells do not.
         model = seq2seq.build_seq2seq(self.cfg.model, len(inputs.vocabulary),
-                                      fused_lstm=not self.ctx.jit_compile)
+                                      fused_lstm=not self.ctx.jit_compile,
+                                      continuation=self.cfg.data.example_shape != "pairs")
         return model.build_for(self.cfg.data.context_words, self.cfg.data.target_words)
 
     def build_losses(self, inputs: GeneratorInputs) -> tf.keras.losses.Loss:
