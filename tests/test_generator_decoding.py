@@ -11,7 +11,8 @@ from tfapp.config import load_config
 from tfapp.models import decoding
 from tfapp.runtime import HOST_XLA, host_xla_available
 from tfapp.tasks import get_task
-from tfapp.tasks.generator.task import GeneratorTask, TextGenerator, serving_copy
+from tfapp.tasks.generator.export import TextGenerator, serving_copy
+from tfapp.tasks.generator.task import GeneratorTask
 from tfapp.training.context import RunContext
 
 import numpy as np
@@ -49,7 +50,7 @@ def trained(tmp_path_factory):
     hist = model.fit(inputs.train, steps_per_epoch=20, epochs=12, verbose=0).history
     # Only the line openings (empty context -> 4 different lines) stay ambiguous.
     assert hist["token_accuracy"][-1] > 0.95, hist["token_accuracy"]
-    generator = task._generator_for(model, inputs)
+    generator = task.generator_for(model, inputs)
     return task, model, generator, inputs
 
 

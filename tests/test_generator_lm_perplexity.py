@@ -5,9 +5,9 @@ import math
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.models import seq2seq
+from tfapp.tasks.generator.export import TextGenerator
 from tfapp.tasks.generator.scores import format_generator_report, generator_report
 from tfapp.tasks.generator.serving import score_in_batches
-from tfapp.tasks.generator.task import TextGenerator
 
 import numpy as np
 import pytest

@@ -119,3 +119,41 @@ def test_xla_training_step_and_mixed_precision_logits():
         assert mp.decoder.compute_dtype == "bfloat16"
     finally:
         tf.keras.mixed_precision.set_global_policy("float32")
+
+
+def test_lm_loss_counts_each_token_of_a_line_once():
+    # Line "a b c" -> [START] a b c [END]; context_words 4, target_words 3: the windows at
+    # positions 0..3 hold a (once), b (twice), c, [END] (three times each). (Exact while
+    # the encoder is not full; past context_words words a token weighs at most too much.)
+    from tfapp.data.text_lines import continuation_windows
+
+    windows = continuation_windows(tf.ragged.constant([[4, 5, 6]]), 4, 3)
+    weights = seq2seq.lm_token_weights(windows["encoder_ids"], 3).numpy()
+    per_token: dict[int, float] = {}
+    for label_row, weight_row in zip(windows["labels"].numpy(), weights, strict=True):
+        for label, weight in zip(label_row, weight_row, strict=True):
+            if label:
+                per_token[label] = per_token.get(label, 0.0) + weight
+    assert per_token == pytest.approx({4: 1.0, 5: 1.0, 6: 1.0, 3: 1.0})
+    # The compiled loss under lm_loss: sum(weight * cross-entropy) / sum(weight).
+    model = seq2seq.Seq2Seq(8, embedding_dim=4, units=4, lm_loss=True).build_for(4, 3)
+    model.compile(loss=seq2seq.MaskedSequenceLoss())
+    x = {k: windows[k] for k in ("encoder_ids", "decoder_ids")}
+    losses, mask = seq2seq._token_losses(windows["labels"], model(x))
+    expected = float(tf.reduce_sum(losses * weights) / tf.reduce_sum(mask * weights))
+    assert expected != pytest.approx(float(tf.reduce_sum(losses) / tf.reduce_sum(mask)))
+    assert model.evaluate(x, windows["labels"], verbose=0) == pytest.approx(expected, rel=1e-5)
+
+
+def test_tied_embeddings_score_with_the_embedding_matrix():
+    model = seq2seq.Seq2Seq(20, embedding_dim=8, units=16, tie_embeddings=True).build_for(5, 6)
+    x, _ = batch(np.random.default_rng(0))
+    assert not any("logits/kernel" in w.name for w in model.weights)
+    before = model(x).numpy()
+    # Only the output side of the embedding is involved in this change: the logits of
+    # word 7 move when its row does, as an untied output layer's would not.
+    matrix = model.embedding.embeddings
+    matrix.assign(tf.tensor_scatter_nd_add(matrix, [[7]], [tf.ones([8])]))
+    after = model(x).numpy()
+    assert not np.allclose(after[..., 7], before[..., 7])
+    assert seq2seq.Seq2Seq(**model.get_config()).get_config()["tie_embeddings"] is True

@@ -136,6 +136,9 @@ def test_data_service_delivers_each_example_once_per_distributed_epoch(service, 
 
 @pytest.mark.slow
 def test_generator_run_writes_its_snapshot_and_the_next_run_replays_it(tmp_path, caplog):
+    """Also ``runtime.deterministic=true``: the second run (the same windows, replayed)
+    repeats the first one exactly, every training and validation figure of every epoch
+    and the test scores of its final model (issue 46: run-to-run spread)."""
     from tfapp.training.driver import train
 
     corpus = tmp_path / "corpus.txt"
@@ -149,6 +152,9 @@ def test_generator_run_writes_its_snapshot_and_the_next_run_replays_it(tmp_path,
             f"output_dir={tmp_path / 'runs'}", f"data.train_files={corpus}",
             f"data.snapshot={snap}", "data.context_words=4", "data.target_words=3",
             "data.batch_size=8", "model.embedding_dim=8", "model.units=8",
+            f"data.test_files={corpus}", "model.dropout=0.3", "model.tie_embeddings=true",
+            "model.lm_loss=true",
+            "runtime.deterministic=true", "runtime.seed=11",
             "trainer.epochs=2", "trainer.export=false",
             "tracking.tensorboard=false", "generation.method=greedy",
             "generation.max_length=3", "generation.num_beams=2"])
@@ -156,8 +162,10 @@ def test_generator_run_writes_its_snapshot_and_the_next_run_replays_it(tmp_path,
             caplog.clear()
             result = train(cfg, task=get_task(cfg.task))
         assert np.isfinite(result.history["loss"]).all() and "val_loss" in result.history
+        outcomes.append((result.history, result.metrics))
         return caplog.text
 
+    outcomes: list = []
     first = run("first")
     assert "0 of 1 file(s) stored" in first
     stamps = {p: p.stat().st_mtime_ns for p in snap.rglob("*") if p.is_file()}
@@ -166,3 +174,7 @@ def test_generator_run_writes_its_snapshot_and_the_next_run_replays_it(tmp_path,
     assert "1 of 1 file(s) stored" in second and "0 of 1" not in second
     # Nothing rewritten: the second run replayed the first run's chunks.
     assert {p: p.stat().st_mtime_ns for p in snap.rglob("*") if p.is_file()} == stamps
+    (history, metrics), (history2, metrics2) = outcomes
+    assert history["loss"][0] != history["loss"][1]  # it trained (dropout on, seeded)
+    assert history2 == history  # exact floats: op determinism, the same seed and windows
+    assert "test_lm_perplexity" in metrics and metrics2 == metrics

@@ -55,10 +55,16 @@ class GeneratorModelConfig(EmbeddingModelConfig, ModelConfig):
     Attributes:
       kind: seq2seq (the generator's encoder-decoder).
       attention: seq2seq attention: bahdanau (additive) or luong (dot).
+      tie_embeddings: seq2seq: the output layer reuses the word embedding matrix (logits =
+        hidden . embedding^T + bias), as in tied-embedding language models.
+      lm_loss: seq2seq continuation: weigh each target token by 1 / (the windows that hold
+        it), so a pass counts each token of a line once, as the LM perplexity does.
     """
 
     kind: str = choices("seq2seq", default="seq2seq", resume=NEVER)
     attention: str = choices("bahdanau", "luong", default="bahdanau", resume=MATCH)
+    tie_embeddings: bool = setting(False, resume=NEVER)
+    lm_loss: bool = setting(False, resume=MATCH)
 
 
 @dataclass

@@ -4,6 +4,7 @@
     decoder_ids -> Embedding -> LSTM decoder (initial state = encoder state) -> queries
     queries x memory -> attention (additive/Bahdanau or multiplicative/Luong) -> context
     [query; context] -> Dense(tanh) -> Dense(vocab, float32) -> logits
+    (``tie_embeddings``: Dense(tanh) to embedding_dim, logits = that . embedding^T + bias)
 
 Attention reads the decoder LSTM's output (Luong's arrangement, as in the TensorFlow NMT
 tutorial) instead of being fed back into the next LSTM input (tfa's AttentionWrapper
@@ -79,12 +80,51 @@ def attend(attention: tf.keras.layers.Layer, query: tf.Tensor, memory: tf.Tensor
     return tf.matmul(tf.cast(weights, memory.dtype), memory)
 
 
+class TiedProjection(tf.keras.layers.Layer):
+    """Logits from the embedding matrix itself (``hidden . embedding^T + bias``): a word's
+    input and output vectors are one, so a rare word's few examples train both."""
+
+    def __init__(self, embedding: tf.keras.layers.Embedding, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.embedding = embedding
+
+    def build(self, input_shape):
+        self.bias = self.add_weight(name="bias", shape=[self.embedding.input_dim],
+                                    initializer="zeros", dtype=tf.float32)
+        super().build(input_shape)
+
+    def call(self, hidden: tf.Tensor) -> tf.Tensor:
+        matrix = tf.cast(self.embedding.embeddings, tf.float32)
+        return tf.matmul(tf.cast(hidden, tf.float32), matrix, transpose_b=True) + self.bias
+
+
+def lm_token_weights(encoder_ids: tf.Tensor, target_words: tf.Tensor | int) -> tf.Tensor:
+    """float32 ``[B, target_words]``: 1 / (the number of continuation windows whose
+    targets hold the token), so that a pass over every window of a line counts each of its
+    tokens once, as the LM perplexity does (``tfapp.tasks.generator.scores``).
+
+    Token ``i`` of ``line + [END]`` (1-based) is a target of the windows at positions
+    ``max(0, i - target_words) .. i - 1``: ``min(i, target_words)`` of them. A window's
+    encoder holds ``min(position + 1, context_words)`` non-padding ids, so ``i`` is that
+    count plus the target slot -- exact until the encoder is full, a lower bound after
+    (a line's words past ``context_words``; their weight is then at most too large).
+    """
+    filled = tf.reduce_sum(tf.cast(tf.not_equal(encoder_ids, 0), tf.float32), axis=1)
+    index = filled[:, None] + tf.range(tf.cast(target_words, tf.float32))[None, :]
+    return 1.0 / tf.minimum(index, tf.cast(target_words, tf.float32))
+
+
 class Seq2Seq(tf.keras.Model):
-    """Encoder-decoder LSTM with attention; inputs {"encoder_ids", "decoder_ids"} -> logits."""
+    """Encoder-decoder LSTM with attention; inputs {"encoder_ids", "decoder_ids"} -> logits.
+
+    ``lm_loss``: the loss weighs each target token by ``lm_token_weights`` (continuation
+    windows; pairs have one window each and leave it off).
+    """
 
     def __init__(self, vocab_size: int, embedding_dim: int = 64, units: int = 64,
                  bidirectional: bool = False, attention: str = "bahdanau",
-                 dropout: float = 0.0, fused_lstm: bool = True, **kwargs: Any):
+                 dropout: float = 0.0, fused_lstm: bool = True, tie_embeddings: bool = False,
+                 lm_loss: bool = False, **kwargs: Any):
         super().__init__(**kwargs)
         if attention not in ("bahdanau", "luong"):
             raise ValueError(f"attention must be bahdanau or luong, got {attention!r}")
@@ -92,6 +132,7 @@ class Seq2Seq(tf.keras.Model):
         self.bidirectional, self.attention_kind, self.dropout_rate = (
             bidirectional, attention, dropout)
         self.fused_lstm = fused_lstm
+        self.tie_embeddings, self.lm_loss = tie_embeddings, lm_loss
         # The decoder state must match the encoder state it starts from: a bidirectional
         # encoder hands over [forward; backward], twice as wide.
         self.decoder_units = units * (2 if bidirectional else 1)
@@ -103,11 +144,14 @@ class Seq2Seq(tf.keras.Model):
         self.decoder = _lstm(self.decoder_units, fused_lstm, "decoder_lstm")
         attention_cls = BahdanauAttention if attention == "bahdanau" else LuongAttention
         self.attention = attention_cls(self.decoder_units, name=f"{attention}_attention")
-        self.combine = tf.keras.layers.Dense(self.decoder_units, activation="tanh",
-                                             name="attention_output")
+        self.combine = tf.keras.layers.Dense(
+            embedding_dim if tie_embeddings else self.decoder_units, activation="tanh",
+            name="attention_output")
         self.dropout = tf.keras.layers.Dropout(dropout)
         # float32 logits even under a mixed policy: softmax/loss need the range.
-        self.projection = tf.keras.layers.Dense(vocab_size, dtype="float32", name="logits")
+        self.projection = (TiedProjection(self.embedding, dtype="float32", name="logits")
+                           if tie_embeddings else
+                           tf.keras.layers.Dense(vocab_size, dtype="float32", name="logits"))
 
     # ----------------------------------------------------------------- pieces
 
@@ -148,6 +192,13 @@ class Seq2Seq(tf.keras.Model):
         query, _, _ = self.decoder(y, initial_state=state, training=training)
         return self._output(query, memory, keys, mask, training)
 
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None):
+        """The compiled loss, each token weighted by ``lm_token_weights`` under ``lm_loss``
+        (validation too: ``val_loss`` is then a per-token LM cross-entropy)."""
+        if self.lm_loss and sample_weight is None and isinstance(x, dict):
+            sample_weight = lm_token_weights(x["encoder_ids"], tf.shape(y)[1])
+        return super().compute_loss(x, y, y_pred, sample_weight)
+
     def build_for(self, context_words: int, target_words: int) -> Seq2Seq:
         """Create the variables by one call on dummy ids (before compile/restore/summary)."""
         self({"encoder_ids": tf.zeros([1, context_words], tf.int32),
@@ -159,7 +210,8 @@ class Seq2Seq(tf.keras.Model):
         return {"vocab_size": self.vocab_size, "embedding_dim": self.embedding_dim,
                 "units": self.units, "bidirectional": self.bidirectional,
                 "attention": self.attention_kind, "dropout": self.dropout_rate,
-                "fused_lstm": self.fused_lstm}
+                "fused_lstm": self.fused_lstm, "tie_embeddings": self.tie_embeddings,
+                "lm_loss": self.lm_loss}
 
 
 def _lstm(units: int, fused: bool, name: str) -> tf.keras.layers.Layer:
@@ -176,15 +228,18 @@ def _lstm(units: int, fused: bool, name: str) -> tf.keras.layers.Layer:
                                return_state=True, name=name)
 
 
-def build_seq2seq(model_cfg: Any, vocab_size: int, *, fused_lstm: bool = True) -> Seq2Seq:
+def build_seq2seq(model_cfg: Any, vocab_size: int, *, fused_lstm: bool = True,
+                  continuation: bool = True) -> Seq2Seq:
     """A ``Seq2Seq`` from ``cfg.model`` (kind, embedding_dim, units, bidirectional, ...).
 
-    Pass ``fused_lstm=False`` when the model trains or decodes under XLA (``jit_compile``).
+    Pass ``fused_lstm=False`` when the model trains or decodes under XLA (``jit_compile``);
+    ``continuation`` False (pairs) leaves ``model.lm_loss`` off (one window a pair).
     """
     return Seq2Seq(vocab_size=vocab_size, embedding_dim=model_cfg.embedding_dim,
                    units=model_cfg.units, bidirectional=model_cfg.bidirectional,
                    attention=model_cfg.attention, dropout=model_cfg.dropout,
-                   fused_lstm=fused_lstm, name="seq2seq")
+                   fused_lstm=fused_lstm, tie_embeddings=model_cfg.tie_embeddings,
+                   lm_loss=model_cfg.lm_loss and continuation, name="seq2seq")
 
 
 # --------------------------------------------------------------------------- loss, metrics
@@ -221,6 +276,15 @@ class MaskedSequenceLoss(tf.keras.losses.Loss):
     def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
         losses, mask = _token_losses(y_true, y_pred)
         return tf.reduce_sum(losses) / tf.maximum(tf.reduce_sum(mask), 1.0)
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        """Per-token ``sample_weight`` ``[batch, target_words]`` (``lm_token_weights``):
+        sum(weight * loss) / sum(weight) over non-padding tokens; none: ``call``."""
+        if sample_weight is None:
+            return super().__call__(y_true, y_pred)
+        losses, mask = _token_losses(y_true, y_pred)
+        weights = mask * tf.cast(sample_weight, tf.float32)
+        return tf.reduce_sum(losses * weights) / tf.maximum(tf.reduce_sum(weights), 1e-9)
 
 
 class MaskedTokenAccuracy(tf.keras.metrics.SparseCategoricalAccuracy):
