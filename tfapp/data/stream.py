@@ -451,14 +451,13 @@ def batches(source: Source, examples: ExamplesFn, data_cfg: Any, *, training: bo
     dataset = training_stream(source, part, examples, seed=seed, block=data_cfg.shuffle_buffer,
                               examples_per_pass=steps * per_step, start=start,
                               read_to_end=store is not None and store.done() < len(source.files))
+    # Own buffers: rebatching chunks that were cut at a pass's end (slices aliasing their
+    # chunk) makes TensorFlow log a 'RefCount not reliable' error line for each.
+    dataset = dataset.map(_own_buffers)
     if plan is None:
         dataset = dataset.rebatch(local_batch, drop_remainder=True)
     else:
-        # Own buffers: a window is larger than a chunk, and rebatching chunks that were
-        # cut at a pass's end (slices aliasing their chunk) makes TensorFlow log a
-        # 'RefCount not reliable' error line for each.
-        dataset = grouping(dataset.map(_own_buffers).rebatch(plan.window_examples,
-                                                             drop_remainder=True), plan,
+        dataset = grouping(dataset.rebatch(plan.window_examples, drop_remainder=True), plan,
                            training=True, first_window=aligned // plan.window_batches)
         dataset = dataset.skip(first - aligned)
     return stages.log_ids(dataset, first_batch=first, pipeline=index)
