@@ -344,7 +344,7 @@ def test_lr_find_cli_leaves_the_run_directory_alone(data_dir, tmp_path):
     kept = [o for o in overrides if not o.startswith("optimizer.learning_rate=")]
     assert used == "use it: " + suggested_command(None, kept, suggestion)
     assert "model.units=12" in used and "optimizer.learning_rate=0.5" not in used
-    from tfapp.training.context import _check_is_a_run
+    from tfapp.training.run_directory import _check_is_a_run
 
     _check_is_a_run(run)  # no "not a tfapp run directory" refusal
 
