@@ -7,7 +7,7 @@ import json
 from tfapp.config import load_config
 from tfapp.data.ner_splits import load_ner_splits
 from tfapp.data.sources import BadRowReport
-from tfapp.data.tagged import read_tagged
+from tfapp.data.tagged import iter_tagged
 from tfapp.errors import DataError
 
 import pytest
@@ -26,8 +26,8 @@ def _cfg(*overrides):
 def test_conll_iob1_with_docstart_bom_and_crlf(tmp_path):
     path = tmp_path / "train.conll"
     path.write_bytes(CONLL.encode())
-    got = read_tagged(str(path), _cfg("data.tag_scheme=iob1"), split="train", mode="fail",
-                      report=BadRowReport())
+    got = list(iter_tagged(str(path), _cfg("data.tag_scheme=iob1"), split="train", mode="fail",
+                      report=BadRowReport()))
     assert [s.words for s in got] == [["Anna", "lives", "in", "New", "York", "."],
                                       ["Bob", "and", "Al"]]
     assert got[0].tags == ["B-PER", "O", "O", "B-LOC", "I-LOC", "O"]
@@ -39,13 +39,13 @@ def test_tag_column_and_bad_line(tmp_path):
     path = tmp_path / "train.txt"
     path.write_text("Anna B-PER x\nParis B-LOC\n\nBob B-PER x\n")
     cfg = _cfg("data.tag_column=1")
-    got = read_tagged(str(path), cfg, split="train", mode="fail", report=BadRowReport())
+    got = list(iter_tagged(str(path), cfg, split="train", mode="fail", report=BadRowReport()))
     assert [s.tags for s in got] == [["B-PER", "B-LOC"], ["B-PER"]]
     # column 2 exists only on some lines: the short line is named, its sentence dropped
     cfg = _cfg("data.tag_column=2")
     with pytest.raises(DataError, match=r"train.txt:2: has 2 column\(s\), no tag in "
                                         r"data.tag_column=2"):
-        read_tagged(str(path), cfg, split="train", mode="fail", report=BadRowReport())
+        list(iter_tagged(str(path), cfg, split="train", mode="fail", report=BadRowReport()))
 
 
 def test_jsonl_bioes_and_skip(tmp_path):
@@ -58,9 +58,9 @@ def test_jsonl_bioes_and_skip(tmp_path):
     cfg = _cfg("data.tag_scheme=bioes")
     with pytest.raises(DataError, match=r"train.jsonl:2: 1 tokens but 2 tags \(fix the data, "
                                         r"or set data.on_bad_rows=skip"):
-        read_tagged(str(path), cfg, split="train", mode="fail", report=BadRowReport())
+        list(iter_tagged(str(path), cfg, split="train", mode="fail", report=BadRowReport()))
     report = BadRowReport()
-    got = read_tagged(str(path), cfg, split="train", mode="skip", report=report)
+    got = list(iter_tagged(str(path), cfg, split="train", mode="skip", report=report))
     assert [s.tags for s in got] == [["B-PER", "I-PER", "O", "B-LOC"]]
     assert report.count == 2 and "train.jsonl:3: tag 'X-LOC' is not an IOB1, IOB2 or BIOES tag" in \
         report.summary()
@@ -151,8 +151,8 @@ def test_each_scheme_read_under_each_configured_scheme(written, configured, tmp_
     path = tmp_path / f"{written}.conll"
     path.write_text(SCHEME_FILES[written])
     caplog.set_level("INFO", "tfapp.data")
-    got = read_tagged(str(path), _cfg(f"data.tag_scheme={configured}"), split="train",
-                      mode="fail", report=BadRowReport())
+    got = list(iter_tagged(str(path), _cfg(f"data.tag_scheme={configured}"), split="train",
+                      mode="fail", report=BadRowReport()))
     assert [s.tags for s in got] == SCHEME_IOB2  # the same four entities, whatever the config
     converted = CONVERTED[written, configured]
     line = f"data: {path}: {written.upper()} tags (data.tag_scheme={configured}): 4 entities " \
@@ -169,7 +169,7 @@ def test_iob1_starts_mixed_with_iob2_are_both_read(tmp_path, caplog):
     path = tmp_path / "mixed.conll"
     path.write_text("Anna B-PER\nBerg I-PER\nin O\nOslo I-LOC\n\nACME I-ORG\nand O\nBob B-PER\n")
     caplog.set_level("INFO", "tfapp.data")
-    got = read_tagged(str(path), _cfg(), split="train", mode="fail", report=BadRowReport())
+    got = list(iter_tagged(str(path), _cfg(), split="train", mode="fail", report=BadRowReport()))
     assert [s.tags for s in got] == [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O", "B-PER"]]
     assert caplog.records[-1].getMessage().startswith(
         f"data: {path}: IOB1 tags (data.tag_scheme=iob2): 4 entities read, 2 converted, 0 "
@@ -198,12 +198,12 @@ def test_bioes_mixed_with_iob_is_refused_naming_file_and_line(configured, tmp_pa
     cfg = _cfg(f"data.tag_scheme={configured}")
     line, why = BIOES_REFUSED[0]
     with pytest.raises(DataError) as err:
-        read_tagged(str(path), cfg, split="train", mode="fail", report=BadRowReport())
+        list(iter_tagged(str(path), cfg, split="train", mode="fail", report=BadRowReport()))
     assert str(err.value) == (f"{path}:{line}: {why} (fix the data, or set "
                               "data.on_bad_rows=skip to drop such rows)")
     report = BadRowReport()
     caplog.set_level("INFO", "tfapp.data")
-    got = read_tagged(str(path), cfg, split="train", mode="skip", report=report)
+    got = list(iter_tagged(str(path), cfg, split="train", mode="skip", report=report))
     assert [s.tags for s in got] == [["B-PER", "O"], ["B-ORG", "I-ORG"]]
     assert [(b.line, b.problem) for b in report.examples] == BIOES_REFUSED
     converted = 0 if configured == "bioes" else 2  # IOB2 reads neither S-PER nor B-ORG E-ORG
@@ -220,7 +220,7 @@ def test_jsonl_bioes_refusal_names_the_sentences_line(tmp_path):
                     '{"tokens": ["Bob", "Lee"], "tags": ["B-PER", "I-PER"]}\n')
     with pytest.raises(DataError, match=r"train.jsonl:2: tag 'B-PER' begins a BIOES entity "
                                         r"that never ends \(the sentence ends before an E-PER"):
-        read_tagged(str(path), _cfg(), split="train", mode="fail", report=BadRowReport())
+        list(iter_tagged(str(path), _cfg(), split="train", mode="fail", report=BadRowReport()))
 
 
 # CoNLL-2003 as published: IOB1 (I- begins an entity; B- only between two of one type),

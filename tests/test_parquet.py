@@ -13,7 +13,7 @@ from tfapp.data import parquet
 from tfapp.data import prepare as P
 from tfapp.data import rows as R
 from tfapp.data.parquet_rows import parquet_rows
-from tfapp.data.sources import BadRowReport, read_examples, read_texts
+from tfapp.data.sources import BadRowReport, iter_examples, read_texts
 from tfapp.errors import DataError
 from tfapp.tasks import get_task
 from tfapp.training.context import RunContext
@@ -115,12 +115,12 @@ def test_the_columnar_path_gives_the_rows_and_messages_of_the_python_readers(tmp
 
 
 def test_evaluate_reads_parquet_as_the_same_csv(tmp_path):
-    """evaluate's reader (``read_examples``), integer labels and a dictionary-encoded text
+    """evaluate's reader (``iter_examples``), integer labels and a dictionary-encoded text
     column included."""
     as_csv, as_parquet = _write_both(tmp_path, TEXTS, [i % 3 for i in range(96)],
                                      use_dictionary=True)
     data = load_config(None, []).data
-    read = {path: read_examples(path, data, split="test", mode="fail", report=BadRowReport())
+    read = {path: list(iter_examples(path, data, split="test", mode="fail", report=BadRowReport()))
             for path in (as_csv, as_parquet)}
     assert [(e.text, e.labels) for e in read[as_parquet]] == \
         [(e.text, e.labels) for e in read[as_csv]]

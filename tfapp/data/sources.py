@@ -4,7 +4,7 @@ The row readers of every format, and the bad-row policy, shared by every task an
 command: ``tfapp.data.prepare`` reads training data through them (the classifier's
 labelled rows, corpora, pairs; CSV/TSV through pyarrow first, these readers naming the
 line when it cannot), and the small readers here serve commands that read a file whole:
-``read_examples`` (evaluate) and ``read_texts`` (``build-bert``'s corpus).
+``iter_examples`` (evaluate, streamed) and ``read_texts`` (``build-bert``'s corpus).
 
 Formats: CSV and TSV (header row names the columns; TSV has no quoting: a ``"`` is just a
 character), JSON Lines (one object per line), plain text lines (one example per line;
@@ -58,7 +58,7 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = ["BadRow", "BadRowPolicy", "BadRowReport", "ExampleSet", "read_text", "open_source",
-           "RawExample", "resolve_files", "detect_format", "read_examples", "iter_examples",
+           "RawExample", "resolve_files", "detect_format", "iter_examples",
            "read_texts", "demo_file", "LabelVocab", "stream_rows", "read_label_vocab",
            "write_label_vocab", "SKIP_OPTION", "COLUMNS_HINT"]
 
@@ -579,26 +579,12 @@ def _shown(spec: str | Sequence[str | os.PathLike]) -> str:
     return spec if isinstance(spec, str) else ", ".join(os.fspath(p) for p in spec)
 
 
-def read_examples(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
-                  report: BadRowReport, with_labels: bool = True) -> list[RawExample]:
-    """Read and check every row of the files in ``spec`` (one split).
-
-    Bad rows raise ``DataError`` (``mode='fail'``) or are recorded in ``report``
-    (``mode='skip'``). Raises when no usable example remains.
-    """
-    examples = list(iter_examples(spec, data_cfg, split=split, mode=mode, report=report,
-                                  with_labels=with_labels))
-    if not examples:
-        raise DataError(Setting(f"data.{split}_files"), f": no usable examples in '{spec}' "
-                        f"({report.per_split.get(split, 0)} bad row(s) skipped: "
-                        f"{report.summary()})")
-    return examples
-
-
 def iter_examples(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
                   report: BadRowReport, with_labels: bool = True) -> Iterator[RawExample]:
-    """The examples of ``read_examples`` one at a time, as the files are read (a streaming
-    evaluation holds none of them); an empty result is the caller's to refuse."""
+    """Read and check every row of the files in ``spec`` (one split), one example at a
+    time as the files are read (a streaming evaluation holds none of them). Bad rows raise
+    ``DataError`` (``mode='fail'``) or are recorded in ``report`` (``mode='skip'``); an
+    empty result is the caller's to refuse."""
     what = Setting(f"data.{split}_files")
     columns = [data_cfg.text_column]
     if data_cfg.text_pair_column:
@@ -642,7 +628,7 @@ def read_texts(spec: str | Sequence[str | os.PathLike], *, text_column: str = "t
                skip_option: str | None = SKIP_OPTION) -> list[str]:
     """The texts of a corpus, in file and row order, blank texts left out.
 
-    The files and formats of ``read_examples`` (paths, globs, ``gs://``, ``.gz``; ``spec``
+    The files and formats of ``iter_examples`` (paths, globs, ``gs://``, ``.gz``; ``spec``
     a comma-joined config value or a list of paths): a text file gives one text per
     non-blank line, exactly as written; csv/tsv/jsonl/tfrecord rows (and TFDS) give their
     ``text_column``. A file whose extension names no format is read as text lines.

@@ -47,7 +47,7 @@ from tfapp.demo import DEMO_DIR
 from tfapp.errors import DataError, Setting
 from tfapp.textio import NOT_UTF8, has_undecodable, iter_lines, json_line
 
-__all__ = ["TaggedSentence", "read_tagged", "iter_tagged", "tagged_rows", "demo_ner_file",
+__all__ = ["TaggedSentence", "iter_tagged", "tagged_rows", "demo_ner_file",
            "read_tag_vocab", "keep_known_tags", "iter_known_tags", "log_entity_counts"]
 
 log = logging.getLogger("tfapp.data")
@@ -201,24 +201,12 @@ def log_entity_counts(name: str, counts: EntityCounts | dict, configured: str) -
     log.log(level, "data: %s", counts.describe(name, configured))
 
 
-def read_tagged(spec: str, data_cfg: NerDataConfig, *, split: str, mode: str,
-                report: BadRowReport) -> list[TaggedSentence]:
-    """The tagged sentences of the files in ``spec`` (one split), tags read into IOB2.
-
-    Bad sentences fail or are recorded in ``report`` per ``mode``; raises when none remains.
-    """
-    out = list(iter_tagged(spec, data_cfg, split=split, mode=mode, report=report))
-    if not out:
-        raise DataError(Setting(f"data.{split}_files"), f": no usable sentences in '{spec}' "
-                        f"({report.per_split.get(split, 0)} bad row(s) skipped: "
-                        f"{report.summary()})")
-    return out
-
-
 def iter_tagged(spec: str, data_cfg: NerDataConfig, *, split: str, mode: str,
                 report: BadRowReport) -> Iterator[TaggedSentence]:
-    """The sentences of ``read_tagged`` one at a time, as the files are read (a streaming
-    evaluation holds none of them); an empty result is the caller's to refuse."""
+    """The tagged sentences of the files in ``spec`` (one split), tags read into IOB2, one
+    at a time as the files are read (a streaming evaluation holds none of them). Bad
+    sentences fail or are recorded in ``report`` per ``mode``; an empty result is the
+    caller's to refuse."""
     what = Setting(f"data.{split}_files")
     bad = BadRowPolicy(mode, report, split)
     scheme = data_cfg.tag_scheme
