@@ -54,6 +54,14 @@ def trained(tmp_path_factory):
     return task, model, generator, inputs
 
 
+@pytest.fixture(scope="module")
+def exported(trained):
+    """The trained generator's run finished once (its export written), for the tests that
+    read the export."""
+    task, model, _, inputs = trained
+    return task.finish(model, inputs, {})
+
+
 def encode(generator, prompts):
     return generator.encode_prompts(tf.constant(prompts))
 
@@ -246,9 +254,9 @@ def test_prompt_edge_cases(trained):
     assert texts[2] == texts[3] == "jumps over the lazy dog"  # case/punct; last words kept
 
 
-def test_export_reloads_in_a_fresh_process_with_the_same_output(trained, tmp_path):
+def test_export_reloads_in_a_fresh_process_with_the_same_output(trained, exported):
     task, model, gen, inputs = trained
-    result = task.finish(model, inputs, {})
+    result = exported
     export = str(result.paths["exported"])
     assert result.lines[0].startswith("sample (greedy): ")
     prompts = ["the red fox", "", "a small bird", "zebra", "my old boat sails"]
@@ -316,3 +324,89 @@ def test_score_pools_tokens_as_the_keras_metrics_do(trained):
     assert report["perplexity"] == pytest.approx(float(perplexity.result()), rel=1e-5)
     assert report["token_accuracy"] == pytest.approx(float(accuracy.result()), abs=1e-6)
     assert report["token_accuracy"] > 0.9  # memorised: a scoring bug would not reach it
+
+
+PROMPTS = ["the red fox", "a small bird", "", "my old boat sails", "zebra", "her green kite",
+           "the cold sea"]
+
+
+def _generate_data(capsys, export, data, output, *more):
+    from tfapp import generate
+
+    code = generate.main(["--model", export, "--data", str(data), "--output", str(output),
+                          "--part-rows", "3", "--batch-size", "2", "-q", *more])
+    return code, capsys.readouterr().err
+
+
+def test_generate_data_writes_a_row_per_prompt_in_order(trained, exported, tmp_path, capsys):
+    """``generate --data`` (the predict machinery): ids kept, rows in input order, each
+    the export's greedy continuation of its prompt, in JSONL and Parquet alike."""
+    import pyarrow.parquet as pq
+
+    gen, export = trained[2], str(exported.paths["exported"])
+    data = tmp_path / "prompts.csv"
+    data.write_text("id,text\n" + "".join(f"{10 + i},{p}\n" for i, p in enumerate(PROMPTS)))
+    want = [t.decode() for t in gen.greedy(tf.constant(PROMPTS), tf.constant(10))["text"]
+            .numpy()]
+    assert want[0] == "jumps over the lazy dog"  # a model that would fail a mixed-up order
+    code, err = _generate_data(capsys, export, data, tmp_path / "out.jsonl", "--keep", "id")
+    assert code == 0, err
+    assert "generate: 7 rows in 3 part(s) -> " in err
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert rows == [{"id": str(10 + i), "prompt": p, "continuation": w}  # CSV: text
+                    for i, (p, w) in enumerate(zip(PROMPTS, want, strict=True))]
+    code, err = _generate_data(capsys, export, data, tmp_path / "out.parquet", "--keep", "id")
+    assert code == 0, err
+    assert pq.read_table(tmp_path / "out.parquet").to_pylist() == rows
+    # Plain text lines are prompts too (blank lines are prompts of a line opening).
+    lines = tmp_path / "prompts.txt"
+    lines.write_text("\n".join(PROMPTS[:2]) + "\n")
+    code, err = _generate_data(capsys, export, lines, tmp_path / "lines.jsonl")
+    assert code == 0, err
+    assert [json.loads(line)["continuation"] for line in
+            (tmp_path / "lines.jsonl").read_text().splitlines()] == want[:2]
+    # A kept column may not take an output column's name; prompts and --data do not mix.
+    code, err = _generate_data(capsys, export, data, tmp_path / "x.jsonl", "--keep", "prompt")
+    assert code == 2 and "'prompt' is a column that generate writes" in err
+    code, err = _generate_data(capsys, export, data, tmp_path / "x.jsonl", "the fox")
+    assert code == 2 and "leave out the PROMPT arguments" in err
+
+
+def test_generate_data_resumes_without_writing_a_part_twice(trained, exported, tmp_path,
+                                                            capsys, monkeypatch):
+    """Stopped before its third part, a rerun writes only that part (the first two keep
+    their files: same inode) and the output equals an uninterrupted run's; other
+    generation settings are another job, refused."""
+    from tfapp import parts
+
+    export = str(exported.paths["exported"])
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "text": p}) + "\n"
+                            for i, p in enumerate(PROMPTS)))
+    code, err = _generate_data(capsys, export, data, tmp_path / "whole.jsonl", "--keep", "id")
+    assert code == 0, err
+    real_write = parts.Output.write
+
+    def write(self, index, rows):
+        if index == 2:
+            raise KeyboardInterrupt
+        real_write(self, index, rows)
+
+    monkeypatch.setattr(parts.Output, "write", write)
+    out = tmp_path / "resumed.jsonl"
+    code, err = _generate_data(capsys, export, data, f"{out}/", "--keep", "id")
+    assert code == 130, err
+    inodes = {p.name: p.stat().st_ino for p in out.glob("part-*")}
+    assert sorted(inodes) == ["part-000000.jsonl", "part-000001.jsonl"]
+    monkeypatch.setattr(parts.Output, "write", real_write)
+    code, err = _generate_data(capsys, export, data, f"{out}/", "--keep", "id",
+                               "--max-length", "4")
+    assert code == 2 and "holds the output of another job (its generation differ" in err
+    code, err = _generate_data(capsys, export, data, f"{out}/", "--keep", "id")
+    assert code == 0, err
+    assert "1 rows in 1 part(s)" in err and "(2 part(s) were already written)" in err
+    assert {p.name: p.stat().st_ino for p in out.glob("part-*")
+            if p.name in inodes} == inodes
+    joined = b"".join(p.read_bytes() for p in sorted(out.glob("part-*.jsonl")))
+    assert joined == (tmp_path / "whole.jsonl").read_bytes()
+    assert len(joined.splitlines()) == len(PROMPTS)

@@ -9,6 +9,14 @@ prompt and sample: the prompt followed by its generated continuation.
         --k 5 --temperature 0.8 --max-words 20 --num-samples 3 --seed 1
     python -m tfapp.generate --model runs/generator --method beam --num-beams 4 "the miller"
     echo "the weaver" | python -m tfapp.generate --model runs/generator -
+    python -m tfapp.generate --model runs/generator --data prompts.csv --keep id \
+        --output generated.parquet
+
+With --data, prompts are read and written as ``predict --data`` reads and writes rows
+(``tfapp.scoring``): every row of the files (the run's text column, or --text-column;
+plain text lines too), in batches, into part files that appear whole, resumed after a
+kill, split among processes with --shard I/N. Each output row holds the kept columns,
+the ``prompt`` and its ``continuation``.
 
 Defaults (method, temperature, ...) are the run's ``generation`` config.
 """
@@ -83,14 +91,15 @@ def settings(args: SimpleNamespace, meta: dict) -> dict:
     return s
 
 
-def generate(loaded: Any, prompts: list[str], s: dict) -> list[str]:
-    """Continuations for ``prompts`` (batched in one call of the exported function of the
-    ``tf.saved_model.load``-ed module ``loaded``)."""
+def generate(loaded: Any, prompts: Any, s: dict) -> list[str]:
+    """Continuations for ``prompts`` (a list of strings or a string tensor ``[n]``),
+    batched in one call of the exported function of the ``tf.saved_model.load``-ed module
+    ``loaded``."""
     from tfapp.models.decoding import method_filters
 
     import tensorflow as tf
 
-    batch = tf.constant(prompts)
+    batch = tf.convert_to_tensor(prompts, tf.string)
     length = tf.constant(s["max_length"], tf.int32)
     if s["method"] == "greedy":
         out = loaded.greedy(batch, length)
@@ -102,6 +111,53 @@ def generate(loaded: Any, prompts: list[str], s: dict) -> list[str]:
                             tf.constant(top_k, tf.int32), tf.constant(top_p, tf.float32),
                             tf.constant(s["seed"], tf.int32))
     return [t.decode("utf-8") for t in out["text"].numpy()]
+
+
+class Continuations:
+    """A generator export behind ``predict_rows``, what ``tfapp.scoring`` calls: per
+    prompt of a batch, ``{"prompt", "continuation"}`` decoded with the settings ``s``
+    (``num_samples`` > 1: a list of that many continuations)."""
+
+    text_pair = False
+    output_columns = ("prompt", "continuation")
+
+    def __init__(self, loaded: Any, s: dict, num_samples: int = 1):
+        self.loaded, self.path, self.s, self.num_samples = loaded, loaded.path, s, num_samples
+
+    def predict_rows(self, texts: Any, pairs: Any | None = None) -> list[dict]:
+        import tensorflow as tf
+
+        prompts = tf.convert_to_tensor(texts, tf.string)
+        n = self.num_samples
+        out = generate(self.loaded.module, tf.repeat(prompts, n) if n > 1 else prompts,
+                       self.s)
+        given = [t.decode("utf-8") for t in prompts.numpy()]
+        return [{"prompt": p, "continuation": out[i] if n == 1 else out[i * n:(i + 1) * n]}
+                for i, p in enumerate(given)]
+
+
+def _generate_data(args: SimpleNamespace) -> int:
+    """``--data FILES --output OUT``: a continuation of every row's prompt into OUT."""
+    from tfapp.scoring import output_flags, run_data, score_files
+
+    if args.prompts or args.prompt or args.prompts_file or args.json:
+        raise ConfigError("--data reads the prompts from files into --output; leave out the "
+                          "PROMPT arguments, --prompt, --prompts-file and --json")
+    shard, keep = output_flags(args)  # refusals before the model loads
+    data = run_data(args.model)
+    loaded = load_export(args.model, GENERATE)
+    s = settings(args, loaded.metadata)
+    pairs = loaded.metadata.get("example_shape") == "pairs"
+    column = args.text_column or (getattr(data, "source_column", "source") if pairs
+                                  else getattr(data, "text_column", "text"))
+    # The settings are part of the job: a rerun with others would mix two outputs.
+    return score_files(Continuations(loaded, s, args.num_samples), args, command="generate",
+                       columns=[column], keep=keep, shard=shard, data=data,
+                       job={"generation": {**s, "num_samples": args.num_samples}})
+
+
+_DATA_FLAGS = {"data.text_column": "--text-column", "data.format": "--format",
+               "data.on_bad_rows": "--on-bad-rows"}
 
 
 @cli.command(
@@ -126,7 +182,41 @@ def generate(loaded: Any, prompts: list[str], s: dict) -> list[str]:
               help="Samples per prompt (different for sampling methods).")
 @click.option("--seed", type=int, help="Seed of the sampler (same seed, same text).")
 @click.option("--json", is_flag=True, help="Print JSON lines {prompt, continuation, text}.")
+@click.option("--data", metavar="FILES",
+              help="Prompts to continue: rows of files (path, glob, comma-joined, gs://), "
+                   "written to --output.")
+@click.option("--output", metavar="OUT",
+              help="With --data: OUT.jsonl, OUT.csv or OUT.parquet (a file), or such a "
+                   "name ending in / (a folder of part files).")
+@click.option("--keep", metavar="COL,...", help="With --data: columns carried into the "
+                                               "output (an id).")
+@click.option("--text-column", help="With --data: the prompts' column (default: the run's "
+                                    "data.text_column; a pairs run's data.source_column).")
+@click.option("--format", type=click.Choice(["auto", "csv", "tsv", "jsonl", "text", "tfrecord",
+                                             "parquet"]),
+              help="With --data: the files' format (default: from each file's extension).")
+@click.option("--on-bad-rows", type=click.Choice(["fail", "skip"]),
+              help="With --data: a row that cannot be read stops the run (fail) or is left "
+                   "out and counted (skip); default: the run's data.on_bad_rows.")
+@click.option("--shard", default="0/1", metavar="I/N", show_default=True,
+              help="With --data: write parts I, I+N, ... (one process of N; --output OUT/).")
+@click.option("--batch-size", type=int, default=256, show_default=True,
+              help="With --data: prompts read together (decoded 32 at a time).")
+@click.option("--part-rows", type=int, default=10000, show_default=True,
+              help="With --data: input rows per part file (what a rerun after a kill "
+                   "skips at once).")
 def command(args: SimpleNamespace) -> int:
+    for flag, value in (("--batch-size", args.batch_size), ("--part-rows", args.part_rows)):
+        if value < 1:
+            raise ConfigError(f"{flag} {value}: must be at least 1")
+    if args.data:
+        try:
+            return _generate_data(args)
+        except ConfigError as err:
+            raise err.in_flag_terms(_DATA_FLAGS) from None
+    if args.output or args.keep:
+        raise ConfigError("--output and --keep go with --data FILES (prompts read from "
+                          "files); prompts given as arguments are printed")
     prompts = read_prompts(args)
     # The export that generates, by its marker (found before TensorFlow is imported).
     loaded = load_export(args.model, GENERATE)

@@ -31,7 +31,7 @@ from tfapp import killpoints
 from tfapp.atomic import atomic_open, read_state, remove_leftovers, write_bytes, write_text
 from tfapp.errors import ConfigError
 
-__all__ = ["FORMATS", "MARKER", "SUCCESS", "Output", "encode", "flat_row"]
+__all__ = ["FORMATS", "MARKER", "SUCCESS", "Output", "RowParts", "encode", "flat_row"]
 
 FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 MARKER = "_tfapp_output.json"
@@ -197,3 +197,38 @@ class Output:
                 if own.names:
                     writer.write_table(pq.read_table(path).cast(schema))
         os.replace(tmp, self.file)
+
+
+class RowParts:
+    """Rows of a command that reads its whole input once, in order (``evaluate
+    --output``: its metrics need every row, so a rerun reads from the start), written to
+    ``out`` as they come: part ``k`` is output rows ``[k * part_rows, (k + 1) *
+    part_rows)``. A rerun of the same job after a kill does not write again the parts
+    that are there (the same input gives the same parts). ``add`` takes each batch's
+    rows, ``close`` writes the last part and joins or marks the output."""
+
+    def __init__(self, out: Output, part_rows: int):
+        self.out, self.part_rows = out, part_rows
+        self.done = out.open(sole_writer=True)
+        self.buffer: list[dict[str, Any]] = []
+        self.parts = self.rows = 0
+
+    def add(self, rows: Sequence[dict[str, Any]]) -> None:
+        self.buffer.extend(rows)
+        self.rows += len(rows)
+        while len(self.buffer) >= self.part_rows:
+            self._write(self.buffer[:self.part_rows])
+            del self.buffer[:self.part_rows]
+
+    def _write(self, rows: Sequence[dict[str, Any]]) -> None:
+        if not self.out.complete and self.parts not in self.done:
+            self.out.write(self.parts, rows)
+        self.parts += 1
+
+    def close(self) -> bool:
+        """The last rows written; returns whether the output is complete (joined into
+        ``OUT``, or the folder marked)."""
+        if self.buffer or not self.parts:
+            self._write(self.buffer)
+            self.buffer = []
+        return True if self.out.complete else self.out.finish(self.parts)

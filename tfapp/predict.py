@@ -15,17 +15,13 @@ writing into one folder (--output OUT/).
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
 from tfapp import cli, textio
-from tfapp.config import ConfigError, load_config
-from tfapp.parts import Output
-from tfapp.progress import Progress
-from tfapp.run_layout import RunLayout
+from tfapp.config import ConfigError
 from tfapp.serving import PREDICT
 from tfapp.tasks import load_export
 
@@ -53,70 +49,25 @@ def _read_lines(path: str) -> list[str]:
     return [line.strip() for line in lines if line.strip()]
 
 
-def _run_data(model_dir: str) -> object | None:
-    """The run's data config (its columns, format, bad-row mode), None without params.yaml
-    (an export directory given alone)."""
-    params = RunLayout(model_dir).params
-    return load_config(params).data if params.is_file() else None
-
-
 def _predict_data(args: SimpleNamespace) -> int:
     """``--data FILES --output OUT``: every row scored into OUT, streaming."""
-    from tfapp.data.input_rows import InputRows, describe_input
-    from tfapp.scoring import parse_shard, score_to
+    from tfapp.scoring import output_flags, run_data, score_files
 
     if args.texts or args.input or args.pair:
         raise ConfigError("--data reads the texts from files; leave out the TEXT arguments, "
                           "--input and --pair (the pair's column is --text-pair-column)")
-    if not args.output:
-        raise ConfigError("--data needs --output OUT (.jsonl, .csv or .parquet; OUT/ for a "
-                          "folder of part files)")
-    shard = parse_shard(args.shard)
-    if shard[1] > 1 and not args.output.endswith(("/", os.sep)):
-        raise ConfigError(f"--shard {args.shard}: processes share a folder of part files; give "
-                          f"--output {args.output}/ (a folder)")
-    keep = [c.strip() for c in (args.keep or "").split(",") if c.strip()]
-    Output(args.output, {}).precheck()  # a refusal before the model loads
-    data = _run_data(args.model)
+    shard, keep = output_flags(args)  # refusals before the model loads
+    data = run_data(args.model)
     model = load_export(args.model, PREDICT)
-    text_column = args.text_column or getattr(data, "text_column", "text")
-    columns = [text_column]
+    columns = [args.text_column or getattr(data, "text_column", "text")]
     if model.text_pair:
         columns.append(args.text_pair_column or getattr(data, "text_pair_column", "")
                        or "text_pair")
     elif args.text_pair_column:
         raise ConfigError("--text-pair-column: this model reads one text per row; leave it "
                           "out")
-    taken = [c for c in keep if c in model.output_columns]
-    if taken:
-        raise ConfigError(f"--keep {args.keep}: '{taken[0]}' is a column of the prediction "
-                          f"({', '.join(model.output_columns)}); rename that input column, "
-                          "or leave it out of --keep")
-    fmt = args.format or "auto"
-    rows = InputRows(args.data, columns, keep, fmt=fmt)
-    mode = args.on_bad_rows or getattr(data, "on_bad_rows", "fail")
-    export = model.path.resolve()
-    job = {"model": str(export), "model_bytes": (export / "saved_model.pb").stat().st_size,
-           "input": describe_input(rows), "part_rows": args.part_rows}
-    out = Output(args.output, job)
-    progress = Progress("predict", rows.estimated_rows(), enabled=not args.quiet)
-    summary = score_to(model, rows, out, batch_size=args.batch_size, part_rows=args.part_rows,
-                       shard=shard, mode=mode, progress=progress)
-    where = args.output
-    if out.complete:
-        print(f"predict: {where} is already complete (its parts were joined before the "
-              "last run stopped)", file=sys.stderr)
-        return 0
-    line = (f"predict: {summary.rows:,} rows in {summary.parts_written} part(s) "
-            f"-> {where}")
-    if summary.parts_before:
-        line += f" ({summary.parts_before} part(s) were already written)"
-    if summary.report.count:
-        line += f"; {summary.report.count} bad row(s) skipped"
-    if not summary.complete:
-        line += "; other shards' parts are not all written yet"
-    print(line, file=sys.stderr)
-    return 0
+    return score_files(model, args, command="predict", columns=columns, keep=keep,
+                       shard=shard, data=data)
 
 
 @cli.command("predict", __doc__)

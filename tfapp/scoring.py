@@ -13,24 +13,34 @@ the batch's number, until the main loop takes the batch.
 ``--shard I/N``: part ``k`` belongs to process ``k % N``. Each process reads the whole
 input (reading is a small cost beside the model) and scores only its parts, so N
 processes on one folder write every row once, whatever the number of input files.
+
+``output_flags`` and ``score_files`` are the ``--data FILES --output OUT`` side of a
+command (``predict``; ``generate``, whose model is its decoder behind ``predict_rows``):
+the flags checked, the job that a rerun must match, the progress line and the summary.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
-from tfapp.data.input_rows import InputRows, Record
+from tfapp.config import load_config
+from tfapp.data.input_rows import InputRows, Record, describe_input
 from tfapp.data.sources import BadRowPolicy, BadRowReport
 from tfapp.errors import ConfigError
 from tfapp.parts import Output
 from tfapp.progress import Progress
+from tfapp.run_layout import RunLayout
 
-__all__ = ["Batch", "Batches", "Summary", "parse_shard", "predictions", "score_to"]
+__all__ = ["Batch", "Batches", "Summary", "output_flags", "parse_shard", "predictions",
+           "run_data", "score_files", "score_to"]
 
 log = logging.getLogger("tfapp")
 
@@ -204,10 +214,11 @@ def predictions(model: Any, rows: InputRows, *, batch_size: int = BATCH, mode: s
 
 def score_to(model: Any, rows: InputRows, out: Output, *, batch_size: int = BATCH,
              part_rows: int = PART_ROWS, shard: tuple[int, int] = (0, 1), mode: str = "fail",
-             progress: Progress | None = None) -> Summary:
+             progress: Progress | None = None, what: str = "predict") -> Summary:
     """Score every row of ``rows`` of this ``shard`` with ``model`` (an
-    ``ExportedModel``) into ``out``, skipping the parts already there; bad rows stop the
-    run (``mode="fail"``: one line naming file:line) or are left out and counted."""
+    ``ExportedModel``, or anything with its ``predict_rows``) into ``out``, skipping the
+    parts already there; bad rows stop the run (``mode="fail"``: one line naming
+    file:line) or are left out and counted. ``what``: the command, for the log."""
     done = out.open(sole_writer=shard[1] == 1)
     report = BadRowReport()
     if out.complete:
@@ -229,5 +240,65 @@ def score_to(model: Any, rows: InputRows, out: Output, *, batch_size: int = BATC
     records = source.records
     complete = out.finish(math.ceil(records / part_rows))
     if report.count:
-        log.warning("predict: %s", report.summary())
+        log.warning("%s: %s", what, report.summary())
     return Summary(scored, written, len(done), records, complete, report)
+
+
+def run_data(model_dir: str) -> Any | None:
+    """The run's data config (its columns, format, bad-row mode), None without params.yaml
+    (an export directory given alone)."""
+    params = RunLayout(model_dir).params
+    return load_config(params).data if params.is_file() else None
+
+
+def output_flags(args: SimpleNamespace) -> tuple[tuple[int, int], list[str]]:
+    """(shard, kept columns) of ``--data ... --output OUT``'s flags, checked, and the
+    refusals of ``--output`` that need no job: all before a model loads."""
+    if not args.output:
+        raise ConfigError("--data needs --output OUT (.jsonl, .csv or .parquet; OUT/ for a "
+                          "folder of part files)")
+    shard = parse_shard(args.shard)
+    if shard[1] > 1 and not args.output.endswith(("/", os.sep)):
+        raise ConfigError(f"--shard {args.shard}: processes share a folder of part files; give "
+                          f"--output {args.output}/ (a folder)")
+    keep = [c.strip() for c in (args.keep or "").split(",") if c.strip()]
+    Output(args.output, {}).precheck()
+    return shard, keep
+
+
+def score_files(model: Any, args: SimpleNamespace, *, command: str, columns: list[str],
+                keep: list[str], shard: tuple[int, int], data: Any | None,
+                job: dict[str, Any] | None = None) -> int:
+    """``command --data FILES --output OUT``: every row of ``args.data`` (its ``columns``,
+    ``keep`` carried through) scored by ``model.predict_rows`` into ``args.output``, part
+    by part, resuming the same job (the model, the input, the part size and what ``job``
+    adds: a generator's settings); the summary line on stderr. ``data``: the run's data
+    config (the default bad-row mode)."""
+    taken = [c for c in keep if c in model.output_columns]
+    if taken:
+        noun = "of the prediction" if command == "predict" else f"that {command} writes"
+        raise ConfigError(f"--keep {args.keep}: '{taken[0]}' is a column {noun} "
+                          f"({', '.join(model.output_columns)}); rename that input column, "
+                          "or leave it out of --keep")
+    rows = InputRows(args.data, columns, keep, fmt=args.format or "auto")
+    mode = args.on_bad_rows or getattr(data, "on_bad_rows", "fail")
+    export = model.path.resolve()
+    out = Output(args.output, {
+        "model": str(export), "model_bytes": (export / "saved_model.pb").stat().st_size,
+        "input": describe_input(rows), "part_rows": args.part_rows, **(job or {})})
+    progress = Progress(command, rows.estimated_rows(), enabled=not args.quiet)
+    summary = score_to(model, rows, out, batch_size=args.batch_size, part_rows=args.part_rows,
+                       shard=shard, mode=mode, progress=progress, what=command)
+    if out.complete:
+        print(f"{command}: {args.output} is already complete (its parts were joined before "
+              "the last run stopped)", file=sys.stderr)
+        return 0
+    line = f"{command}: {summary.rows:,} rows in {summary.parts_written} part(s) -> {args.output}"
+    if summary.parts_before:
+        line += f" ({summary.parts_before} part(s) were already written)"
+    if summary.report.count:
+        line += f"; {summary.report.count} bad row(s) skipped"
+    if not summary.complete:
+        line += "; other shards' parts are not all written yet"
+    print(line, file=sys.stderr)
+    return 0
