@@ -500,3 +500,48 @@ def test_two_worker_processes_train_the_classifier_and_agree(tmp_path):
     assert (run / "export" / "saved_model.pb").exists()  # the chief exported
     assert not (tmp_path / "runs" / ".workers").exists()  # the other worker cleaned up
     assert w0["losses"][-1] < w0["losses"][0]
+
+
+def test_evaluate_output_writes_each_row_as_the_report_counted_it(trained, labelled, tmp_path,
+                                                                  capsys):
+    """evaluate --output: one row per input row, in order, with the gold label; accuracy
+    and the confusion matrix recomputed from the file are the report's. The Python API
+    writes the same rows (another format, the same code)."""
+    from tfapp import evaluate
+
+    import pyarrow.parquet as pq
+
+    with (labelled / "test.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    out = tmp_path / "rows.csv"
+    code = evaluate.main(["--model", str(trained.run_dir), "--data", str(labelled / "test.csv"),
+                          "--output", str(out), "--part-rows", "7", "--json"])
+    assert code == 0, capsys.readouterr().err
+    report = json.loads(capsys.readouterr().out)
+    with out.open() as fh:
+        written = list(csv.DictReader(fh))
+    assert len(written) == len(rows) == report["examples"]
+    assert [w["text"] for w in written] == [r["text"] for r in rows]
+    assert [w["gold_label"] for w in written] == [r["label"] for r in rows]
+    names = list(report["per_class"])
+    assert set(written[0]) == {"text", "label", "gold_label",
+                               *(f"probabilities.{n}" for n in names)}
+    right = sum(w["label"] == w["gold_label"] for w in written)
+    assert right / len(written) == pytest.approx(report["accuracy"], abs=1e-12)
+    confusion = [[sum(w["gold_label"] == t and w["label"] == p for w in written)
+                  for p in names] for t in names]
+    assert confusion == report["confusion_matrix"]
+    # The file is there now: the same command again is refused, the file untouched.
+    before = out.read_bytes()
+    assert evaluate.main(["--model", str(trained.run_dir), "--data",
+                          str(labelled / "test.csv"), "--output", str(out)]) == 2
+    assert "the file exists; nothing was written" in capsys.readouterr().err
+    assert out.read_bytes() == before
+
+    got = tfapp.load(trained.run_dir).evaluate(labelled / "test.csv",
+                                               output=tmp_path / "rows.parquet")
+    assert got["accuracy"] == report["accuracy"]
+    table = pq.read_table(tmp_path / "rows.parquet").to_pylist()
+    assert [t["label"] for t in table] == [w["label"] for w in written]
+    assert [t["probabilities"]["positive"] for t in table] == pytest.approx(
+        [float(w["probabilities.positive"]) for w in written], abs=1e-6)

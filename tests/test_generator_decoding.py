@@ -410,3 +410,47 @@ def test_generate_data_resumes_without_writing_a_part_twice(trained, exported, t
     joined = b"".join(p.read_bytes() for p in sorted(out.glob("part-*.jsonl")))
     assert joined == (tmp_path / "whole.jsonl").read_bytes()
     assert len(joined.splitlines()) == len(PROMPTS)
+
+
+def test_evaluate_streams_the_sums_of_the_in_memory_scores(trained, exported, tmp_path):
+    """evaluate reads, scores and sums a batch of texts at a time (1200 lines: two of its
+    1024-line batches); the report equals today's in-memory one (all texts scored, then
+    summed), and its --output rows (one per text, its own sums) add up to the report."""
+    from collections import Counter
+
+    from tfapp.data.text_lines import clean_lines
+    from tfapp.tasks.generator.scores import generator_report
+    from tfapp.tasks.generator.serving import score_in_batches
+
+    import pyarrow.parquet as pq
+
+    lines = [f"{line} {'abc'[i % 3]}" for i in range(300) for line in CORPUS]
+    data = tmp_path / "test.txt"
+    data.write_text("\n".join(lines) + "\n")
+    predictor = tfapp.load(exported.paths["exported"])
+    texts = clean_lines(lines)
+    want = generator_report(score_in_batches(predictor.model.module.score_lines, texts))
+    got = predictor.evaluate(data, output=tmp_path / "rows.parquet")
+    assert got["texts"] == want["texts"] == 1200 and got["tokens"] == want["tokens"]
+    assert got["lm_tokens"] == want["lm_tokens"] and got["examples"] == want["examples"]
+    for key in ("lm_perplexity", "perplexity", "token_accuracy", "cross_entropy"):
+        assert got[key] == pytest.approx(want[key], rel=1e-5), key
+    rows = pq.read_table(tmp_path / "rows.parquet").to_pylist()
+    # In the prepared shards' order (tfapp prepare's), which need not be the file's.
+    assert Counter(r["text"] for r in rows) == Counter(texts)
+    assert sum(r["lm_tokens"] for r in rows) == got["lm_tokens"]
+    assert sum(r["cross_entropy"] for r in rows) / got["tokens"] == pytest.approx(
+        got["cross_entropy"], rel=1e-6)
+
+
+def test_predictor_generate_reads_a_file_of_prompts(trained, exported, tmp_path):
+    gen = trained[2]
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"n": i, "text": p}) + "\n"
+                            for i, p in enumerate(PROMPTS[:3])))
+    got = tfapp.load(exported.paths["exported"]).generate(data, keep=["n"])
+    assert not isinstance(got, list)
+    want = [t.decode() for t in gen.greedy(tf.constant(PROMPTS[:3]), tf.constant(10))["text"]
+            .numpy()]
+    assert list(got) == [{"n": i, "prompt": p, "continuation": w}
+                         for i, (p, w) in enumerate(zip(PROMPTS[:3], want, strict=True))]

@@ -76,3 +76,29 @@ def test_entities_and_character_offsets(vocab_file, seq_length, tmp_path):
                                                           ["B-LOC", "", ""]]
     assert tagged["tag_score"].numpy()[0].tolist() == pytest.approx([0.6] * 3)
 
+    # evaluate --output on a tagged file: each sentence's words, the export's tags and the
+    # gold tags, one row per sentence, in order; the token accuracy recomputed from the
+    # file (7 of 8 words: lind's gold B-LOC tagged I-LOC) is the report's.
+    from pathlib import Path
+
+    from tfapp.scoring import evaluate_to
+    from tfapp.tasks.ner.serving import LoadedTagger
+
+    conll = tmp_path / "test.conll"
+    conll.write_text("Zoë B-PER\nMüller I-PER\nvisits O\nOslo B-LOC\n. O\n\n"
+                     "Bruno B-PER\nlind B-LOC\nvisits O\n")
+    out = tmp_path / "rows.jsonl"
+    report = evaluate_to(LoadedTagger(path), str(conll), Path(tmp_path / "no-params.yaml"), {},
+                         str(out), part_rows=1).result
+    import json
+
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows == [{"words": ["Zoë", "Müller", "visits", "Oslo", "."],
+                     "tags": ["B-PER", "I-PER", "O", "B-LOC", "O"],
+                     "gold_tags": ["B-PER", "I-PER", "O", "B-LOC", "O"]},
+                    {"words": ["Bruno", "lind", "visits"], "tags": ["B-PER", "I-LOC", "O"],
+                     "gold_tags": ["B-PER", "B-LOC", "O"]}]
+    right = sum(t == g for r in rows for t, g in zip(r["tags"], r["gold_tags"], strict=True))
+    assert right / sum(len(r["words"]) for r in rows) == report["token_accuracy"] == 7 / 8
+    assert report["sentences"] == 2
+

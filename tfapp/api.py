@@ -9,7 +9,9 @@
     model = tfapp.load(result.run_dir)          # or the export/ directory itself
     model.predict(["a fine film"])              # [{"label": ..., "probabilities": ...}]
     model.evaluate("data/test.csv")             # the same report as `tfapp.evaluate`
+    model.evaluate("data/test.csv", output="rows.parquet")  # and each row's prediction
     tfapp.load("runs/gen").generate(["once upon"], method="beam")
+    tfapp.load("runs/gen").generate("prompts.csv", keep=["id"])  # an iterator of rows
 
 Overrides are keyword arguments: a group's keys as a dict (``trainer={"epochs": 2}``) or
 dotted names (``**{"trainer.epochs": 2}``); they go through the same checks as the
@@ -27,7 +29,7 @@ from typing import Any
 
 from tfapp.config import ExperimentConfig
 from tfapp.errors import ConfigError
-from tfapp.generate import generate
+from tfapp.generate import Continuations, generate
 from tfapp.generate import settings as checked_settings
 from tfapp.run_layout import RunLayout
 from tfapp.serving import BATCH, EVALUATE, GENERATE, PREDICT, ExportedModel, find_export
@@ -118,15 +120,33 @@ class Predictor:
             else:
                 yield from self.model.predict_rows(element)
 
-    def evaluate(self, data: str | os.PathLike, **flags: Any) -> dict:
+    def evaluate(self, data: str | os.PathLike, *, output: str | os.PathLike | None = None,
+                 part_rows: int | None = None, **flags: Any) -> dict:
         """The scores on labelled ``data`` (a file, comma-separated files or a glob), as
-        ``evaluate --json`` prints them; ``flags``: text_column, label_column, format, ..."""
-        self._check(EVALUATE)
-        return self.model.evaluate(str(data), RunLayout(self.path).params, flags).result
+        ``evaluate --json`` prints them, read and counted a batch at a time (the command's
+        own code); ``flags``: text_column, label_column, format, ... ``output``: also
+        write each row's prediction and gold label there, as ``evaluate --output`` (in
+        parts of ``part_rows`` rows, its default when None)."""
+        from tfapp.scoring import PART_ROWS, evaluate_to
 
-    def generate(self, prompts: Sequence[str], **settings: Any) -> list[str]:
+        self._check(EVALUATE)
+        return evaluate_to(self.model, os.fspath(data), RunLayout(self.path).params, flags,
+                           None if output is None else os.fspath(output),
+                           part_rows=part_rows or PART_ROWS).result
+
+    def generate(self, prompts: Sequence[str] | str | os.PathLike, *,
+                 text_column: str | None = None, keep: Sequence[str] = (),
+                 format: str = "auto", on_bad_rows: str = "fail", batch_size: int = BATCH,
+                 **settings: Any) -> list[str] | Iterator[dict]:
         """Continuations of ``prompts``; ``settings`` as the generate flags (method,
-        max_length, temperature, top_k, top_p, num_beams, length_penalty, seed)."""
+        max_length, temperature, top_k, top_p, num_beams, length_penalty, seed).
+
+        * a list of strings: a list of continuations, one per prompt;
+        * a file, glob, comma-joined files (``str`` or path): an iterator of dicts, one per
+          row, in order: the ``keep`` columns, ``prompt`` and ``continuation``, as
+          ``generate --data --output`` writes them (the prompts' column ``text_column``,
+          by default the run's; bad rows per ``on_bad_rows``).
+        """
         self._check(GENERATE)
 
         keys = ("method", "temperature", "top_k", "top_p", "num_beams", "length_penalty",
@@ -137,6 +157,18 @@ class Predictor:
                               f"{', '.join(keys)}")
         s = checked_settings(SimpleNamespace(num_samples=1, **{k: settings.get(k) for k in keys}),
                              self.model.metadata)
+        if isinstance(prompts, str | os.PathLike):
+            from tfapp.data.input_rows import InputRows
+            from tfapp.scoring import predictions, run_data
+
+            data = run_data(str(self.path))
+            pairs = self.model.metadata.get("example_shape") == "pairs"
+            column = text_column or (getattr(data, "source_column", "source") if pairs
+                                     else getattr(data, "text_column", "text"))
+            rows = InputRows(os.fspath(prompts), [column], list(keep), fmt=format,
+                             what="generate(data)")
+            return predictions(Continuations(self.model, s), rows, batch_size=batch_size,
+                               mode=on_bad_rows)
         return generate(self.model.module, list(prompts), s)
 
 

@@ -4,8 +4,11 @@ generator on text: perplexity and token accuracy).
     python -m tfapp.evaluate --model runs/classifier --data test.csv
     python -m tfapp.evaluate --model runs/ner --data test.conll
     python -m tfapp.evaluate --model runs/generator --data test.txt
+    python -m tfapp.evaluate --model runs/classifier --data test.csv --output rows.parquet
 Columns, format and label handling default to the run's own params.yaml; override them
-with --text-column / --text-pair-column / --label-column / --format.
+with --text-column / --text-pair-column / --label-column / --format. --output also writes
+each row's prediction next to its gold label (a tagger: words, tags and gold tags), in
+part files as ``predict --output`` writes them.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from types import SimpleNamespace
 
 from tfapp import cli
 from tfapp.config import ConfigError
+from tfapp.parts import Output
 from tfapp.run_layout import RunLayout
 from tfapp.serving import EVALUATE, Evaluation
 from tfapp.tasks import load_export
@@ -57,15 +61,27 @@ def _print(evaluation: Evaluation, *, as_json: bool) -> int:
 @click.option("--on-bad-rows", type=click.Choice(["fail", "skip"]),
               help="A row that cannot be read: stop (fail), or leave it out and count it "
                    "(skip); default: the run's data.on_bad_rows.")
+@click.option("--output", metavar="OUT",
+              help="Also write each row's prediction and gold label: OUT.jsonl, OUT.csv or "
+                   "OUT.parquet (a file), or such a name ending in / (a folder of parts).")
+@click.option("--part-rows", type=int, default=10000, show_default=True,
+              help="With --output: rows per part file.")
 @click.option("--json", is_flag=True, help="Print the report as JSON.")
 def command(args: SimpleNamespace) -> int:
+    from tfapp.scoring import evaluate_to
+
+    if args.part_rows < 1:
+        raise ConfigError(f"--part-rows {args.part_rows}: must be at least 1")
     try:
+        if args.output:
+            Output(args.output, {}).precheck()  # a refusal before the model loads
         # The export's own format (by its marker) reads the data and scores it; the flags
         # are handed over as data config keys, and each format takes those it can honour.
         model = load_export(args.model, EVALUATE)
         flags = {key: getattr(args, key) for key in ("text_column", "text_pair_column",
                                                      "label_column", "format", "on_bad_rows")}
-        evaluation = model.evaluate(args.data, RunLayout(args.model).params, flags)
+        evaluation = evaluate_to(model, args.data, RunLayout(args.model).params, flags,
+                                 args.output, part_rows=args.part_rows)
     except ConfigError as err:
         raise err.in_flag_terms(_FLAGS) from None
     return _print(evaluation, as_json=args.json)

@@ -17,6 +17,8 @@ processes on one folder write every row once, whatever the number of input files
 ``output_flags`` and ``score_files`` are the ``--data FILES --output OUT`` side of a
 command (``predict``; ``generate``, whose model is its decoder behind ``predict_rows``):
 the flags checked, the job that a rerun must match, the progress line and the summary.
+``evaluate_to`` is ``evaluate``'s (the command's and the Python API's): the export's own
+streaming evaluation, its per-row predictions written to the same kind of output.
 """
 
 from __future__ import annotations
@@ -28,19 +30,20 @@ import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from tfapp.config import load_config
-from tfapp.data.input_rows import InputRows, Record, describe_input
-from tfapp.data.sources import BadRowPolicy, BadRowReport
-from tfapp.errors import ConfigError
-from tfapp.parts import Output
+from tfapp.data.input_rows import InputRows, Record, describe_files, describe_input
+from tfapp.data.sources import BadRowPolicy, BadRowReport, resolve_files
+from tfapp.errors import ConfigError, Setting
+from tfapp.parts import Output, RowParts
 from tfapp.progress import Progress
 from tfapp.run_layout import RunLayout
 
-__all__ = ["Batch", "Batches", "Summary", "output_flags", "parse_shard", "predictions",
-           "run_data", "score_files", "score_to"]
+__all__ = ["Batch", "Batches", "Summary", "evaluate_to", "output_flags", "parse_shard",
+           "predictions", "run_data", "score_files", "score_to"]
 
 log = logging.getLogger("tfapp")
 
@@ -242,6 +245,29 @@ def score_to(model: Any, rows: InputRows, out: Output, *, batch_size: int = BATC
     if report.count:
         log.warning("%s: %s", what, report.summary())
     return Summary(scored, written, len(done), records, complete, report)
+
+
+def evaluate_to(model: Any, data: str, params: Path, flags: dict[str, Any],
+                output: str | None = None, *, part_rows: int = PART_ROWS) -> Any:
+    """``model.evaluate`` of the files ``data`` (an ``Evaluation``); with ``output``
+    (``OUT.jsonl|.csv|.parquet``, or such a folder ``OUT/``) its per-row predictions and
+    gold labels or tags are written there as they are scored, in parts of ``part_rows``
+    rows, as ``predict --output`` writes. The output's job is the model, the input files
+    and ``flags``: a rerun after a kill writes only the parts that are missing, another
+    job's output is refused."""
+    if output is None:
+        return model.evaluate(data, params, flags)
+    Output(output, {}).precheck()
+    export = model.path.resolve()
+    files = resolve_files(data, Setting("data.test_files"))
+    sink = RowParts(Output(output, {
+        "model": str(export), "model_bytes": (export / "saved_model.pb").stat().st_size,
+        "input": {"files": describe_files(files),
+                  "flags": {k: v for k, v in sorted(flags.items()) if v is not None}},
+        "part_rows": part_rows}), part_rows)
+    evaluation = model.evaluate(data, params, flags, rows=sink.add)
+    sink.close()
+    return evaluation
 
 
 def run_data(model_dir: str) -> Any | None:

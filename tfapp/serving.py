@@ -102,9 +102,12 @@ class ExportedModel:
         """What ``predict`` prints for ``texts`` (``pairs``: their second texts, if any)."""
         raise ConfigError(f"{self.path}: this export does not predict")
 
-    def evaluate(self, files: str, params: Path, flags: dict[str, Any]) -> Evaluation:
+    def evaluate(self, files: str, params: Path, flags: dict[str, Any],
+                 rows: Callable[[list[dict]], None] | None = None) -> Evaluation:
         """Scores on the labelled ``files``, read as the run's ``params`` (a params.yaml,
-        perhaps missing) say, with the data ``flags`` evaluate was given (key -> value)."""
+        perhaps missing) say, with the data ``flags`` evaluate was given (key -> value).
+        ``rows``: called with each batch's per-row predictions and gold labels, in input
+        order, as they are scored (``evaluate --output``)."""
         raise ConfigError(f"{self.path}: this export cannot be evaluated")
 
 

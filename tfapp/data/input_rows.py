@@ -26,7 +26,7 @@ from tfapp.data.sources import detect_format, resolve_files, stream_rows
 from tfapp.errors import DataError
 from tfapp.textio import has_undecodable
 
-__all__ = ["InputRows", "Record", "describe_input"]
+__all__ = ["InputRows", "Record", "describe_files", "describe_input"]
 
 
 
@@ -196,15 +196,21 @@ def _parquet_rows(path: str, columns: list[str]
             yield "row 1", None, "empty file (no rows)"
 
 
-def describe_input(rows: InputRows) -> dict[str, Any]:
-    """The identity of the input (each file's path, size and modification time): a rerun
-    resumes an output only over the same input."""
+def describe_files(files: list[str]) -> list[list[Any]]:
+    """Each file's path, size and modification time: what says an output was made from
+    the same input."""
     import tensorflow as tf
 
     out = []
-    for path in rows.files:
+    for path in files:
         stat = tf.io.gfile.stat(path)
         out.append([os.path.abspath(path) if "://" not in path else path, stat.length,
                     stat.mtime_nsec])
-    return {"files": out, "columns": rows.columns, "keep": rows.keep, "format": rows.fmt}
+    return out
 
+
+def describe_input(rows: InputRows) -> dict[str, Any]:
+    """The identity of the input (its files, ``describe_files``, columns and format): a
+    rerun resumes an output only over the same input."""
+    return {"files": describe_files(rows.files), "columns": rows.columns, "keep": rows.keep,
+            "format": rows.fmt}

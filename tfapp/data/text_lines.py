@@ -28,7 +28,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -351,17 +351,28 @@ def _split_lines(split: SplitData, cfg: GeneratorDataConfig) -> tf.data.Dataset:
     return stream.eval_stream(source, stream.partition(source, 0, 1, 0), lines)
 
 
+def iter_split_texts(split: SplitData, cfg: GeneratorDataConfig
+                     ) -> Iterator[tuple[list[str], list[str] | None]]:
+    """The cleaned texts of ``split`` as its examples are made of them, in file order, a
+    batch at a time (about 1024 rows): (lines, None) for continuation, (sources, targets)
+    for pairs. What a streaming evaluation reads: it holds one batch."""
+    pairs = cfg.example_shape == "pairs"
+    for batch in _split_lines(split, cfg).as_numpy_iterator():
+        if pairs:
+            yield ([t.decode("utf-8") for t in batch["source"]],
+                   [t.decode("utf-8") for t in batch["target"]])
+        else:
+            yield [t.decode("utf-8") for t in batch["text"]], None
+
+
 def split_texts(split: SplitData, cfg: GeneratorDataConfig) -> tuple[list[str], list[str] | None]:
-    """The cleaned texts of ``split`` as its examples are made of them, in file order:
-    (lines, None) for continuation, (sources, targets) for pairs."""
+    """All of ``iter_split_texts`` in two lists (a benchmark's corpus)."""
     texts: list[str] = []
     targets: list[str] | None = [] if cfg.example_shape == "pairs" else None
-    for batch in _split_lines(split, cfg).as_numpy_iterator():
-        if targets is None:
-            texts += [t.decode("utf-8") for t in batch["text"]]
-        else:
-            texts += [t.decode("utf-8") for t in batch["source"]]
-            targets += [t.decode("utf-8") for t in batch["target"]]
+    for more, more_targets in iter_split_texts(split, cfg):
+        texts += more
+        if targets is not None:
+            targets += more_targets
     return texts, targets
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,9 +98,12 @@ class LoadedClassifier(ExportedModel):
         return [f"{label}\t{probs[i].max():.3f}\t{text}"
                 for i, (text, label) in enumerate(zip(texts, labels, strict=True))]
 
-    def evaluate(self, files: str, params: Path, flags: dict[str, Any]) -> Evaluation:
+    def evaluate(self, files: str, params: Path, flags: dict[str, Any],
+                 rows: Callable[[list[dict]], None] | None = None) -> Evaluation:
         """Accuracy, AUC, ... on labelled ``files``, read with the run's columns and format
-        (``params``) unless ``flags`` say otherwise."""
+        (``params``) unless ``flags`` say otherwise. ``rows`` gets each batch's rows: the
+        texts, the prediction as ``predict_rows`` gives it and ``gold_label`` (a
+        multi-label row's labels joined by '|', as its predicted ``label``)."""
         from tfapp.data.sources import BadRowPolicy, BadRowReport, iter_examples
         from tfapp.training.metrics import format_report
         from tfapp.training.report_counts import ClassificationCounts
@@ -128,7 +132,14 @@ class LoadedClassifier(ExportedModel):
         labels: list[list[str]] = []
 
         def score() -> None:
-            probs, _ = self.predict(texts, pairs if data.text_pair_column else None)
+            probs, predicted = self.predict(texts, pairs if data.text_pair_column else None)
+            if rows is not None:
+                rows([{"text": text, **({"text_pair": pair} if data.text_pair_column else {}),
+                       "label": label, "probabilities": dict(zip(self.label_names, p,
+                                                                 strict=True)),
+                       "gold_label": "|".join(sorted(gold, key=index.__getitem__))}
+                      for text, pair, label, p, gold in zip(
+                          texts, pairs, predicted, probs.tolist(), labels, strict=True)])
             if len(self.label_names) == 2 and not multi_label:
                 probs = probs[:, 1:]  # the report scores a binary model by P(positive)
             if multi_label:

@@ -1,4 +1,4 @@
-"""The generator's test scores from per-text sums (no TensorFlow).
+"""The generator's test scores from per-text sums (no TensorFlow), whole or streamed.
 
 The export's ``score`` function (``TextGenerator.score_lines`` / ``score_pairs``) gives,
 per text, two sets of sums from one teacher-forced pass:
@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 #: the scores of the test split that the logs, the card and TaskOutput carry
 SUMMARY = ("lm_perplexity", "perplexity", "token_accuracy")
 
@@ -32,20 +34,45 @@ def generator_report(sums: dict) -> dict:
     ``sums`` (sequences ``cross_entropy``, ``tokens``, ``correct``, ``examples`` and,
     from exports that have them, ``lm_cross_entropy``, ``lm_tokens``); the split must
     hold at least one token."""
-    tokens = float(sum(sums["tokens"]))
+    return totals_report({name: sum(values) for name, values in sums.items()},
+                         len(sums["tokens"]))
+
+
+class ScoreSums:
+    """The sums of ``generator_report`` kept batch by batch (``update`` with each batch's
+    per-text sums), so a streamed evaluation holds no list of texts: ``report()``."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+        self.texts = 0
+
+    def update(self, sums: dict) -> None:
+        for name, values in sums.items():
+            self.totals[name] = self.totals.get(name, 0.0) + float(
+                np.sum(np.asarray(values, np.float64)))
+        self.texts += len(sums["tokens"])
+
+    def report(self) -> dict:
+        return totals_report(self.totals, self.texts)
+
+
+def totals_report(totals: dict, texts: int) -> dict:
+    """``generator_report`` of the sums over all ``texts`` texts (``totals``: name ->
+    the sum over the texts)."""
+    tokens = float(totals["tokens"])
     if not tokens:
         raise ValueError("no target tokens to score")
-    cross_entropy = float(sum(sums["cross_entropy"])) / tokens
+    cross_entropy = float(totals["cross_entropy"]) / tokens
     out = {}
-    if "lm_tokens" in sums:  # exports made before the LM scores lack them
-        lm_tokens = float(sum(sums["lm_tokens"]))
-        lm_cross_entropy = float(sum(sums["lm_cross_entropy"])) / lm_tokens
+    if "lm_tokens" in totals:  # exports made before the LM scores lack them
+        lm_tokens = float(totals["lm_tokens"])
+        lm_cross_entropy = float(totals["lm_cross_entropy"]) / lm_tokens
         out = {"lm_perplexity": math.exp(lm_cross_entropy),
                "lm_cross_entropy": lm_cross_entropy, "lm_tokens": int(lm_tokens)}
     return {**out, "perplexity": math.exp(cross_entropy),
-            "token_accuracy": float(sum(sums["correct"])) / tokens,
-            "cross_entropy": cross_entropy, "texts": len(sums["tokens"]),
-            "examples": int(round(float(sum(sums["examples"])))), "tokens": int(tokens)}
+            "token_accuracy": float(totals["correct"]) / tokens,
+            "cross_entropy": cross_entropy, "texts": texts,
+            "examples": int(round(float(totals["examples"]))), "tokens": int(tokens)}
 
 
 def format_generator_report(report: dict) -> str:

@@ -5,7 +5,8 @@ calls, and ``score``, which ``evaluate`` calls) and the facts its model card sho
 TensorFlow at import.
 
 ``score_in_batches`` is how per-text score sums come out of an export's ``score``
-function, at the end of training (the test report) and in ``evaluate`` alike.
+function, and ``score_split`` how a split's texts are scored a batch at a time into
+``ScoreSums``: at the end of training (the test report) and in ``evaluate`` alike.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from tfapp.serving import (
     ExportFormat,
     load_export,
 )
-from tfapp.tasks.generator.scores import format_generator_report, generator_report
+from tfapp.tasks.generator.scores import ScoreSums, format_generator_report
 
 import numpy as np
 
@@ -47,19 +48,41 @@ def score_in_batches(score: Callable, texts: list[str], targets: list[str] | Non
     return {name: np.concatenate(values) for name, values in parts.items()}
 
 
+def score_split(score: Callable, split: Any, data: Any,
+                rows: Callable[[list[dict]], None] | None = None) -> ScoreSums:
+    """The sums of every text of ``split`` (a ``SplitData`` read as ``data`` says) scored
+    by ``score``, a batch of texts at a time (``text_lines.iter_split_texts``): nothing
+    is kept but the sums. ``rows`` gets each batch's texts (``text``, or ``source`` and
+    ``target``) with their own sums."""
+    from tfapp.data.text_lines import iter_split_texts
+
+    sums = ScoreSums()
+    for texts, targets in iter_split_texts(split, data):
+        scored = score_in_batches(score, texts, targets)
+        sums.update(scored)
+        if rows is not None:
+            given = ({"text": texts} if targets is None
+                     else {"source": texts, "target": targets})
+            rows([{**{k: v[i] for k, v in given.items()},
+                   **{k: float(v[i]) for k, v in scored.items()}} for i in range(len(texts))])
+    return sums
+
+
 class LoadedGenerator(ExportedModel):
     """An exported generator: ``module`` decodes, ``metadata`` is its ``generator.json``."""
 
     def __init__(self, model: str | os.PathLike):
         super().__init__(*load_export(model, FORMAT))
 
-    def evaluate(self, files: str, params: Path, flags: dict[str, Any]) -> Evaluation:
+    def evaluate(self, files: str, params: Path, flags: dict[str, Any],
+                 rows: Callable[[list[dict]], None] | None = None) -> Evaluation:
         """Perplexity and token accuracy on text ``files`` (lines, or source/target pairs
         as the run read them: its columns, format and data.drop_regex; ``flags`` may set
         the text column, the format and the bad-row mode), scored by the export's
-        ``score`` as the run's test report was."""
+        ``score`` as the run's test report was, streamed (``score_split``). ``rows`` gets
+        each text's own sums (``evaluate --output``)."""
         from tfapp.data.splits import prepared_splits
-        from tfapp.data.text_lines import generator_rows, split_texts
+        from tfapp.data.text_lines import generator_rows
 
         if "score" not in self.module.signatures:
             raise ConfigError(f"--model {self.path}: this generator export has no score "
@@ -91,13 +114,12 @@ class LoadedGenerator(ExportedModel):
         data.validation_split = data.test_split = 0.0
         prepared = prepared_splits(files, "", "", generator_rows(data), data, seed=0,
                                    what="--data")
-        texts, targets = split_texts(prepared.train, data)
-        if not texts:
+        score = self.module.score_pairs if pairs else self.module.score_lines
+        sums = score_split(score, prepared.train, data, rows)
+        if not sums.texts:
             raise DataError(f"--data: no text left in '{files}' after cleaning (the run's "
                             "data.drop_regex and columns)")
-        score = self.module.score_pairs if pairs else self.module.score_lines
-        result = generator_report(score_in_batches(score, texts, targets))
-        return Evaluation(result, prepared.report, format_generator_report)
+        return Evaluation(sums.report(), prepared.report, format_generator_report)
 
 
 class GeneratorExport(ExportFormat):

@@ -27,8 +27,8 @@ from tfapp.models import seq2seq
 from tfapp.tasks.generator.card import generator_card
 from tfapp.tasks.generator.export import TextGenerator, export_generator, serving_copy
 from tfapp.tasks.generator.samples import TextSamples
-from tfapp.tasks.generator.scores import SUMMARY, format_generator_report, generator_report
-from tfapp.tasks.generator.serving import FORMAT, score_in_batches
+from tfapp.tasks.generator.scores import SUMMARY, format_generator_report
+from tfapp.tasks.generator.serving import FORMAT, score_split
 from tfapp.training.task import Inputs, Task, TaskOutput
 from tfapp.training.tb_logging import log_scalars
 
@@ -137,8 +137,7 @@ class GeneratorTask(Task):
         """The test split scored by the export's own ``score`` function (what ``evaluate``
         calls on an export): ``test_report.json``, the printed lines and ``test_*``; the
         report."""
-        texts, targets = text_lines.split_texts(inputs.test, self.cfg.data)
-        report = generator_report(score_in_batches(generator.score, texts, targets))
+        report = score_split(generator.score, inputs.test, self.cfg.data).report()
         out.paths["test_report"] = write_text(self.layout.test_report,
                                               json.dumps(report, indent=1))
         out.lines += ["test report:", format_generator_report(report)]

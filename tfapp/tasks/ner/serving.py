@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -115,11 +116,14 @@ class LoadedTagger(ExportedModel):
                                                                          strict=True)]
         return out
 
-    def evaluate(self, files: str, params: Path, flags: dict[str, Any]) -> Evaluation:
+    def evaluate(self, files: str, params: Path, flags: dict[str, Any],
+                 rows: Callable[[list[dict]], None] | None = None) -> Evaluation:
         """Entity scores and token accuracy on tagged CoNLL/JSONL ``files`` (the run's
         data.tag_column, data.tag_scheme and data.format; ``flags`` may set the format and
         bad-row mode), counted as the run's test report counts them: the file's own words
-        tagged by the model (``tag_words``), scored by ``tfapp.tasks.ner.scores``."""
+        tagged by the model (``tag_words``), scored by ``tfapp.tasks.ner.scores``.
+        ``rows`` gets each batch's sentences: ``words``, predicted ``tags`` and
+        ``gold_tags``."""
         from tfapp.data.sources import BadRowReport
         from tfapp.data.tagged import iter_known_tags, iter_tagged
 
@@ -146,15 +150,22 @@ class LoadedTagger(ExportedModel):
             known_from="the model's")
         # Streamed: a batch of sentences at a time, tagged and counted (no list of them).
         tally, batch = EntityTally(), []
+
+        def score() -> None:
+            words = [list(s.words) for s in batch]
+            tags = self.tag_words(words)
+            tally.update([s.tags for s in batch], tags)
+            if rows is not None:
+                rows([{"words": w, "tags": t, "gold_tags": list(s.tags)}
+                      for w, t, s in zip(words, tags, batch, strict=True)])
+            batch.clear()
+
         for sentence in sentences:
             batch.append(sentence)
             if len(batch) == BATCH:
-                tally.update([s.tags for s in batch], self.tag_words([list(s.words)
-                                                                      for s in batch]))
-                batch = []
+                score()
         if batch:
-            tally.update([s.tags for s in batch], self.tag_words([list(s.words)
-                                                                  for s in batch]))
+            score()
         if not tally.sentences:
             raise DataError(Setting("data.test_files"), (
                 f": no usable sentences left after dropping {report.count} bad row(s): "
