@@ -419,6 +419,13 @@ ROWS = [
     ("doctor-unknown-flag", "tfapp.doctor", ["--fix"], "--fix"),
     # prompts
     ("generate-no-prompt", "tfapp.generate", ["--model", "{out}"], "prompt"),
+    ("generate-data-without-output", "tfapp.generate", ["--model", "{out}", "--data", "{good}"],
+     "--data needs --output OUT"),
+    ("generate-output-without-data", "tfapp.generate",
+     ["--model", "{out}", "--output", "{out}/g.jsonl", "hi"], "--output and --keep go with --data"),
+    ("evaluate-output-exists", "tfapp.evaluate",
+     ["--model", "{out}", "--data", "{good}", "--output", "{good}"],
+     "the file exists; nothing was written"),
     ("generate-prompts-file-not-utf8", "tfapp.generate",
      ["--model", "{out}", "--prompts-file", "{bad_prompts}"],
      "bad_prompts.txt:2: not valid UTF-8 text"),
