@@ -12,7 +12,7 @@ import json
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.data.input_rows import InputRows
 from tfapp.errors import ConfigError, DataError
-from tfapp.parts import MARKER, SUCCESS, Output
+from tfapp.parts import MARKER, SUCCESS, Output, RowParts
 from tfapp.progress import Progress
 from tfapp.scoring import Batches, parse_shard
 
@@ -151,6 +151,32 @@ def test_a_rerun_resumes_its_own_folder_and_refuses_anything_else(tmp_path):
     with pytest.raises(ConfigError, match=r"give a local path ending in \.jsonl, \.csv, "
                                           r"\.parquet"):
         Output(str(tmp_path / "preds.txt"), JOB)
+
+
+def test_row_parts_cut_rows_as_they_come_and_a_rerun_keeps_the_parts_there(tmp_path):
+    """evaluate --output's writer: batches of any size become parts of part_rows rows, in
+    order; a rerun of the same job (after a kill before the last part) writes only the
+    missing part, the others keep their files (same inode), and the join is the same."""
+    rows = [{"id": i, "label": "ab"[i % 2]} for i in range(7)]
+    whole = RowParts(Output(str(tmp_path / "whole.jsonl"), JOB), 3)
+    for batch in (rows[:2], rows[2:6], rows[6:]):
+        whole.add(batch)
+    assert whole.close() and whole.parts == 3 and whole.rows == 7
+    assert [json.loads(line) for line in (tmp_path / "whole.jsonl").read_text().splitlines()
+            ] == rows
+    folder = tmp_path / "rerun.jsonl"
+    first = RowParts(Output(f"{folder}/", JOB), 3)
+    first.add(rows[:6])  # parts 0 and 1 written; then a kill: no close
+    inodes = {p.name: p.stat().st_ino for p in folder.glob("part-*")}
+    assert sorted(inodes) == ["part-000000.jsonl", "part-000001.jsonl"]
+    again = RowParts(Output(f"{folder}/", JOB), 3)
+    assert again.done == {0, 1}
+    again.add(rows)
+    assert again.close()
+    assert {p.name: p.stat().st_ino for p in folder.glob("part-*") if p.name in inodes} == \
+        inodes
+    assert b"".join(p.read_bytes() for p in sorted(folder.glob("part-*"))) == \
+        (tmp_path / "whole.jsonl").read_bytes()
 
 
 def test_shard_flag_and_progress_line(tmp_path):
