@@ -448,9 +448,20 @@ def test_predictor_generate_reads_a_file_of_prompts(trained, exported, tmp_path)
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"n": i, "text": p}) + "\n"
                             for i, p in enumerate(PROMPTS[:3])))
-    got = tfapp.load(exported.paths["exported"]).generate(data, keep=["n"])
+    predictor = tfapp.load(exported.paths["exported"])
+    got = predictor.generate(data, keep=["n"])
     assert not isinstance(got, list)
     want = [t.decode() for t in gen.greedy(tf.constant(PROMPTS[:3]), tf.constant(10))["text"]
             .numpy()]
     assert list(got) == [{"n": i, "prompt": p, "continuation": w}
                          for i, (p, w) in enumerate(zip(PROMPTS[:3], want, strict=True))]
+
+    # --num-samples K: one row per prompt, its K continuations as a list, in order.
+    from tfapp.generate import Continuations
+    from tfapp.generate import generate as decode
+
+    s = {**predictor.model.metadata["defaults"], "method": "top_k", "top_k": 3, "seed": 1}
+    rows = Continuations(predictor.model, s, 2).predict_rows(PROMPTS[:2])
+    flat = decode(predictor.model.module, [PROMPTS[0]] * 2 + [PROMPTS[1]] * 2, s)
+    assert rows == [{"prompt": PROMPTS[0], "continuation": flat[:2]},
+                    {"prompt": PROMPTS[1], "continuation": flat[2:]}]
