@@ -326,7 +326,7 @@ def test_score_pools_tokens_as_the_keras_metrics_do(trained):
     assert report["token_accuracy"] > 0.9  # memorised: a scoring bug would not reach it
 
 
-PROMPTS = ["the red fox", "a small bird", "", "my old boat sails", "zebra", "her green kite",
+DATA_PROMPTS = ["the red fox", "a small bird", "", "my old boat sails", "zebra", "her green kite",
            "the cold sea"]
 
 
@@ -345,8 +345,8 @@ def test_generate_data_writes_a_row_per_prompt_in_order(trained, exported, tmp_p
 
     gen, export = trained[2], str(exported.paths["exported"])
     data = tmp_path / "prompts.csv"
-    data.write_text("id,text\n" + "".join(f"{10 + i},{p}\n" for i, p in enumerate(PROMPTS)))
-    want = [t.decode() for t in gen.greedy(tf.constant(PROMPTS), tf.constant(10))["text"]
+    data.write_text("id,text\n" + "".join(f"{10 + i},{p}\n" for i, p in enumerate(DATA_PROMPTS)))
+    want = [t.decode() for t in gen.greedy(tf.constant(DATA_PROMPTS), tf.constant(10))["text"]
             .numpy()]
     assert want[0] == "jumps over the lazy dog"  # a model that would fail a mixed-up order
     code, err = _generate_data(capsys, export, data, tmp_path / "out.jsonl", "--keep", "id")
@@ -354,13 +354,13 @@ def test_generate_data_writes_a_row_per_prompt_in_order(trained, exported, tmp_p
     assert "generate: 7 rows in 3 part(s) -> " in err
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert rows == [{"id": str(10 + i), "prompt": p, "continuation": w}  # CSV: text
-                    for i, (p, w) in enumerate(zip(PROMPTS, want, strict=True))]
+                    for i, (p, w) in enumerate(zip(DATA_PROMPTS, want, strict=True))]
     code, err = _generate_data(capsys, export, data, tmp_path / "out.parquet", "--keep", "id")
     assert code == 0, err
     assert pq.read_table(tmp_path / "out.parquet").to_pylist() == rows
     # Plain text lines are prompts too (blank lines are prompts of a line opening).
     lines = tmp_path / "prompts.txt"
-    lines.write_text("\n".join(PROMPTS[:2]) + "\n")
+    lines.write_text("\n".join(DATA_PROMPTS[:2]) + "\n")
     code, err = _generate_data(capsys, export, lines, tmp_path / "lines.jsonl")
     assert code == 0, err
     assert [json.loads(line)["continuation"] for line in
@@ -382,7 +382,7 @@ def test_generate_data_resumes_without_writing_a_part_twice(trained, exported, t
     export = str(exported.paths["exported"])
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"id": i, "text": p}) + "\n"
-                            for i, p in enumerate(PROMPTS)))
+                            for i, p in enumerate(DATA_PROMPTS)))
     code, err = _generate_data(capsys, export, data, tmp_path / "whole.jsonl", "--keep", "id")
     assert code == 0, err
     real_write = parts.Output.write
@@ -409,7 +409,7 @@ def test_generate_data_resumes_without_writing_a_part_twice(trained, exported, t
             if p.name in inodes} == inodes
     joined = b"".join(p.read_bytes() for p in sorted(out.glob("part-*.jsonl")))
     assert joined == (tmp_path / "whole.jsonl").read_bytes()
-    assert len(joined.splitlines()) == len(PROMPTS)
+    assert len(joined.splitlines()) == len(DATA_PROMPTS)
 
 
 def test_evaluate_streams_the_sums_of_the_in_memory_scores(trained, exported, tmp_path):
@@ -447,21 +447,21 @@ def test_predictor_generate_reads_a_file_of_prompts(trained, exported, tmp_path)
     gen = trained[2]
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"n": i, "text": p}) + "\n"
-                            for i, p in enumerate(PROMPTS[:3])))
+                            for i, p in enumerate(DATA_PROMPTS[:3])))
     predictor = tfapp.load(exported.paths["exported"])
     got = predictor.generate(data, keep=["n"])
     assert not isinstance(got, list)
-    want = [t.decode() for t in gen.greedy(tf.constant(PROMPTS[:3]), tf.constant(10))["text"]
+    want = [t.decode() for t in gen.greedy(tf.constant(DATA_PROMPTS[:3]), tf.constant(10))["text"]
             .numpy()]
     assert list(got) == [{"n": i, "prompt": p, "continuation": w}
-                         for i, (p, w) in enumerate(zip(PROMPTS[:3], want, strict=True))]
+                         for i, (p, w) in enumerate(zip(DATA_PROMPTS[:3], want, strict=True))]
 
     # --num-samples K: one row per prompt, its K continuations as a list, in order.
     from tfapp.generate import Continuations
     from tfapp.generate import generate as decode
 
     s = {**predictor.model.metadata["defaults"], "method": "top_k", "top_k": 3, "seed": 1}
-    rows = Continuations(predictor.model, s, 2).predict_rows(PROMPTS[:2])
-    flat = decode(predictor.model.module, [PROMPTS[0]] * 2 + [PROMPTS[1]] * 2, s)
-    assert rows == [{"prompt": PROMPTS[0], "continuation": flat[:2]},
-                    {"prompt": PROMPTS[1], "continuation": flat[2:]}]
+    rows = Continuations(predictor.model, s, 2).predict_rows(DATA_PROMPTS[:2])
+    flat = decode(predictor.model.module, [DATA_PROMPTS[0]] * 2 + [DATA_PROMPTS[1]] * 2, s)
+    assert rows == [{"prompt": DATA_PROMPTS[0], "continuation": flat[:2]},
+                    {"prompt": DATA_PROMPTS[1], "continuation": flat[2:]}]
