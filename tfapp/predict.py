@@ -31,8 +31,8 @@ from tfapp.tasks import load_export
 
 import click
 
-# The config keys predict takes as flags: its errors name the flag, not the key.
-_FLAGS = {"data.text_column": "--text-column", "data.text_pair_column": "--text-pair-column",
+# The config keys predict (and beam_predict) take as flags: errors name the flag, not the key.
+FLAGS = {"data.text_column": "--text-column", "data.text_pair_column": "--text-pair-column",
           "data.format": "--format", "data.on_bad_rows": "--on-bad-rows"}
 
 
@@ -53,7 +53,7 @@ def _read_lines(path: str) -> list[str]:
     return [line.strip() for line in lines if line.strip()]
 
 
-def _run_data(model_dir: str) -> object | None:
+def run_data(model_dir: str) -> object | None:
     """The run's data config (its columns, format, bad-row mode), None without params.yaml
     (an export directory given alone)."""
     params = RunLayout(model_dir).params
@@ -77,7 +77,7 @@ def _predict_data(args: SimpleNamespace) -> int:
                           f"--output {args.output}/ (a folder)")
     keep = [c.strip() for c in (args.keep or "").split(",") if c.strip()]
     Output(args.output, {}).precheck()  # a refusal before the model loads
-    data = _run_data(args.model)
+    data = run_data(args.model)
     model = load_export(args.model, PREDICT)
     text_column = args.text_column or getattr(data, "text_column", "text")
     columns = [text_column]
@@ -157,7 +157,7 @@ def command(args: SimpleNamespace) -> int:
         try:
             return _predict_data(args)
         except ConfigError as err:
-            raise err.in_flag_terms(_FLAGS) from None
+            raise err.in_flag_terms(FLAGS) from None
     if args.output or args.keep:
         raise ConfigError("--output and --keep go with --data FILES (rows read from files); "
                           "texts given as arguments or --input are printed")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,8 @@ from tfapp.errors import ConfigError
 from tfapp.parts import Output
 from tfapp.progress import Progress
 
-__all__ = ["Batch", "Batches", "Summary", "parse_shard", "predictions", "score_to"]
+__all__ = ["Batch", "Batches", "Summary", "parse_shard", "predictions", "score_to",
+           "scored_rows"]
 
 log = logging.getLogger("tfapp")
 
@@ -161,11 +162,20 @@ def _scored(model: Any, source: Batches, policy: BadRowPolicy
             raise batch.error
         for bad in batch.bad:
             policy(bad.file, bad.line, bad.problem)
-        rows: list[dict[str, Any]] = []
-        if batch.kept:
-            predictions = _by_length(model, texts)
-            rows = [{**kept, **p} for kept, p in zip(batch.kept, predictions, strict=True)]
-        yield batch, rows
+        yield batch, scored_rows(model, texts, batch.kept) if batch.kept else []
+
+
+def scored_rows(model: Any, texts: Sequence[Any], kept: list[dict[str, Any]]
+                ) -> list[dict[str, Any]]:
+    """The output rows of one batch: each row's ``kept`` columns, then its prediction
+    (``model.predict_rows``, called as ``_by_length`` does). ``texts``: one column per
+    model input (a string tensor ``[n]`` or a list of str). What ``predict --data`` writes
+    and what the Beam model handler (``tfapp.beam_inference``) yields, so the two agree."""
+    import tensorflow as tf
+
+    columns = tuple(tf.convert_to_tensor(c, tf.string) for c in texts)
+    predictions = _by_length(model, columns)
+    return [{**k, **p} for k, p in zip(kept, predictions, strict=True)]
 
 
 def _by_length(model: Any, texts: tuple) -> list[dict[str, Any]]:
