@@ -18,6 +18,7 @@ the values ``tfapp predict`` writes. Flags this command does not know (--runner,
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
 from collections.abc import Sequence
@@ -60,8 +61,12 @@ def _refuse_existing(prefix: str) -> None:
 def _worker_error(err: Exception) -> str | None:
     """The one-line tfapp error a worker raised (a bad row), from the runner's wrapped
     error text; None when the failure is not tfapp's one-line kind."""
-    m = re.search(r"(?:DataError|ConfigError): (.+)", str(err))
-    return m.group(1).strip() if m else None
+    # In this process Beam raises the worker's own exception (its message extended), from
+    # worker processes an error whose text holds the worker's traceback.
+    text = f"DataError: {err}" if isinstance(err, ConfigError) else str(err)
+    m = re.search(r"(?:DataError|ConfigError): (.+)", text)
+    # Beam appends the step: "... [while running 'Read']".
+    return re.sub(r"\s*\[while running .*$", "", m.group(1)).strip() if m else None
 
 
 def _beam_predict(args: SimpleNamespace) -> int:
@@ -70,7 +75,7 @@ def _beam_predict(args: SimpleNamespace) -> int:
 
     import apache_beam as beam
     from apache_beam.ml.inference.base import RunInference
-    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size {args.batch_size}: must be at least 1")
@@ -92,7 +97,19 @@ def _beam_predict(args: SimpleNamespace) -> int:
                           "files (csv, tsv, jsonl, text, tfrecord, parquet)")
     fmt, mode = args.format or "auto", args.on_bad_rows or getattr(data, "on_bad_rows", "fail")
     options = PipelineOptions(list(args.pipeline_args), save_main_session=False)
-    pipeline = beam.Pipeline(options=options)
+    # Beam's INFO lines (type hints, runner choice, batch sizes) only with -v.
+    logging.getLogger("apache_beam").setLevel(logging.INFO if args.verbose else logging.WARNING)
+    runner = None
+    if options.view_as(StandardOptions).runner is None:
+        # Without --runner: the FnApiRunner, the DirectRunner's engine for this pipeline
+        # (it honours --direct_num_workers and --direct_running_mode). Beam 2.77's
+        # DirectRunner first tries the Prism runner, a binary it downloads from GitHub
+        # at the first run (and falls back when it cannot): named, the local run is the
+        # same offline and on.
+        from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+        runner = FnApiRunner()
+    pipeline = beam.Pipeline(runner=runner, options=options)
     _ = (pipeline
          | "Files" >> beam.Create(rows.files)
          # One file per element: Reshuffle hands the files to different workers.

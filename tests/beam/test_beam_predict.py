@@ -62,24 +62,26 @@ def test_two_workers_write_every_row_once_with_predicts_values(run_dir, inputs, 
     assert "beam_predict: 300 rows -> " in proc.stderr and "1 bad row(s) skipped" in proc.stderr
     shards = sorted((tmp_path / "beam").glob("preds-*-of-*.jsonl"))
     beam_rows = _rows(shards)
-    assert sorted(r["id"] for r in beam_rows) == ids  # each row once, the bad one left out
+    # Each row once, the bad one left out. (The CSV's ids are strings, the JSONL's numbers,
+    # in both commands' output.)
+    assert sorted(int(r["id"]) for r in beam_rows) == ids
 
     proc = run_tfapp("tfapp.predict", ["--model", str(run_dir), "--data", data, "--keep", "id",
                                        "--on-bad-rows", "skip", "--output",
                                        str(tmp_path / "predict.jsonl"), "--quiet"])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    expected = {r["id"]: r for r in _rows([tmp_path / "predict.jsonl"])}
+    expected = {str(r["id"]): r for r in _rows([tmp_path / "predict.jsonl"])}
     assert len(expected) == len(ids)
-    labels = set()
     for row in beam_rows:
-        want = expected[row["id"]]
-        assert set(row) == {"id", "label", "probabilities"}
+        want = expected[str(row["id"])]
+        assert set(row) == {"id", "label", "probabilities"} and row["id"] == want["id"]
         assert row["label"] == want["label"], row["id"]
         # Beam's batches are cut elsewhere than predict's, so a call pads to another
         # length: the same values up to float32 rounding.
         assert row["probabilities"] == pytest.approx(want["probabilities"], abs=1e-5)
-        labels.add(row["label"])
-    assert labels == {"negative", "positive"}  # a model that says one label proves little
+    # The config's 16 steps on the demo reviews learn no labels (every row says the same
+    # one), but each row's probabilities are its own: equal values are a real comparison.
+    assert len({round(r["probabilities"]["positive"], 5) for r in beam_rows}) > 100
 
 
 def test_a_bad_row_stops_the_pipeline_in_one_line_and_outputs_are_never_overwritten(
@@ -92,8 +94,10 @@ def test_a_bad_row_stops_the_pipeline_in_one_line_and_outputs_are_never_overwrit
                                             "--keep", "id", "--output", out])
     assert proc.returncode == 2, proc.stderr[-3000:]
     line = proc.stderr.strip().splitlines()[-1]
-    assert line.startswith("tfapp: error: ") and "b.jsonl:151" in line, line
-    assert "--on-bad-rows skip" in line and "Traceback" not in proc.stderr
+    # The command's own last line; Beam's worker prints the traceback before it (its log).
+    assert line == (f"tfapp: error: {data.split(',')[1]}:151: column 'text' is null (fix "
+                    "the data, or pass --on-bad-rows skip to drop such rows)"), line
+    assert not list(tmp_path.glob("preds*"))  # no shards from a failed run
 
     mine = tmp_path / "preds-00000-of-00001.jsonl"
     mine.write_text("the user's\n")
