@@ -29,7 +29,10 @@ import importlib.metadata as md
 print("check_beam:", ", ".join(f"{d} {md.version(d)}" for d in (
     "apache-beam", "tensorflow", "tf-keras", "tensorflow-text", "numpy", "protobuf", "pyarrow")))
 EOF
-TFAPP_BEAM_TESTS=1 "$venv/bin/pytest" -q -n 0 -p no:cacheprovider tests/beam
+# tests/beam, and the tests of what reads and writes through pyarrow (25 here, 26 in the
+# main venv: pyproject allows both for this venv's sake).
+TFAPP_BEAM_TESTS=1 "$venv/bin/pytest" -q -n 0 -p no:cacheprovider tests/beam \
+    tests/test_parquet.py tests/test_scoring.py tests/test_beam_extra.py
 
 [ -z "$bench" ] && exit 0
 # rows/s of the same file through both commands, one after the other (not side by side:

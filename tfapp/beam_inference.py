@@ -21,6 +21,7 @@ from typing import Any
 from tfapp.data.input_rows import InputRows, Record
 from tfapp.data.sources import BadRowPolicy, BadRowReport
 from tfapp.errors import ConfigError, DataError
+from tfapp.run_layout import RunLayout
 from tfapp.scoring import CALL, scored_rows
 from tfapp.serving import PREDICT, ExportedModel
 from tfapp.tasks import load_export
@@ -36,7 +37,7 @@ except ModuleNotFoundError as err:  # only a missing apache_beam is the user's t
         raise
     raise ConfigError(MISSING_BEAM) from None
 
-__all__ = ["ExportModelHandler", "MISSING_BEAM", "read_file"]
+__all__ = ["ExportModelHandler", "MISSING_BEAM", "local_model", "read_file"]
 
 #: the ``--on-bad-rows`` flag, in messages raised on workers (they name flags, not keys)
 _FLAGS = {"data.on_bad_rows": "--on-bad-rows"}
@@ -54,7 +55,7 @@ class ExportModelHandler(ModelHandler[Record, PredictionResult, ExportedModel]):
     def load_model(self) -> ExportedModel:
         import tensorflow_text  # noqa: F401  (registers the tokenizer ops the export uses)
 
-        return load_export(self.model, PREDICT)
+        return load_export(local_model(self.model), PREDICT)
 
     def run_inference(self, batch: Sequence[Record], model: ExportedModel,
                       inference_args: dict[str, Any] | None = None
@@ -92,3 +93,40 @@ def read_file(path: str, columns: list[str], keep: list[str], *, fmt: str = "aut
         except DataError as err:
             raise err.in_flag_terms(_FLAGS) from None
         bad.inc()
+
+
+def local_model(model: str) -> str:
+    """``model`` (a run directory or its export/) as a local folder tfapp's loader reads:
+    itself when local; from a URL (``gs://``, any scheme tf.io.gfile reads), a copy in a
+    new temporary folder of the export and the run's params.yaml (its columns and
+    bad-row mode). Dataflow's workers see the export only on gs://: each worker process
+    copies it once, when Beam loads the model."""
+    if "://" not in model:
+        return model
+    import tempfile
+
+    import tensorflow as tf
+
+    src = model.rstrip("/")
+    dest = tempfile.mkdtemp(prefix="tfapp-model-")
+    if tf.io.gfile.exists(f"{src}/saved_model.pb"):
+        _copy_tree(src, dest)
+        return dest
+    layout = RunLayout(dest)
+    if not tf.io.gfile.exists(f"{src}/{layout.export.name}/saved_model.pb"):
+        raise ConfigError(f"--model {model}: no export there (expected "
+                          f"{src}/{layout.export.name}/saved_model.pb)")
+    _copy_tree(f"{src}/{layout.export.name}", str(layout.export))
+    if tf.io.gfile.exists(f"{src}/{layout.params.name}"):
+        tf.io.gfile.copy(f"{src}/{layout.params.name}", str(layout.params))
+    return dest
+
+
+def _copy_tree(src: str, dest: str) -> None:
+    import tensorflow as tf
+
+    for folder, _, files in tf.io.gfile.walk(src):
+        target = dest + folder[len(src):]
+        tf.io.gfile.makedirs(target)
+        for name in files:
+            tf.io.gfile.copy(f"{folder}/{name}", f"{target}/{name}", overwrite=True)

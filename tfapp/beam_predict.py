@@ -70,7 +70,7 @@ def _worker_error(err: Exception) -> str | None:
 
 
 def _beam_predict(args: SimpleNamespace) -> int:
-    from tfapp.beam_inference import ExportModelHandler, read_file
+    from tfapp.beam_inference import ExportModelHandler, local_model, read_file
     from tfapp.data.input_rows import InputRows
 
     import apache_beam as beam
@@ -81,10 +81,12 @@ def _beam_predict(args: SimpleNamespace) -> int:
         raise ConfigError(f"--batch-size {args.batch_size}: must be at least 1")
     keep = [c.strip() for c in (args.keep or "").split(",") if c.strip()]
     _refuse_existing(args.output)
-    data = run_data(args.model)
-    # Loaded here once too: a wrong --model, a pair model without its column or a --keep
-    # that takes a prediction's name fail in one line before any worker starts.
-    model = load_export(args.model, PREDICT)
+    # Loaded here once too (from gs://, a local copy): a wrong --model, a pair model
+    # without its column or a --keep that takes a prediction's name fail in one line
+    # before any worker starts.
+    local = local_model(args.model)
+    data = run_data(local)
+    model = load_export(local, PREDICT)
     columns = _columns(args, model, data)
     taken = [c for c in keep if c in model.output_columns]
     if taken:
@@ -117,8 +119,11 @@ def _beam_predict(args: SimpleNamespace) -> int:
          | "Read" >> beam.FlatMap(read_file, columns, keep, fmt=fmt, mode=mode)
          # A file's rows come out of one reader: spread them before the model.
          | "SpreadRows" >> beam.Reshuffle()
-         | "Score" >> RunInference(ExportModelHandler(str(model.path),
-                                                      batch_size=args.batch_size))
+         # The workers load the export where they can read it: --model as given when
+         # it is a URL (gs://), else the export folder found here.
+         | "Score" >> RunInference(ExportModelHandler(
+             args.model if "://" in args.model else str(model.path),
+             batch_size=args.batch_size))
          | "Json" >> beam.Map(lambda r: json.dumps(r.inference, ensure_ascii=False))
          | "Write" >> beam.io.WriteToText(args.output, file_name_suffix=SUFFIX))
     try:

@@ -55,8 +55,9 @@ def _rows(paths) -> list[dict]:
 @pytest.mark.slow
 def test_two_workers_write_every_row_once_with_predicts_values(run_dir, inputs, tmp_path):
     data, ids = inputs
+    # As a URL (the way of gs://: each worker copies the export, tf.io.gfile reads it).
     proc = run_tfapp("tfapp.beam_predict", [
-        "--model", str(run_dir), "--data", data, "--keep", "id", "--on-bad-rows", "skip",
+        "--model", f"file://{run_dir}", "--data", data, "--keep", "id", "--on-bad-rows", "skip",
         "--output", str(tmp_path / "beam" / "preds"), "--batch-size", "64", *TWO_WORKERS])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "beam_predict: 300 rows -> " in proc.stderr and "1 bad row(s) skipped" in proc.stderr
