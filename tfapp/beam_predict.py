@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shutil
 import sys
 from collections.abc import Sequence
 from types import SimpleNamespace
@@ -134,6 +135,9 @@ def _beam_predict(args: SimpleNamespace) -> int:
         if line is None:
             raise
         raise ConfigError(line) from None
+    finally:
+        if local != args.model:  # the launcher's copy of a gs:// export
+            shutil.rmtree(local, ignore_errors=True)
     _report(result, args.output)
     return 0
 
