@@ -21,7 +21,7 @@ from conftest import REPO
 PACKAGE = REPO / "tfapp"
 #: libraries worth loading only when needed (``--help`` and config errors stay fast)
 HEAVY = {"tensorflow", "tf_keras", "keras_tuner", "tensorflow_text", "tensorflow_hub",
-         "tensorflow_datasets", "wandb", "matplotlib", "grpc"}
+         "tensorflow_datasets", "wandb", "matplotlib", "grpc", "apache_beam"}
 
 
 def _module_file(name: str) -> Path | None:

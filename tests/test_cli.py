@@ -25,7 +25,8 @@ MODULES = {"train": "tfapp.train", "lr-find": "tfapp.lr_find", "tune": "tfapp.tu
            "evaluate": "tfapp.evaluate", "generate": "tfapp.generate",
            "pretrain": "tfapp.pretrain", "hub": "tfapp.hub.__main__", "share": "tfapp.share",
            "profile": "tfapp.profile", "data-service": "tfapp.data_service",
-           "doctor": "tfapp.doctor", "export-hf": "tfapp.export_hf"}
+           "doctor": "tfapp.doctor", "export-hf": "tfapp.export_hf",
+           "beam-predict": "tfapp.beam_predict"}
 
 
 def _leaf_commands() -> list[tuple[str, click.Command]]:

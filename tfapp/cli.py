@@ -64,6 +64,7 @@ COMMANDS = {
     "tune": Entry("tfapp.tune", "Search hyperparameters (tune.space) with KerasTuner."),
     "prepare": Entry("tfapp.prepare", "Prepare a config's data once into TFRecord shards."),
     "predict": Entry("tfapp.predict", "Classify texts, or tag their entities, with an export."),
+    "beam-predict": Entry("tfapp.beam_predict", "Score files as an Apache Beam pipeline ([beam])."),
     "evaluate": Entry("tfapp.evaluate", "Score an export on a labelled or tagged file."),
     "generate": Entry("tfapp.generate", "Write text with a trained generator."),
     "pretrain": Entry("tfapp.pretrain", "Continue masked-LM pretraining of a BERT Hub module."),
@@ -76,7 +77,8 @@ COMMANDS = {
     "completion": Entry("tfapp.cli", "Print the shell completion script for bash, zsh or fish."),
 }
 #: other spellings that run the same command (the module names' underscores)
-ALIASES = {"lr_find": "lr-find", "data_service": "data-service", "export_hf": "export-hf"}
+ALIASES = {"lr_find": "lr-find", "data_service": "data-service", "export_hf": "export-hf",
+           "beam_predict": "beam-predict"}
 
 
 # Modules that come with TensorFlow's extra ([cpu], [gpu], or the TPU recipe), not with tfapp.

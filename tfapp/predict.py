@@ -27,8 +27,8 @@ from tfapp.tasks import load_export
 
 import click
 
-# The config keys predict takes as flags: its errors name the flag, not the key.
-_FLAGS = {"data.text_column": "--text-column", "data.text_pair_column": "--text-pair-column",
+# The config keys predict (and beam_predict) take as flags: errors name the flag, not the key.
+FLAGS = {"data.text_column": "--text-column", "data.text_pair_column": "--text-pair-column",
           "data.format": "--format", "data.on_bad_rows": "--on-bad-rows"}
 
 
@@ -108,7 +108,7 @@ def command(args: SimpleNamespace) -> int:
         try:
             return _predict_data(args)
         except ConfigError as err:
-            raise err.in_flag_terms(_FLAGS) from None
+            raise err.in_flag_terms(FLAGS) from None
     if args.output or args.keep:
         raise ConfigError("--output and --keep go with --data FILES (rows read from files); "
                           "texts given as arguments or --input are printed")

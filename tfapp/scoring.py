@@ -28,7 +28,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -43,7 +43,7 @@ from tfapp.progress import Progress
 from tfapp.run_layout import RunLayout
 
 __all__ = ["Batch", "Batches", "Summary", "evaluate_to", "output_flags", "parse_shard",
-           "predictions", "run_data", "score_files", "score_to"]
+           "predictions", "run_data", "score_files", "score_to", "scored_rows"]
 
 log = logging.getLogger("tfapp")
 
@@ -174,11 +174,20 @@ def _scored(model: Any, source: Batches, policy: BadRowPolicy
             raise batch.error
         for bad in batch.bad:
             policy(bad.file, bad.line, bad.problem)
-        rows: list[dict[str, Any]] = []
-        if batch.kept:
-            predictions = _by_length(model, texts)
-            rows = [{**kept, **p} for kept, p in zip(batch.kept, predictions, strict=True)]
-        yield batch, rows
+        yield batch, scored_rows(model, texts, batch.kept) if batch.kept else []
+
+
+def scored_rows(model: Any, texts: Sequence[Any], kept: list[dict[str, Any]]
+                ) -> list[dict[str, Any]]:
+    """The output rows of one batch: each row's ``kept`` columns, then its prediction
+    (``model.predict_rows``, called as ``_by_length`` does). ``texts``: one column per
+    model input (a string tensor ``[n]`` or a list of str). What ``predict --data`` writes
+    and what the Beam model handler (``tfapp.beam_inference``) yields, so the two agree."""
+    import tensorflow as tf
+
+    columns = tuple(tf.convert_to_tensor(c, tf.string) for c in texts)
+    predictions = _by_length(model, columns)
+    return [{**k, **p} for k, p in zip(kept, predictions, strict=True)]
 
 
 def _by_length(model: Any, texts: tuple) -> list[dict[str, Any]]:
