@@ -28,7 +28,6 @@ from types import SimpleNamespace
 from tfapp import cli
 from tfapp.config import ConfigError
 from tfapp.predict import FLAGS
-from tfapp.scoring import run_data
 from tfapp.serving import PREDICT
 from tfapp.tasks import load_export
 
@@ -87,6 +86,8 @@ def _beam_predict(args: SimpleNamespace) -> int:
     # without its column or a --keep that takes a prediction's name fail in one line
     # before any worker starts.
     local = local_model(args.model)
+    from tfapp.scoring import run_data  # TensorFlow: not for --help
+
     data = run_data(local)
     model = load_export(local, PREDICT)
     columns = _columns(args, model, data)
