@@ -1,13 +1,14 @@
 """Batch scoring of a CSV: ``tfapp predict --data --output`` against Hugging Face's
-``pipeline`` over the same model and texts, in one run.
+``pipeline`` over the same model and texts, in one run; and tfapp's peak memory as the
+input grows.
 
-    python scripts/bench_predict.py --model RUN_DIR --hf HF_DIR --rows 100000 \
-        [--hf-batch-sizes 8,32,64] [--rss-rows 10000,1000000] [--json out.json]
+    python scripts/bench_predict.py --model RUN_DIR --hf HF_DIR --rows 5000 --rounds 3 \
+        [--hf-batch-sizes 8,32,64] [--rss-rows 10000,1000000 --evaluate] [--json out.json]
 
 ``RUN_DIR`` is a classifier run with an export; ``HF_DIR`` its ``tfapp export-hf``
 checkpoint (the same weights, read by transformers + PyTorch in the peers venv,
-``--peers-python``). The input is the demo's reviews (real-length text) repeated to
-``--rows`` rows with an id column, written once under ``--work``.
+``--peers-python``). The input is the demo's labelled reviews (real-length text) repeated
+to ``--rows`` rows with an id column, written once under ``--work``.
 
 Each side runs in a process of its own, started and waited for here (``os.wait4`` gives
 that process's peak RSS), timed from its start to its end, load included:
@@ -18,9 +19,14 @@ that process's peak RSS), timed from its start to its end, load included:
   generator of the CSV's texts (truncation to the run's seq_length), labels written to a
   file; one row per batch size.
 
-Then the labels of every row are compared (tfapp's label against the pipeline's argmax)
-and, for ``--rss-rows``, tfapp's peak RSS at each size (flat memory: the largest within
-1.3x of the smallest). Set TFAPP_CPU_BFLOAT16=0 for float32 on both sides.
+The sides take turns: every ``--rounds`` round runs each once, the order reversed each
+round, so a busy minute of a shared machine falls on both; the table gives each side's
+median and range. Then the labels of every row are compared (tfapp's label against the
+pipeline's argmax). ``--rss-rows`` runs tfapp predict at each size into each of
+``--rss-formats`` (and ``tfapp evaluate`` with ``--evaluate``), checks that the output has
+one row per input row with the ids in order, and prints the peak RSS of the largest size
+over the smallest (flat memory: within 1.3x). Set TFAPP_CPU_BFLOAT16=0 for float32 on
+both sides.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import argparse
 import csv
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -52,51 +59,91 @@ with open(out, "w") as fh:
 
 
 def make_input(path: Path, rows: int) -> None:
-    """The demo's reviews repeated to ``rows`` rows, with an id column."""
+    """The demo's labelled reviews repeated to ``rows`` rows, with an id column."""
     if path.exists():
         return
     demo = REPO / "tfapp" / "demo"
-    texts = []
+    examples = []
     for split in ("train", "validation", "test"):
         with (demo / f"reviews_{split}.csv").open(newline="") as fh:
-            texts += [r["text"] for r in csv.DictReader(fh)]
+            examples += [(r["text"], r["label"]) for r in csv.DictReader(fh)]
     tmp = path.with_suffix(".tmp")
     with tmp.open("w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["id", "text"])
+        writer.writerow(["id", "text", "label"])
         for i in range(rows):
-            writer.writerow([f"r{i}", texts[i % len(texts)]])
+            writer.writerow([f"r{i}", *examples[i % len(examples)]])
     tmp.rename(path)
 
 
 def measured(argv: list[str], env: dict | None = None) -> dict:
-    """Run ``argv``; its wall time and peak RSS (MiB), from ``os.wait4``."""
+    """Run ``argv``; its wall time and peak RSS (MiB), from ``os.wait4`` (its output goes
+    to a file, so nothing of it is held here)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, cwd=REPO)
-    stderr = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
+    with open(os.devnull, "wb") as null:
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=null, cwd=REPO)
+        stdout = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{argv[:4]} failed: {stderr.decode()[-2000:]}")
-    return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024}
+        raise SystemExit(f"{argv[:4]} failed (exit {os.waitstatus_to_exitcode(status)})")
+    return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024, "stdout": stdout.decode()}
+
+
+def _tfapp_env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(REPO), "TF_USE_LEGACY_KERAS": "1"}
 
 
 def tfapp_predict(model: str, data: Path, out: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_USE_LEGACY_KERAS": "1"}
     if out.exists():
         out.unlink()
     return measured([sys.executable, "-m", "tfapp.predict", "--model", model, "--data",
-                     str(data), "--keep", "id", "--output", str(out), "-q"], env)
+                         str(data), "--keep", "id", "--output", str(out), "-q"], _tfapp_env())
+
+
+def tfapp_evaluate(model: str, data: Path) -> dict:
+    row = measured([sys.executable, "-m", "tfapp.evaluate", "--model", model, "--data",
+                        str(data), "--json", "-q"], _tfapp_env())
+    row["report"] = json.loads(row.pop("stdout"))
+    return row
+
+
+def output_ids(out: Path) -> tuple[int, bool]:
+    """Rows in a predict output, and whether their ids are r0, r1, ... in order."""
+    if out.suffix == ".parquet":
+        import pyarrow.parquet as pq
+        ids = pq.read_table(out, columns=["id"]).column("id").to_pylist()
+        return len(ids), all(v == f"r{i}" for i, v in enumerate(ids))
+    n, ordered = 0, True
+    with out.open(newline="") as fh:
+        for i, r in enumerate(csv.DictReader(fh)):
+            n, ordered = i + 1, ordered and r["id"] == f"r{i}"
+    return n, ordered
+
+
+def labels_of(out: Path) -> list[str]:
+    with out.open(newline="") as fh:
+        return [r["label"] for r in csv.DictReader(fh)]
+
+
+def spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "runs": values}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True)
-    p.add_argument("--hf", required=True)
+    p.add_argument("--hf", default="", help="the run's export-hf folder ('' skips HF)")
     p.add_argument("--rows", type=int, default=100000)
+    p.add_argument("--rounds", type=int, default=2,
+                   help="each side runs once a round; the order reverses every round")
     p.add_argument("--hf-batch-sizes", default="8,32,64")
     p.add_argument("--rss-rows", default="", help="e.g. 10000,1000000 (tfapp only)")
+    p.add_argument("--rss-formats", default="csv,parquet",
+                   help="predict outputs written at each --rss-rows size")
+    p.add_argument("--evaluate", action="store_true",
+                   help="also tfapp evaluate's peak RSS at each --rss-rows size")
     p.add_argument("--peers-python", default=str(REPO.parent / "main" / ".venv-peers" / "bin"
                                                  / "python"))
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -107,43 +154,76 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     data = work / f"in-{args.rows}.csv"
     make_input(data, args.rows)
-    results = {"rows": args.rows, "cpus": os.cpu_count(), "runs": {}}
+    results = {"rows": args.rows, "cpus": os.cpu_count(), "rounds": args.rounds, "runs": {}}
 
-    row = tfapp_predict(args.model, data, work / "tfapp.csv")
-    row["rows_per_s"] = args.rows / row["seconds"]
-    results["runs"]["tfapp"] = row
-    print(f"tfapp predict: {row['rows_per_s']:,.0f} rows/s, peak RSS "
-          f"{row['peak_rss_mib']:,.0f} MiB ({row['seconds']:.1f} s)", flush=True)
-    with (work / "tfapp.csv").open(newline="") as fh:
-        ours = [r["label"] for r in csv.DictReader(fh)]
-    for size in [int(b) for b in args.hf_batch_sizes.split(",") if b]:
-        out = work / f"hf-{size}.txt"
-        row = measured([args.peers_python, "-c", HF_WORKER, str(data), args.hf, str(size),
-                        str(out), str(args.threads)])
-        row["rows_per_s"] = args.rows / row["seconds"]
-        theirs = out.read_text().split()
-        row["same_labels"] = sum(a == b for a, b in zip(ours, theirs, strict=True))
-        results["runs"][f"hf b{size}"] = row
-        print(f"hf pipeline batch {size}: {row['rows_per_s']:,.0f} rows/s, peak RSS "
-              f"{row['peak_rss_mib']:,.0f} MiB ({row['seconds']:.1f} s); same label on "
-              f"{row['same_labels']:,} of {len(ours):,} rows", flush=True)
-    best = max((r for k, r in results["runs"].items() if k.startswith("hf")),
-               key=lambda r: r["rows_per_s"], default=None)
+    sides: list[tuple[str, list[str], Path, dict | None]] = [
+        ("tfapp", [sys.executable, "-m", "tfapp.predict", "--model", args.model, "--data",
+                   str(data), "--keep", "id", "--output", str(work / "tfapp.csv"), "-q"],
+         work / "tfapp.csv", _tfapp_env())]
+    if args.hf:
+        for size in [int(b) for b in args.hf_batch_sizes.split(",") if b]:
+            out = work / f"hf-{size}.txt"
+            sides.append((f"hf b{size}", [args.peers_python, "-c", HF_WORKER, str(data),
+                                          args.hf, str(size), str(out), str(args.threads)],
+                          out, None))
+    times: dict[str, list[float]] = {name: [] for name, *_ in sides}
+    for r in range(max(1, args.rounds)):
+        for name, argv, out, env in (sides if r % 2 == 0 else sides[::-1]):
+            if out.exists():
+                out.unlink()
+            row = measured(argv, env)
+            times[name].append(args.rows / row["seconds"])
+            print(f"round {r + 1}: {name}: {times[name][-1]:,.0f} rows/s "
+                  f"({row['seconds']:.1f} s, peak RSS {row['peak_rss_mib']:,.0f} MiB)",
+                  flush=True)
+    ours = labels_of(work / "tfapp.csv")
+    for name, _, out, _ in sides:
+        row = {"rows_per_s": spread(times[name])}
+        if name != "tfapp":
+            theirs = out.read_text().split()
+            row["same_labels"] = sum(a == b for a, b in zip(ours, theirs, strict=True))
+            print(f"{name}: same label as tfapp on {row['same_labels']:,} of {len(ours):,} "
+                  "rows")
+        results["runs"][name] = row
+    for name, row in results["runs"].items():
+        s = row["rows_per_s"]
+        print(f"{name:>8}: {s['median']:,.0f} rows/s (median of {len(s['runs'])}; "
+              f"{s['min']:,.0f}-{s['max']:,.0f})")
+    best = max((k for k in results["runs"] if k.startswith("hf")),
+               key=lambda k: results["runs"][k]["rows_per_s"]["median"], default=None)
     if best:
-        results["speedup_vs_best_hf"] = results["runs"]["tfapp"]["rows_per_s"] / best[
-            "rows_per_s"]
-        print(f"tfapp / best HF pipeline: {results['speedup_vs_best_hf']:.2f}x")
-    rss = {}
-    for n in [int(r) for r in args.rss_rows.split(",") if r]:
+        results["speedup_vs_best_hf"] = (results["runs"]["tfapp"]["rows_per_s"]["median"]
+                                         / results["runs"][best]["rows_per_s"]["median"])
+        print(f"tfapp / best HF pipeline ({best}): {results['speedup_vs_best_hf']:.2f}x")
+
+    sizes = [int(r) for r in args.rss_rows.split(",") if r]
+    formats = [f for f in args.rss_formats.split(",") if f]
+    rss: dict[str, dict[int, dict]] = {}
+    for n in sizes:
         path = work / f"in-{n}.csv"
         make_input(path, n)
-        rss[n] = tfapp_predict(args.model, path, work / f"tfapp-{n}.csv")
-        print(f"tfapp predict, {n:,} rows: peak RSS {rss[n]['peak_rss_mib']:,.0f} MiB "
-              f"({n / rss[n]['seconds']:,.0f} rows/s)", flush=True)
+        for fmt in formats:
+            out = work / f"tfapp-{n}.{fmt}"
+            row = tfapp_predict(args.model, path, out)
+            row.pop("stdout")
+            row["rows_out"], row["ids_in_order"] = output_ids(out)
+            rss.setdefault(f"predict {fmt}", {})[n] = row
+            print(f"tfapp predict -> {fmt}, {n:,} rows: peak RSS {row['peak_rss_mib']:,.0f} MiB,"
+                  f" {n / row['seconds']:,.0f} rows/s; {row['rows_out']:,} rows out, ids in "
+                  f"order: {row['ids_in_order']}", flush=True)
+            out.unlink()
+        if args.evaluate:
+            row = tfapp_evaluate(args.model, path)
+            rss.setdefault("evaluate", {})[n] = row
+            rep = row["report"]
+            print(f"tfapp evaluate, {n:,} rows: peak RSS {row['peak_rss_mib']:,.0f} MiB, "
+                  f"{n / row['seconds']:,.0f} rows/s; accuracy {rep.get('accuracy')}",
+                  flush=True)
     if rss:
-        results["rss_by_rows"] = {str(k): v for k, v in rss.items()}
-        low, high = rss[min(rss)]["peak_rss_mib"], rss[max(rss)]["peak_rss_mib"]
-        print(f"peak RSS {max(rss):,} rows / {min(rss):,} rows: {high / low:.2f}x")
+        results["rss_by_rows"] = {k: {str(n): v for n, v in d.items()} for k, d in rss.items()}
+        for what, by in rss.items():
+            low, high = by[min(by)]["peak_rss_mib"], by[max(by)]["peak_rss_mib"]
+            print(f"{what}: peak RSS {max(by):,} rows / {min(by):,} rows: {high / low:.2f}x")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
     return 0

@@ -145,3 +145,22 @@ def test_accelerator_check_dry_run_writes_json_and_markdown(tmp_path):
     text = (tmp_path / "accelerator.md").read_text()
     assert f"# tfapp accelerator check: {results['device']['name']}" in text
     assert "| train | float32 xla off spe 1 |" in text and "| doctor | problems |" in text
+
+
+def test_predict_bench_checks_row_count_and_id_order_of_csv_and_parquet(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    bench = load_script("bench_predict")
+    ok, swapped = ["r0", "r1", "r2"], ["r0", "r2", "r1"]
+    for name, ids in (("ok", ok), ("swapped", swapped)):
+        (tmp_path / f"{name}.csv").write_text(
+            "id,label\n" + "".join(f"{i},pos\n" for i in ids))
+        pq.write_table(pa.table({"id": ids, "label": ["pos"] * 3}),
+                       tmp_path / f"{name}.parquet")
+    for suffix in ("csv", "parquet"):
+        assert bench.output_ids(tmp_path / f"ok.{suffix}") == (3, True)
+        assert bench.output_ids(tmp_path / f"swapped.{suffix}") == (3, False)
+    bench.make_input(tmp_path / "in.csv", 5)
+    rows = (tmp_path / "in.csv").read_text().splitlines()
+    assert rows[0] == "id,text,label" and len(rows) == 6 and rows[5].startswith("r4,")

@@ -65,6 +65,31 @@ def test_export_reloads_without_tfapp(trained, tmp_path):
 
 
 @pytest.mark.slow
+def test_the_export_computes_a_batch_as_far_as_its_longest_window(trained):
+    # serve trims a call's windows to the longest (rounded up to 8): a text's word tags and
+    # scores are the same alone (its own length) as beside one that fills whole windows.
+    import numpy as np
+    import tensorflow as tf
+
+    module = tf.saved_model.load(str(trained / "export"))  # keeps its variables alive
+    texts = [*TEXTS, " ".join(TEXTS * 3)]
+    words = [t.split() for t in texts]
+
+    def tag(batch):
+        width = max(len(w) for w in batch)
+        out = module.tag_words(tf.constant([w + [""] * (width - len(w)) for w in batch]),
+                               tf.constant([len(w) for w in batch], tf.int32))
+        return [(out["tag"].numpy()[i, :len(w)], out["tag_score"].numpy()[i, :len(w)])
+                for i, w in enumerate(batch)]
+
+    together, alone = tag(words), [tag([w])[0] for w in words]
+    for (tags_t, scores_t), (tags_a, scores_a) in zip(together, alone, strict=True):
+        assert tags_t.tolist() == tags_a.tolist()
+        np.testing.assert_allclose(scores_t, scores_a, atol=1e-5)
+    assert len({s for _, scores in together for s in scores.round(3)}) > 3  # scores differ
+
+
+@pytest.mark.slow
 def test_predict_and_evaluate_commands(trained):
     proc = run_tfapp("tfapp.predict", ["--model", str(trained), "--json", *TEXTS])
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -248,6 +249,18 @@ def test_history_log_drops_the_rows_a_resumed_run_repeats(tmp_path):
     assert rows[:3] == whole[:3]  # rows before the resumed epoch are kept as written
     _tiny_fit([HistoryLog(path)], epochs=3, initial_epoch=3)  # nothing left to run
     assert path.read_text().splitlines() == rows
+
+
+def test_history_leaves_out_columns_no_epoch_logged(tmp_path):
+    from tfapp.training.callbacks import read_history
+
+    path = tmp_path / "history.csv"
+    # Keras's CSVLogger writes a val_ column per metric even when nothing validates.
+    path.write_text("epoch,loss,val_auc,val_loss\n0,0.9,,\n1,0.7,0.61,\n")
+    history = read_history(path)
+    assert list(history) == ["loss", "val_auc"]
+    assert history["loss"] == [0.9, 0.7]
+    assert math.isnan(history["val_auc"][0]) and history["val_auc"][1] == 0.61
 
 
 def test_early_stopping_patience_survives_a_resume(tmp_path):

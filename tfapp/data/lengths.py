@@ -36,7 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = ["LengthPlan", "Grouping", "boundaries", "group", "WINDOW_BATCHES", "multiple_for",
-           "padding_efficiency", "mask_lengths"]
+           "padding_efficiency", "mask_lengths", "trim_to_longest"]
 
 #: batches sorted together (Hugging Face's LengthGroupedSampler uses megabatches of 50)
 WINDOW_BATCHES = 50
@@ -97,6 +97,18 @@ class LengthPlan:
 def mask_lengths(batch: dict[str, tf.Tensor]) -> tf.Tensor:
     """Tokens per example of BERT inputs: the sum of ``input_mask``."""
     return tf.reduce_sum(tf.cast(batch["input_mask"], tf.int32), axis=1)
+
+
+def trim_to_longest(features: dict[str, tf.Tensor], seq_length: int, multiple: int = 8
+                    ) -> dict[str, tf.Tensor]:
+    """BERT ``features`` ``[n, seq_length]`` cut to the batch's longest example rounded up to
+    ``multiple`` (at most ``seq_length``): what a serving call computes, as Hugging Face's
+    pipeline pads a batch to its longest. The encoder masks padding, so every real
+    position's output is the one it has at ``seq_length``."""
+    longest = tf.reduce_max(mask_lengths(features))
+    length = tf.minimum((tf.maximum(longest, 1) + multiple - 1) // multiple * multiple,
+                        seq_length)
+    return {k: v[:, :length] for k, v in features.items()}
 
 
 def _trim(batch: dict[str, tf.Tensor], length: tf.Tensor, seq_length: int

@@ -200,8 +200,12 @@ def read_history(history_csv: Path) -> dict[str, list[float]]:
         return {}
     with history_csv.open(encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
-    keys = [k for k in (rows[0] if rows else {}) if k != "epoch"]
-    return {k: [float(r[k]) if r.get(k) not in ("", "NA", None) else math.nan for r in rows]
+    missing = ("", "NA", None)
+    # A column empty in every row is not a metric: Keras's CSVLogger adds a val_ column for
+    # each metric when an epoch's logs have none (a run without validation, as pretraining).
+    keys = [k for k in (rows[0] if rows else {})
+            if k != "epoch" and any(r.get(k) not in missing for r in rows)]
+    return {k: [float(r[k]) if r.get(k) not in missing else math.nan for r in rows]
             for k in keys}
 
 

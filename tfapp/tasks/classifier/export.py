@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tfapp.data.lengths import trim_to_longest
 from tfapp.model_card import CARD_FILE
 from tfapp.tasks.classifier.serving import FORMAT
 from tfapp.training.metrics import BINARY, MULTILABEL
@@ -45,11 +46,9 @@ class ClassifierServing(tf.Module):
     def _outputs(self, segments: list) -> dict[str, tf.Tensor]:
         features = self.preprocessor.bert_pack_inputs(
             [self.preprocessor.tokenize(s) for s in segments], seq_length=self._seq_length)
-        # Computed only as far as the batch's longest text (rounded up to 8): the model
-        # reads [batch, None] and masks padding, so the outputs are those at seq_length.
-        longest = tf.reduce_max(tf.reduce_sum(tf.cast(features["input_mask"], tf.int32), 1))
-        length = tf.minimum((tf.maximum(longest, 1) + 7) // 8 * 8, self._seq_length)
-        features = {k: tf.cast(v, tf.int32)[:, :length] for k, v in features.items()}
+        # The model reads [batch, None]: a call computes only as far as its longest text.
+        features = trim_to_longest({k: tf.cast(v, tf.int32) for k, v in features.items()},
+                                   self._seq_length)
         probs = tf.cast(self.model(features, training=False), tf.float32)
         if self._mode == BINARY:  # one sigmoid -> [P(class 0), P(class 1)]
             probs = tf.concat([1.0 - probs, probs], axis=-1)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tfapp.data.lengths import trim_to_longest
 from tfapp.data.tags import OUTSIDE, split_tag
 from tfapp.data.token_classification import window_features, windows_per_sentence, word_pieces
 from tfapp.model_card import CARD_FILE
@@ -75,7 +76,10 @@ class NerServing(tf.Module):
         features, _ = window_features(tokenize, self.preprocessor.bert_pack_inputs,
                                       tf.gather(words, text_of_window), within,
                                       self._seq_length)
-        probs = tf.cast(self.model(features, training=False), tf.float32)  # [windows, S, C]
+        # Computed only as far as the longest window (every word's first piece is inside
+        # its window's real length, so the gather below reads the same positions).
+        features = trim_to_longest(features, self._seq_length)
+        probs = tf.cast(self.model(features, training=False), tf.float32)  # [windows, L, C]
         first = tf.math.cumsum(per_text, axis=1, exclusive=True).flat_values  # [words]
         text_of_word = tf.cast(words.value_rowids(), tf.int64)
         row = tf.gather(tf.math.cumsum(windows, exclusive=True), text_of_word) + first // size
