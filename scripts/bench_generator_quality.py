@@ -324,14 +324,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--discounts", type=float, nargs="+", default=[0.1, 0.75])
     parser.add_argument("--json", type=Path, help="write the rows here too")
     parser.add_argument("--make-corpus", nargs=2, metavar=("debian|pydoc", "FILE"),
-                        help="write 5,200 lines of an offline corpus to FILE and stop")
+                        help="write --lines lines of an offline corpus to FILE and stop")
+    parser.add_argument("--lines", type=int, default=5200,
+                        help="--make-corpus: how many (the first of one seeded shuffle, so "
+                             "a smaller corpus is part of a larger one)")
     parser.add_argument("--stdlib", default="",
                         help="--make-corpus pydoc: the standard library folder to read "
                              "(default: this interpreter's)")
     args = parser.parse_args(argv)
     if args.make_corpus:
         kind, path = args.make_corpus
-        print(f"{path}: 5200 of {make_corpus(kind, Path(path), stdlib=args.stdlib)} {kind} lines")
+        found = make_corpus(kind, Path(path), lines=args.lines, stdlib=args.stdlib)
+        print(f"{path}: {min(args.lines, found)} of {found} {kind} lines")
         return 0
     if bool(args.run) == bool(args.corpus):
         parser.error("give --run RUN_DIR (repeatable) or --corpus FILE --out DIR")

@@ -50,3 +50,21 @@ def test_fast_kneser_ney_is_nltks_own_and_beats_a_unigram(bench):
         w))) for _, w in grams) / len(grams))
     assert max(rows.values()) < unigram_ppl
     assert rows[3, 0.75] < rows[2, 0.75]
+
+
+def test_make_corpus_lines_nest(bench, tmp_path, capsys):
+    # --lines N writes the first N of one seeded shuffle: a learning curve's smaller
+    # corpus is part of its larger one.
+    (tmp_path / "lib").mkdir()
+    sentences = [f"Return the number {w} of items in the list." for w in
+                 ("one", "two", "three", "four", "five")]
+    (tmp_path / "lib" / "mod.py").write_text("".join(
+        f'def f{i}():\n    """{s}"""\n' for i, s in enumerate(sentences)))
+    files = {n: tmp_path / f"c{n}.txt" for n in (2, 5, 9)}
+    for n, path in files.items():
+        assert bench.main(["--make-corpus", "pydoc", str(path), "--lines", str(n),
+                           "--stdlib", str(tmp_path / "lib")]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"{files[2]}: 2 of 5 pydoc lines"
+    small, large = (files[n].read_text().splitlines() for n in (2, 9))
+    assert sorted(large) == sorted(sentences) and small == large[:2]
+    assert files[5].read_text().splitlines() == large
