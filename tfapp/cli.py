@@ -237,6 +237,50 @@ def _config_params() -> list[click.Parameter]:
     ]
 
 
+def file_output_options(*, shard_verb: str, batch_help: str
+                        ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: the ``--data FILES --output OUT`` flags that ``predict`` and ``generate``
+    share (one writer: ``tfapp.scoring.score_files``), below the command's own ``--data``
+    and ``--text-column``. ``shard_verb`` says what a shard does with its parts (score,
+    write); ``batch_help`` what ``--batch-size`` counts."""
+    options = [
+        click.option("--output", metavar="OUT",
+                     help="With --data: OUT.jsonl, OUT.csv or OUT.parquet (a file), or such "
+                          "a name ending in / (a folder of part files)."),
+        click.option("--keep", metavar="COL,...",
+                     help="With --data: columns carried into the output (an id)."),
+        click.option("--format", type=click.Choice(["auto", "csv", "tsv", "jsonl", "text",
+                                                    "tfrecord", "parquet"]),
+                     help="With --data: the files' format (default: from each file's "
+                          "extension)."),
+        click.option("--on-bad-rows", type=click.Choice(["fail", "skip"]),
+                     help="With --data: a row that cannot be read stops the run (fail) or is "
+                          "left out and counted (skip); default: the run's data.on_bad_rows."),
+        click.option("--shard", default="0/1", metavar="I/N", show_default=True,
+                     help=f"With --data: {shard_verb} parts I, I+N, ... (one process of N; "
+                          "--output OUT/)."),
+        click.option("--batch-size", type=int, default=256, show_default=True,
+                     help=f"With --data: {batch_help}."),
+        click.option("--part-rows", type=int, default=10000, show_default=True,
+                     help="With --data: input rows per part file (what a rerun after a kill "
+                          "skips at once)."),
+    ]
+
+    def decorate(body: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):  # click applies decorators bottom-up
+            body = option(body)
+        return body
+
+    return decorate
+
+
+def check_file_output_counts(args: SimpleNamespace) -> None:
+    """``--batch-size`` and ``--part-rows`` of ``file_output_options``: at least 1."""
+    for flag, value in (("--batch-size", args.batch_size), ("--part-rows", args.part_rows)):
+        if value < 1:
+            raise ConfigError(f"{flag} {value}: must be at least 1")
+
+
 def command(name: str, help: str, *, config: bool = False, epilog: str | None = None,
             check: Callable[[SimpleNamespace], object] | None = None,
             resume_module: str | None = None, search: bool = False,

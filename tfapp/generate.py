@@ -185,30 +185,12 @@ _DATA_FLAGS = {"data.text_column": "--text-column", "data.format": "--format",
 @click.option("--data", metavar="FILES",
               help="Prompts to continue: rows of files (path, glob, comma-joined, gs://), "
                    "written to --output.")
-@click.option("--output", metavar="OUT",
-              help="With --data: OUT.jsonl, OUT.csv or OUT.parquet (a file), or such a "
-                   "name ending in / (a folder of part files).")
-@click.option("--keep", metavar="COL,...", help="With --data: columns carried into the "
-                                               "output (an id).")
 @click.option("--text-column", help="With --data: the prompts' column (default: the run's "
                                     "data.text_column; a pairs run's data.source_column).")
-@click.option("--format", type=click.Choice(["auto", "csv", "tsv", "jsonl", "text", "tfrecord",
-                                             "parquet"]),
-              help="With --data: the files' format (default: from each file's extension).")
-@click.option("--on-bad-rows", type=click.Choice(["fail", "skip"]),
-              help="With --data: a row that cannot be read stops the run (fail) or is left "
-                   "out and counted (skip); default: the run's data.on_bad_rows.")
-@click.option("--shard", default="0/1", metavar="I/N", show_default=True,
-              help="With --data: write parts I, I+N, ... (one process of N; --output OUT/).")
-@click.option("--batch-size", type=int, default=256, show_default=True,
-              help="With --data: prompts read together (decoded 32 at a time).")
-@click.option("--part-rows", type=int, default=10000, show_default=True,
-              help="With --data: input rows per part file (what a rerun after a kill "
-                   "skips at once).")
+@cli.file_output_options(shard_verb="write",
+                         batch_help="prompts read together (decoded 32 at a time)")
 def command(args: SimpleNamespace) -> int:
-    for flag, value in (("--batch-size", args.batch_size), ("--part-rows", args.part_rows)):
-        if value < 1:
-            raise ConfigError(f"{flag} {value}: must be at least 1")
+    cli.check_file_output_counts(args)
     if args.data:
         try:
             return _generate_data(args)

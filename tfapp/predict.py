@@ -75,35 +75,16 @@ def _predict_data(args: SimpleNamespace) -> int:
 @click.option("--model", required=True, help="Run directory or its export/.")
 @click.option("--data", metavar="FILES",
               help="Rows to score: path, glob, comma-joined, gs://, or a prepared folder.")
-@click.option("--output", metavar="OUT",
-              help="With --data: OUT.jsonl, OUT.csv or OUT.parquet (a file), or such a "
-                   "name ending in / (a folder of part files).")
-@click.option("--keep", metavar="COL,...", help="With --data: columns carried into the "
-                                               "output (an id).")
 @click.option("--text-column", help="With --data: default the run's data.text_column.")
 @click.option("--text-pair-column",
               help="With --data, a sentence-pair model: default the run's data.text_pair_column.")
-@click.option("--format", type=click.Choice(["auto", "csv", "tsv", "jsonl", "text", "tfrecord",
-                                             "parquet"]),
-              help="With --data: the files' format (default: from each file's extension).")
-@click.option("--on-bad-rows", type=click.Choice(["fail", "skip"]),
-              help="With --data: a row that cannot be read stops the run (fail) or is left "
-                   "out and counted (skip); default: the run's data.on_bad_rows.")
-@click.option("--shard", default="0/1", metavar="I/N", show_default=True,
-              help="With --data: score parts I, I+N, ... (one process of N; --output OUT/).")
-@click.option("--batch-size", type=int, default=256, show_default=True,
-              help="With --data: rows per model call.")
-@click.option("--part-rows", type=int, default=10000, show_default=True,
-              help="With --data: input rows per part file (what a rerun after a kill "
-                   "skips at once).")
+@cli.file_output_options(shard_verb="score", batch_help="rows per model call")
 @click.option("--input", help="File with one text per line ('-' = stdin); printed to stdout.")
 @click.option("--pair", multiple=True, help="Second text of a sentence pair (once per text).")
 @click.option("--json", is_flag=True,
               help="One JSON object per text with every class probability.")
 def command(args: SimpleNamespace) -> int:
-    for flag, value in (("--batch-size", args.batch_size), ("--part-rows", args.part_rows)):
-        if value < 1:
-            raise ConfigError(f"{flag} {value}: must be at least 1")
+    cli.check_file_output_counts(args)
     if args.data:
         try:
             return _predict_data(args)
