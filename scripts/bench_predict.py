@@ -7,8 +7,14 @@ input grows.
 
 ``RUN_DIR`` is a classifier run with an export; ``HF_DIR`` its ``tfapp export-hf``
 checkpoint (the same weights, read by transformers + PyTorch in the peers venv,
-``--peers-python``). The input is the demo's labelled reviews (real-length text) repeated
-to ``--rows`` rows with an id column, written once under ``--work``.
+``--peers-python``). The input (``--text``), repeated to ``--rows`` rows with an id column and
+written once under ``--work``:
+
+* ``reviews``: the demo's labelled reviews, short and all of about one length (median 12
+  word pieces, max 22), so sorting by length saves nothing: the two runtimes compared;
+* ``docstrings``: the docstrings of Python's standard library in file order, labelled by
+  package (``scripts/bench_lengths.py``'s text): real lengths with a long tail (median 26
+  MiniLM word pieces, p90 at the 128 cut), where padding is most of the cost.
 
 Each side runs in a process of its own, started and waited for here (``os.wait4`` gives
 that process's peak RSS), timed from its start to its end, load included:
@@ -58,15 +64,27 @@ with open(out, "w") as fh:
 """
 
 
-def make_input(path: Path, rows: int) -> None:
-    """The demo's labelled reviews repeated to ``rows`` rows, with an id column."""
-    if path.exists():
-        return
+def examples_of(text: str) -> list[tuple[str, str]]:
+    """(text, label) of ``--text``: the demo's reviews, or the standard library's
+    docstrings (``bench_lengths.stdlib_docstrings``, duplicates dropped)."""
+    if text == "docstrings":
+        sys.path.insert(0, str(REPO / "scripts"))
+        from bench_lengths import stdlib_docstrings
+
+        return list(dict.fromkeys(stdlib_docstrings()))
     demo = REPO / "tfapp" / "demo"
     examples = []
     for split in ("train", "validation", "test"):
         with (demo / f"reviews_{split}.csv").open(newline="") as fh:
             examples += [(r["text"], r["label"]) for r in csv.DictReader(fh)]
+    return examples
+
+
+def make_input(path: Path, rows: int, text: str = "reviews") -> None:
+    """``--text``'s examples repeated to ``rows`` rows, with an id column."""
+    if path.exists():
+        return
+    examples = examples_of(text)
     tmp = path.with_suffix(".tmp")
     with tmp.open("w", newline="") as fh:
         writer = csv.writer(fh)
@@ -136,6 +154,8 @@ def main() -> int:
     p.add_argument("--model", required=True)
     p.add_argument("--hf", default="", help="the run's export-hf folder ('' skips HF)")
     p.add_argument("--rows", type=int, default=100000)
+    p.add_argument("--text", choices=("reviews", "docstrings"), default="reviews",
+                   help="the input's texts (module docstring)")
     p.add_argument("--rounds", type=int, default=2,
                    help="each side runs once a round; the order reverses every round")
     p.add_argument("--hf-batch-sizes", default="8,32,64")
@@ -152,9 +172,10 @@ def main() -> int:
     args = p.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    data = work / f"in-{args.rows}.csv"
-    make_input(data, args.rows)
-    results = {"rows": args.rows, "cpus": os.cpu_count(), "rounds": args.rounds, "runs": {}}
+    data = work / f"in-{args.text}-{args.rows}.csv"
+    make_input(data, args.rows, args.text)
+    results = {"rows": args.rows, "text": args.text, "cpus": os.cpu_count(),
+               "rounds": args.rounds, "runs": {}}
 
     sides: list[tuple[str, list[str], Path, dict | None]] = [
         ("tfapp", [sys.executable, "-m", "tfapp.predict", "--model", args.model, "--data",
@@ -200,8 +221,8 @@ def main() -> int:
     formats = [f for f in args.rss_formats.split(",") if f]
     rss: dict[str, dict[int, dict]] = {}
     for n in sizes:
-        path = work / f"in-{n}.csv"
-        make_input(path, n)
+        path = work / f"in-{args.text}-{n}.csv"
+        make_input(path, n, args.text)
         for fmt in formats:
             out = work / f"tfapp-{n}.{fmt}"
             row = tfapp_predict(args.model, path, out)
