@@ -22,16 +22,18 @@ that process's peak RSS), timed from its start to its end, load included:
 * ``tfapp``: ``python -m tfapp.predict --model RUN --data in.csv --keep id --output
   out.csv`` (its defaults: 256 rows a call, prefetch);
 * ``hf bN``: ``pipeline("text-classification", model=HF_DIR, batch_size=N)`` over a
-  generator of the CSV's texts (truncation to the run's seq_length), labels written to a
-  file; one row per batch size.
+  generator of the CSV's texts (truncation to the run's seq_length), each label and its
+  probability written to a file; one row per batch size.
 
 The sides take turns: every ``--rounds`` round runs each once, the order reversed each
 round, so a busy minute of a shared machine falls on both; the table gives each side's
-median and range. Then the labels of every row are compared (tfapp's label against the
-pipeline's argmax). ``--rss-rows`` runs tfapp predict at each size into each of
-``--rss-formats`` (and ``tfapp evaluate`` with ``--evaluate``), checks that the output has
-one row per input row with the ids in order, and prints the peak RSS of the largest size
-over the smallest (flat memory: within 1.3x). Set TFAPP_CPU_BFLOAT16=0 for float32 on
+median and range. Then every row's label is compared (tfapp's label against the
+pipeline's argmax), and its probability (the largest difference is printed).
+
+``--rss-rows`` runs tfapp predict at each size into each of ``--rss-formats`` (and
+``tfapp evaluate`` with ``--evaluate``), checks that the output has one row per input row
+with the ids in order, and prints the peak RSS of the largest size over the smallest (flat
+memory: within 1.3x). Set TFAPP_CPU_BFLOAT16=0 for float32 on
 both sides.
 """
 
@@ -60,7 +62,7 @@ def texts():
             yield row["text"]
 with open(out, "w") as fh:
     for result in pipe(texts(), batch_size=batch):
-        fh.write(result["label"] + "\n")
+        fh.write(f"{result['label']}\t{result['score']!r}\n")
 """
 
 
@@ -139,9 +141,11 @@ def output_ids(out: Path) -> tuple[int, bool]:
     return n, ordered
 
 
-def labels_of(out: Path) -> list[str]:
+def labels_of(out: Path) -> list[tuple[str, float]]:
+    """Each row's predicted label and its probability, from tfapp's CSV output."""
     with out.open(newline="") as fh:
-        return [r["label"] for r in csv.DictReader(fh)]
+        return [(r["label"], float(r[f"probabilities.{r['label']}"]))
+                for r in csv.DictReader(fh)]
 
 
 def spread(values: list[float]) -> dict:
@@ -201,10 +205,13 @@ def main() -> int:
     for name, _, out, _ in sides:
         row = {"rows_per_s": spread(times[name])}
         if name != "tfapp":
-            theirs = out.read_text().split()
-            row["same_labels"] = sum(a == b for a, b in zip(ours, theirs, strict=True))
+            theirs = [line.split("\t") for line in out.read_text().splitlines()]
+            row["same_labels"] = sum(a == b for (a, _), (b, _) in zip(ours, theirs,
+                                                                     strict=True))
+            row["max_probability_diff"] = max(abs(p - float(q)) for (_, p), (_, q)
+                                              in zip(ours, theirs, strict=True))
             print(f"{name}: same label as tfapp on {row['same_labels']:,} of {len(ours):,} "
-                  "rows")
+                  f"rows; its probability differs by at most {row['max_probability_diff']:.1e}")
         results["runs"][name] = row
     for name, row in results["runs"].items():
         s = row["rows_per_s"]
