@@ -74,14 +74,12 @@ def _print(evaluation: Evaluation, *, as_json: bool) -> int:
               help="With --output: rows per part file.")
 @click.option("--json", is_flag=True, help="Print the report as JSON.")
 def command(args: SimpleNamespace) -> int:
-    from tfapp.scoring import evaluate_to
+    from tfapp.scoring import evaluate_to, refuse_keep_without_output
 
     if args.part_rows < 1:
         raise ConfigError(f"--part-rows {args.part_rows}: must be at least 1")
     keep = cli.keep_columns(args.keep)
-    if keep and not args.output:
-        raise ConfigError(f"--keep {args.keep}: kept columns go into the per-row output; "
-                          "give --output OUT too")
+    refuse_keep_without_output(keep, args.output)
     try:
         if args.output:
             Output(args.output, {}).precheck()  # a refusal before the model loads

@@ -43,8 +43,10 @@ from tfapp.parts import Output, RowParts
 from tfapp.progress import Progress
 from tfapp.run_layout import RunLayout
 
-__all__ = ["Batch", "Batches", "Summary", "evaluate_to", "output_flags", "parse_shard",
-           "predictions", "run_data", "score_files", "score_to", "scored_rows"]
+__all__ = ["Batch", "Batches", "Summary", "evaluate_to", "model_identity", "output_flags",
+           "parse_shard", "predictions", "refuse_keep_without_output",
+           "refuse_kept_outputs", "run_data", "score_files",
+           "score_to", "scored_rows"]
 
 log = logging.getLogger("tfapp")
 
@@ -257,6 +259,14 @@ def score_to(model: Any, rows: InputRows, out: Output, *, batch_size: int = BATC
     return Summary(scored, written, len(done), records, complete, report)
 
 
+def model_identity(model: Any) -> dict[str, Any]:
+    """The model part of an output's job (``parts.Output``): the export's resolved path
+    and the size of its graph, so a rerun resumes only with the same export, and one
+    written again in place (another size) is not taken for it."""
+    export = model.path.resolve()
+    return {"model": str(export), "model_bytes": (export / "saved_model.pb").stat().st_size}
+
+
 def evaluate_to(model: Any, data: str, params: Path, flags: dict[str, Any],
                 output: str | None = None, *, part_rows: int = PART_ROWS,
                 keep: Sequence[str] = ()) -> Any:
@@ -267,17 +277,14 @@ def evaluate_to(model: Any, data: str, params: Path, flags: dict[str, Any],
     output's job is the model, the input files, ``flags`` and ``keep``: a rerun after a
     kill writes only the parts that are missing, another job's output is refused."""
     keep = list(keep)
+    refuse_keep_without_output(keep, output)
     if output is None:
-        if keep:
-            raise ConfigError(f"--keep {','.join(keep)}: kept columns go into the per-row "
-                              "output; give --output OUT too")
         return model.evaluate(data, params, flags)
     Output(output, {}).precheck()
     refuse_kept_outputs(keep, model.evaluation_columns, "that evaluate writes")
-    export = model.path.resolve()
     files = resolve_files(data, Setting("data.test_files"))
     sink = RowParts(Output(output, {
-        "model": str(export), "model_bytes": (export / "saved_model.pb").stat().st_size,
+        **model_identity(model),
         "input": {"files": describe_files(files),
                   "flags": {k: v for k, v in sorted(flags.items()) if v is not None},
                   "keep": keep},
@@ -295,6 +302,15 @@ def refuse_kept_outputs(keep: Sequence[str], columns: Sequence[str], noun: str) 
         raise ConfigError(f"--keep {','.join(keep)}: '{taken[0]}' is a column {noun} "
                           f"({', '.join(columns)}); rename that input column, or leave it "
                           "out of --keep")
+
+
+def refuse_keep_without_output(keep: Sequence[str], output: str | None) -> None:
+    """evaluate's ``--keep`` names columns of the per-row output: nothing to keep them in
+    without ``--output`` (checked by the command before its model loads, and here for the
+    Python API)."""
+    if keep and output is None:
+        raise ConfigError(f"--keep {','.join(keep)}: kept columns go into the per-row output; "
+                          "give --output OUT too")
 
 
 def run_data(model_dir: str) -> Any | None:
@@ -331,10 +347,8 @@ def score_files(model: Any, args: SimpleNamespace, *, command: str, columns: lis
                         else f"that {command} writes")
     rows = InputRows(args.data, columns, keep, fmt=args.format or "auto")
     mode = args.on_bad_rows or getattr(data, "on_bad_rows", "fail")
-    export = model.path.resolve()
-    out = Output(args.output, {
-        "model": str(export), "model_bytes": (export / "saved_model.pb").stat().st_size,
-        "input": describe_input(rows), "part_rows": args.part_rows, **(job or {})})
+    out = Output(args.output, {**model_identity(model), "input": describe_input(rows),
+                               "part_rows": args.part_rows, **(job or {})})
     progress = Progress(command, rows.estimated_rows(), enabled=not args.quiet)
     summary = score_to(model, rows, out, batch_size=args.batch_size, part_rows=args.part_rows,
                        shard=shard, mode=mode, progress=progress, what=command)
