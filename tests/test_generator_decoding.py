@@ -18,7 +18,7 @@ from tfapp.training.context import RunContext
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import run_python
+from conftest import run_python, subprocess_env
 
 CORPUS = [
     "the red fox jumps over the lazy dog",
@@ -410,6 +410,36 @@ def test_generate_data_resumes_without_writing_a_part_twice(trained, exported, t
     joined = b"".join(p.read_bytes() for p in sorted(out.glob("part-*.jsonl")))
     assert joined == (tmp_path / "whole.jsonl").read_bytes()
     assert len(joined.splitlines()) == len(DATA_PROMPTS)
+
+
+def test_generate_data_killed_midway_then_rerun_gives_the_same_output(exported, tmp_path,
+                                                                     capsys):
+    """A real ``generate --data --output`` process SIGKILLed (tfapp.killpoints) as the
+    third of four parts is about to be written: the rerun writes only the rest, and the
+    file equals an uninterrupted run's, each prompt's row in it once."""
+    from tfapp.parts import MARKER
+
+    export = str(exported.paths["exported"])
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "text": p}) + "\n"
+                            for i, p in enumerate(DATA_PROMPTS)))
+    more = ("--keep", "id", "--part-rows", "2")  # 7 rows: parts of 2, 2, 2 and 1
+    code, err = _generate_data(capsys, export, data, tmp_path / "whole.jsonl", *more)
+    assert code == 0, err
+    killed = tmp_path / "killed.jsonl"
+    proc = run_python(["-m", "tfapp.generate", "--model", export, "--data", str(data),
+                       "--output", str(killed), "--batch-size", "2", "-q", *more],
+                      env=subprocess_env(TFAPP_KILL_AT="predict-part@3"))
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    parts = killed.with_name(killed.name + ".parts")
+    assert sorted(p.name for p in parts.iterdir()) == [MARKER, "part-000000.jsonl",
+                                                       "part-000001.jsonl"]
+    code, err = _generate_data(capsys, export, data, killed, *more)
+    assert code == 0, err
+    assert "3 rows in 2 part(s)" in err and "(2 part(s) were already written)" in err
+    assert killed.read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+    assert [json.loads(line)["id"] for line in killed.read_text().splitlines()] == \
+        list(range(len(DATA_PROMPTS)))
 
 
 def test_evaluate_streams_the_sums_of_the_in_memory_scores(trained, exported, tmp_path):
