@@ -11,9 +11,8 @@ each row's prediction next to its gold label (a tagger: words, tags and gold tag
 part files as ``predict --output`` writes them; --keep carries a classifier's input
 columns (an id) into it.
 
-There is no --shard: the metrics count every row, so N processes would each need to write
-their counts for a merge that nothing does; and the output's parts are cut by rows scored
-(after bad rows are dropped), which a process can only know by reading all rows before.
+There is no --shard: the metrics count every row in one process (docs/serving.md says
+why).
 """
 
 from __future__ import annotations
