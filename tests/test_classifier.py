@@ -396,6 +396,53 @@ def test_predict_data_writes_every_row_in_order_with_its_id(trained, labelled, t
     assert "'label' is a column of the prediction" in proc.stderr.strip().splitlines()[-1]
 
 
+def test_evaluate_output_keeps_an_id_column_in_input_order(trained, labelled, tmp_path,
+                                                         capsys):
+    """evaluate --keep id --output: each written row starts with its own input row's id
+    (an int64 Parquet column, in an order unlike the rows'), also past a skipped bad row
+    and across parts; the Python API keeps it the same way. --keep that takes a column
+    evaluate writes, or without --output, is one line and exit 2."""
+    from tfapp import evaluate
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with (labelled / "test.csv").open() as fh:
+        rows = [{"id": (i * 37) % 1000 + 5000, **r} for i, r in enumerate(csv.DictReader(fh))]
+    rows[5]["text"] = " "  # a bad row (empty text): skipped, its id not written
+    data = tmp_path / "test.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), data)
+    want = [r for i, r in enumerate(rows) if i != 5]
+    out = tmp_path / "rows.csv"
+    code = evaluate.main(["--model", str(trained.run_dir), "--data", str(data), "--keep", "id",
+                          "--output", str(out), "--part-rows", "7", "--on-bad-rows", "skip",
+                          "--json"])
+    assert code == 0, capsys.readouterr().err
+    report = json.loads(capsys.readouterr().out)
+    assert report["examples"] == len(want) and report["bad_rows"]["count"] == 1
+    with out.open() as fh:
+        written = list(csv.DictReader(fh))
+    assert list(written[0])[:2] == ["id", "text"]
+    assert [int(w["id"]) for w in written] == [r["id"] for r in want]
+    assert [w["text"] for w in written] == [r["text"] for r in want]
+    assert [w["gold_label"] for w in written] == [r["label"] for r in want]
+
+    got = tfapp.load(trained.run_dir).evaluate(data, output=tmp_path / "rows.jsonl",
+                                               keep=["id"], on_bad_rows="skip")
+    assert got["accuracy"] == report["accuracy"]
+    lines = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert [line["id"] for line in lines] == [r["id"] for r in want]  # ints stay ints
+
+    for extra, message in ((["--keep", "label", "--output", str(tmp_path / "x.jsonl")],
+                            "--keep label: 'label' is a column that evaluate writes"),
+                           (["--keep", "id"], "--keep id: kept columns go into the per-row "
+                                              "output; give --output OUT too")):
+        code = evaluate.main(["--model", str(trained.run_dir), "--data", str(data), *extra])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and message in err[-1]
+    assert not (tmp_path / "x.jsonl").exists() and not (tmp_path / "x.jsonl.parts").exists()
+
+
 def test_predict_data_resumes_after_an_interruption_with_the_same_output(
         trained, labelled, tmp_path, monkeypatch):
     """Stopped while writing its third part, a rerun writes the parts that are missing and

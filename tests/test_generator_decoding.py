@@ -18,7 +18,7 @@ from tfapp.training.context import RunContext
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import run_python
+from conftest import run_python, subprocess_env
 
 CORPUS = [
     "the red fox jumps over the lazy dog",
@@ -330,6 +330,32 @@ DATA_PROMPTS = ["the red fox", "a small bird", "", "my old boat sails", "zebra",
            "the cold sea"]
 
 
+@pytest.fixture(scope="module")
+def predictor(exported):
+    """The export loaded once (``tfapp.load``) for this module's in-process uses of it:
+    a load and its decoder's first call take ~14 s, a call on a loaded one ~0.3 s."""
+    return tfapp.load(exported.paths["exported"])
+
+
+@pytest.fixture
+def export(exported, predictor, monkeypatch):
+    """The export's path; ``generate.main`` given it takes ``predictor``'s loaded model
+    instead of loading it again. The load itself, in a process of its own, is run by
+    test_generate_data_killed_midway_then_rerun_gives_the_same_output and
+    test_export_reloads_in_a_fresh_process_with_the_same_output."""
+    from tfapp import generate
+    from tfapp.serving import GENERATE
+
+    path, real = str(exported.paths["exported"]), generate.load_export
+
+    def load(model, command):
+        return predictor.model if (str(model), command) == (path, GENERATE) else \
+            real(model, command)
+
+    monkeypatch.setattr(generate, "load_export", load)
+    return path
+
+
 def _generate_data(capsys, export, data, output, *more):
     from tfapp import generate
 
@@ -338,12 +364,12 @@ def _generate_data(capsys, export, data, output, *more):
     return code, capsys.readouterr().err
 
 
-def test_generate_data_writes_a_row_per_prompt_in_order(trained, exported, tmp_path, capsys):
+def test_generate_data_writes_a_row_per_prompt_in_order(trained, export, tmp_path, capsys):
     """``generate --data`` (the predict machinery): ids kept, rows in input order, each
     the export's greedy continuation of its prompt, in JSONL and Parquet alike."""
     import pyarrow.parquet as pq
 
-    gen, export = trained[2], str(exported.paths["exported"])
+    gen = trained[2]
     data = tmp_path / "prompts.csv"
     data.write_text("id,text\n" + "".join(f"{10 + i},{p}\n" for i, p in enumerate(DATA_PROMPTS)))
     want = [t.decode() for t in gen.greedy(tf.constant(DATA_PROMPTS), tf.constant(10))["text"]
@@ -372,14 +398,13 @@ def test_generate_data_writes_a_row_per_prompt_in_order(trained, exported, tmp_p
     assert code == 2 and "leave out the PROMPT arguments" in err
 
 
-def test_generate_data_resumes_without_writing_a_part_twice(trained, exported, tmp_path,
-                                                            capsys, monkeypatch):
+def test_generate_data_resumes_without_writing_a_part_twice(export, tmp_path, capsys,
+                                                            monkeypatch):
     """Stopped before its third part, a rerun writes only that part (the first two keep
     their files: same inode) and the output equals an uninterrupted run's; other
     generation settings are another job, refused."""
     from tfapp import parts
 
-    export = str(exported.paths["exported"])
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"id": i, "text": p}) + "\n"
                             for i, p in enumerate(DATA_PROMPTS)))
@@ -412,7 +437,37 @@ def test_generate_data_resumes_without_writing_a_part_twice(trained, exported, t
     assert len(joined.splitlines()) == len(DATA_PROMPTS)
 
 
-def test_evaluate_streams_the_sums_of_the_in_memory_scores(trained, exported, tmp_path):
+@pytest.mark.slow
+def test_generate_data_killed_midway_then_rerun_gives_the_same_output(export, tmp_path,
+                                                                     capsys):
+    """A real ``generate --data --output`` process SIGKILLed (tfapp.killpoints) as the
+    third of four parts is about to be written: the rerun writes only the rest, and the
+    file equals an uninterrupted run's, each prompt's row in it once."""
+    from tfapp.parts import MARKER
+
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "text": p}) + "\n"
+                            for i, p in enumerate(DATA_PROMPTS)))
+    more = ("--keep", "id", "--part-rows", "2")  # 7 rows: parts of 2, 2, 2 and 1
+    code, err = _generate_data(capsys, export, data, tmp_path / "whole.jsonl", *more)
+    assert code == 0, err
+    killed = tmp_path / "killed.jsonl"
+    proc = run_python(["-m", "tfapp.generate", "--model", export, "--data", str(data),
+                       "--output", str(killed), "--batch-size", "2", "-q", *more],
+                      env=subprocess_env(TFAPP_KILL_AT="predict-part@3"))
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    parts = killed.with_name(killed.name + ".parts")
+    assert sorted(p.name for p in parts.iterdir()) == [MARKER, "part-000000.jsonl",
+                                                       "part-000001.jsonl"]
+    code, err = _generate_data(capsys, export, data, killed, *more)
+    assert code == 0, err
+    assert "3 rows in 2 part(s)" in err and "(2 part(s) were already written)" in err
+    assert killed.read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+    assert [json.loads(line)["id"] for line in killed.read_text().splitlines()] == \
+        list(range(len(DATA_PROMPTS)))
+
+
+def test_evaluate_streams_the_sums_of_the_in_memory_scores(predictor, tmp_path):
     """evaluate reads, scores and sums a batch of texts at a time (1200 lines: two of its
     1024-line batches); the report equals today's in-memory one (all texts scored, then
     summed), and its --output rows (one per text, its own sums) add up to the report."""
@@ -427,7 +482,6 @@ def test_evaluate_streams_the_sums_of_the_in_memory_scores(trained, exported, tm
     lines = [f"{line} {'abc'[i % 3]}" for i in range(300) for line in CORPUS]
     data = tmp_path / "test.txt"
     data.write_text("\n".join(lines) + "\n")
-    predictor = tfapp.load(exported.paths["exported"])
     texts = clean_lines(lines)
     want = generator_report(score_in_batches(predictor.model.module.score_lines, texts))
     got = predictor.evaluate(data, output=tmp_path / "rows.parquet")
@@ -443,12 +497,11 @@ def test_evaluate_streams_the_sums_of_the_in_memory_scores(trained, exported, tm
         got["cross_entropy"], rel=1e-6)
 
 
-def test_predictor_generate_reads_a_file_of_prompts(trained, exported, tmp_path):
+def test_predictor_generate_reads_a_file_of_prompts(trained, predictor, tmp_path):
     gen = trained[2]
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"n": i, "text": p}) + "\n"
                             for i, p in enumerate(DATA_PROMPTS[:3])))
-    predictor = tfapp.load(exported.paths["exported"])
     got = predictor.generate(data, keep=["n"])
     assert not isinstance(got, list)
     want = [t.decode() for t in gen.greedy(tf.constant(DATA_PROMPTS[:3]), tf.constant(10))["text"]

@@ -81,6 +81,7 @@ def test_entities_and_character_offsets(vocab_file, seq_length, tmp_path):
     # file (7 of 8 words: lind's gold B-LOC tagged I-LOC) is the report's.
     from pathlib import Path
 
+    from tfapp.errors import ConfigError
     from tfapp.scoring import evaluate_to
     from tfapp.tasks.ner.serving import LoadedTagger
 
@@ -101,4 +102,11 @@ def test_entities_and_character_offsets(vocab_file, seq_length, tmp_path):
     right = sum(t == g for r in rows for t, g in zip(r["tags"], r["gold_tags"], strict=True))
     assert right / sum(len(r["words"]) for r in rows) == report["token_accuracy"] == 7 / 8
     assert report["sentences"] == 2
+    # --keep: a sentence of tagged words has no input columns to carry; refused in one
+    # line before any part, and the output folder is not made (a rerun without --keep
+    # would find another job's marker there).
+    with pytest.raises(ConfigError, match=r"^--keep id: an NER export evaluates sentences"):
+        evaluate_to(LoadedTagger(path), str(conll), Path(tmp_path / "no-params.yaml"), {},
+                    str(tmp_path / "kept.jsonl/"), keep=["id"])
+    assert not (tmp_path / "kept.jsonl").exists()
 

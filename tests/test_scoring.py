@@ -164,14 +164,18 @@ def test_row_parts_cut_rows_as_they_come_and_a_rerun_keeps_the_parts_there(tmp_p
     assert whole.close() and whole.parts == 3 and whole.rows == 7
     assert [json.loads(line) for line in (tmp_path / "whole.jsonl").read_text().splitlines()
             ] == rows
+    # Opened at the first part: a command refused before it (a flag its model does not
+    # take) leaves no folder whose job a corrected rerun would not match.
+    RowParts(Output(str(tmp_path / "refused.jsonl/"), JOB), 3)
+    assert not (tmp_path / "refused.jsonl").exists()
     folder = tmp_path / "rerun.jsonl"
     first = RowParts(Output(f"{folder}/", JOB), 3)
     first.add(rows[:6])  # parts 0 and 1 written; then a kill: no close
     inodes = {p.name: p.stat().st_ino for p in folder.glob("part-*")}
     assert sorted(inodes) == ["part-000000.jsonl", "part-000001.jsonl"]
     again = RowParts(Output(f"{folder}/", JOB), 3)
-    assert again.done == {0, 1}
     again.add(rows)
+    assert again.done == {0, 1}
     assert again.close()
     assert {p.name: p.stat().st_ino for p in folder.glob("part-*") if p.name in inodes} == \
         inodes

@@ -121,18 +121,20 @@ class Predictor:
                 yield from self.model.predict_rows(element)
 
     def evaluate(self, data: str | os.PathLike, *, output: str | os.PathLike | None = None,
-                 part_rows: int | None = None, **flags: Any) -> dict:
+                 part_rows: int | None = None, keep: Sequence[str] = (),
+                 **flags: Any) -> dict:
         """The scores on labelled ``data`` (a file, comma-separated files or a glob), as
         ``evaluate --json`` prints them, read and counted a batch at a time (the command's
         own code); ``flags``: text_column, label_column, format, ... ``output``: also
         write each row's prediction and gold label there, as ``evaluate --output`` (in
-        parts of ``part_rows`` rows, its default when None)."""
+        parts of ``part_rows`` rows, its default when None), led by the ``keep`` input
+        columns (an id)."""
         from tfapp.scoring import PART_ROWS, evaluate_to
 
         self._check(EVALUATE)
         return evaluate_to(self.model, os.fspath(data), RunLayout(self.path).params, flags,
                            None if output is None else os.fspath(output),
-                           part_rows=part_rows or PART_ROWS).result
+                           part_rows=part_rows or PART_ROWS, keep=keep).result
 
     def generate(self, prompts: Sequence[str] | str | os.PathLike, *,
                  text_column: str | None = None, keep: Sequence[str] = (),

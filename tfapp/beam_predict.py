@@ -80,22 +80,18 @@ def _beam_predict(args: SimpleNamespace) -> int:
 
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size {args.batch_size}: must be at least 1")
-    keep = [c.strip() for c in (args.keep or "").split(",") if c.strip()]
+    keep = cli.keep_columns(args.keep)
     _refuse_existing(args.output)
     # Loaded here once too (from gs://, a local copy): a wrong --model, a pair model
     # without its column or a --keep that takes a prediction's name fail in one line
     # before any worker starts.
     local = local_model(args.model)
-    from tfapp.scoring import run_data  # TensorFlow: not for --help
+    from tfapp.scoring import refuse_kept_outputs, run_data  # TensorFlow: not for --help
 
     data = run_data(local)
     model = load_export(local, PREDICT)
     columns = _columns(args, model, data)
-    taken = [c for c in keep if c in model.output_columns]
-    if taken:
-        raise ConfigError(f"--keep {args.keep}: '{taken[0]}' is a column of the prediction "
-                          f"({', '.join(model.output_columns)}); rename that input column, "
-                          "or leave it out of --keep")
+    refuse_kept_outputs(keep, model.output_columns, "of the prediction")
     rows = InputRows(args.data, columns, keep, fmt=args.format or "auto")
     if rows.manifest is not None:
         raise ConfigError(f"--data {args.data}: a prepared folder; beam_predict reads the raw "
@@ -173,7 +169,7 @@ def _report(result: object, prefix: str) -> None:
 @click.option("--output", required=True, metavar="PREFIX",
               help="Shards PREFIX-SSSSS-of-NNNNN.jsonl (a new prefix: nothing is "
                    "overwritten).")
-@click.option("--keep", metavar="COL,...", help="Columns carried into the output (an id).")
+@cli.keep_option()
 @click.option("--text-column", help="Default: the run's data.text_column.")
 @click.option("--text-pair-column",
               help="A sentence-pair model: default the run's data.text_pair_column.")

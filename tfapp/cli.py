@@ -247,8 +247,7 @@ def file_output_options(*, shard_verb: str, batch_help: str
         click.option("--output", metavar="OUT",
                      help="With --data: OUT.jsonl, OUT.csv or OUT.parquet (a file), or such "
                           "a name ending in / (a folder of part files)."),
-        click.option("--keep", metavar="COL,...",
-                     help="With --data: columns carried into the output (an id)."),
+        keep_option(),
         click.option("--format", type=click.Choice(["auto", "csv", "tsv", "jsonl", "text",
                                                     "tfrecord", "parquet"]),
                      help="With --data: the files' format (default: from each file's "
@@ -272,6 +271,20 @@ def file_output_options(*, shard_verb: str, batch_help: str
         return body
 
     return decorate
+
+
+def keep_option() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: ``--keep COL,...`` (read by ``keep_columns``), the input columns carried
+    into a command's per-row output: predict's and generate's (``file_output_options``)
+    and evaluate's."""
+    return click.option("--keep", metavar="COL,...",
+                        help="With --output: input columns carried into the output, ahead of "
+                             "the rest of each row (an id).")
+
+
+def keep_columns(text: str | None) -> list[str]:
+    """The columns ``--keep`` names, in order (blanks between commas left out)."""
+    return [c.strip() for c in (text or "").split(",") if c.strip()]
 
 
 def check_file_output_counts(args: SimpleNamespace) -> None:

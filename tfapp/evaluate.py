@@ -4,11 +4,15 @@ generator on text: perplexity and token accuracy).
     python -m tfapp.evaluate --model runs/classifier --data test.csv
     python -m tfapp.evaluate --model runs/ner --data test.conll
     python -m tfapp.evaluate --model runs/generator --data test.txt
-    python -m tfapp.evaluate --model runs/classifier --data test.csv --output rows.parquet
+    python -m tfapp.evaluate --model runs/classifier --data test.csv --keep id --output rows.csv
 Columns, format and label handling default to the run's own params.yaml; override them
 with --text-column / --text-pair-column / --label-column / --format. --output also writes
 each row's prediction next to its gold label (a tagger: words, tags and gold tags), in
-part files as ``predict --output`` writes them.
+part files as ``predict --output`` writes them; --keep carries a classifier's input
+columns (an id) into it.
+
+There is no --shard: the metrics count every row in one process (docs/serving.md says
+why).
 """
 
 from __future__ import annotations
@@ -64,14 +68,17 @@ def _print(evaluation: Evaluation, *, as_json: bool) -> int:
 @click.option("--output", metavar="OUT",
               help="Also write each row's prediction and gold label: OUT.jsonl, OUT.csv or "
                    "OUT.parquet (a file), or such a name ending in / (a folder of parts).")
+@cli.keep_option()
 @click.option("--part-rows", type=int, default=10000, show_default=True,
               help="With --output: rows per part file.")
 @click.option("--json", is_flag=True, help="Print the report as JSON.")
 def command(args: SimpleNamespace) -> int:
-    from tfapp.scoring import evaluate_to
+    from tfapp.scoring import evaluate_to, refuse_keep_without_output
 
     if args.part_rows < 1:
         raise ConfigError(f"--part-rows {args.part_rows}: must be at least 1")
+    keep = cli.keep_columns(args.keep)
+    refuse_keep_without_output(keep, args.output)
     try:
         if args.output:
             Output(args.output, {}).precheck()  # a refusal before the model loads
@@ -81,7 +88,7 @@ def command(args: SimpleNamespace) -> int:
         flags = {key: getattr(args, key) for key in ("text_column", "text_pair_column",
                                                      "label_column", "format", "on_bad_rows")}
         evaluation = evaluate_to(model, args.data, RunLayout(args.model).params, flags,
-                                 args.output, part_rows=args.part_rows)
+                                 args.output, part_rows=args.part_rows, keep=keep)
     except ConfigError as err:
         raise err.in_flag_terms(_FLAGS) from None
     return _print(evaluation, as_json=args.json)

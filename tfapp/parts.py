@@ -205,11 +205,13 @@ class RowParts:
     ``out`` as they come: part ``k`` is output rows ``[k * part_rows, (k + 1) *
     part_rows)``. A rerun of the same job after a kill does not write again the parts
     that are there (the same input gives the same parts). ``add`` takes each batch's
-    rows, ``close`` writes the last part and joins or marks the output."""
+    rows, ``close`` writes the last part and joins or marks the output. ``out`` is opened
+    when the first part is written: a command refused before then (a flag its model does
+    not take, a bad row) leaves no folder whose job a corrected rerun would not match."""
 
     def __init__(self, out: Output, part_rows: int):
         self.out, self.part_rows = out, part_rows
-        self.done = out.open(sole_writer=True)
+        self.done: set[int] | None = None
         self.buffer: list[dict[str, Any]] = []
         self.parts = self.rows = 0
 
@@ -221,6 +223,8 @@ class RowParts:
             del self.buffer[:self.part_rows]
 
     def _write(self, rows: Sequence[dict[str, Any]]) -> None:
+        if self.done is None:
+            self.done = self.out.open(sole_writer=True)
         if not self.out.complete and self.parts not in self.done:
             self.out.write(self.parts, rows)
         self.parts += 1

@@ -34,6 +34,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from tfapp import cli
 from tfapp.config import load_config
 from tfapp.data.input_rows import InputRows, Record, describe_files, describe_input
 from tfapp.data.sources import BadRowPolicy, BadRowReport, resolve_files
@@ -42,8 +43,10 @@ from tfapp.parts import Output, RowParts
 from tfapp.progress import Progress
 from tfapp.run_layout import RunLayout
 
-__all__ = ["Batch", "Batches", "Summary", "evaluate_to", "output_flags", "parse_shard",
-           "predictions", "run_data", "score_files", "score_to", "scored_rows"]
+__all__ = ["Batch", "Batches", "Summary", "evaluate_to", "model_identity", "output_flags",
+           "parse_shard", "predictions", "refuse_keep_without_output",
+           "refuse_kept_outputs", "run_data", "score_files",
+           "score_to", "scored_rows"]
 
 log = logging.getLogger("tfapp")
 
@@ -256,27 +259,58 @@ def score_to(model: Any, rows: InputRows, out: Output, *, batch_size: int = BATC
     return Summary(scored, written, len(done), records, complete, report)
 
 
+def model_identity(model: Any) -> dict[str, Any]:
+    """The model part of an output's job (``parts.Output``): the export's resolved path
+    and the size of its graph, so a rerun resumes only with the same export, and one
+    written again in place (another size) is not taken for it."""
+    export = model.path.resolve()
+    return {"model": str(export), "model_bytes": (export / "saved_model.pb").stat().st_size}
+
+
 def evaluate_to(model: Any, data: str, params: Path, flags: dict[str, Any],
-                output: str | None = None, *, part_rows: int = PART_ROWS) -> Any:
+                output: str | None = None, *, part_rows: int = PART_ROWS,
+                keep: Sequence[str] = ()) -> Any:
     """``model.evaluate`` of the files ``data`` (an ``Evaluation``); with ``output``
     (``OUT.jsonl|.csv|.parquet``, or such a folder ``OUT/``) its per-row predictions and
     gold labels or tags are written there as they are scored, in parts of ``part_rows``
-    rows, as ``predict --output`` writes. The output's job is the model, the input files
-    and ``flags``: a rerun after a kill writes only the parts that are missing, another
-    job's output is refused."""
+    rows, as ``predict --output`` writes, each row led by its ``keep`` columns. The
+    output's job is the model, the input files, ``flags`` and ``keep``: a rerun after a
+    kill writes only the parts that are missing, another job's output is refused."""
+    keep = list(keep)
+    refuse_keep_without_output(keep, output)
     if output is None:
         return model.evaluate(data, params, flags)
     Output(output, {}).precheck()
-    export = model.path.resolve()
+    refuse_kept_outputs(keep, model.evaluation_columns, "that evaluate writes")
     files = resolve_files(data, Setting("data.test_files"))
     sink = RowParts(Output(output, {
-        "model": str(export), "model_bytes": (export / "saved_model.pb").stat().st_size,
+        **model_identity(model),
         "input": {"files": describe_files(files),
-                  "flags": {k: v for k, v in sorted(flags.items()) if v is not None}},
+                  "flags": {k: v for k, v in sorted(flags.items()) if v is not None},
+                  "keep": keep},
         "part_rows": part_rows}), part_rows)
-    evaluation = model.evaluate(data, params, flags, rows=sink.add)
+    evaluation = model.evaluate(data, params, flags, rows=sink.add, keep=keep)
     sink.close()
     return evaluation
+
+
+def refuse_kept_outputs(keep: Sequence[str], columns: Sequence[str], noun: str) -> None:
+    """One line when ``--keep`` names one of the ``columns`` the command writes itself
+    (``noun``: whose they are, "of the prediction"): a row cannot hold both."""
+    taken = [c for c in keep if c in columns]
+    if taken:
+        raise ConfigError(f"--keep {','.join(keep)}: '{taken[0]}' is a column {noun} "
+                          f"({', '.join(columns)}); rename that input column, or leave it "
+                          "out of --keep")
+
+
+def refuse_keep_without_output(keep: Sequence[str], output: str | None) -> None:
+    """evaluate's ``--keep`` names columns of the per-row output: nothing to keep them in
+    without ``--output`` (checked by the command before its model loads, and here for the
+    Python API)."""
+    if keep and output is None:
+        raise ConfigError(f"--keep {','.join(keep)}: kept columns go into the per-row output; "
+                          "give --output OUT too")
 
 
 def run_data(model_dir: str) -> Any | None:
@@ -296,7 +330,7 @@ def output_flags(args: SimpleNamespace) -> tuple[tuple[int, int], list[str]]:
     if shard[1] > 1 and not args.output.endswith(("/", os.sep)):
         raise ConfigError(f"--shard {args.shard}: processes share a folder of part files; give "
                           f"--output {args.output}/ (a folder)")
-    keep = [c.strip() for c in (args.keep or "").split(",") if c.strip()]
+    keep = cli.keep_columns(args.keep)
     Output(args.output, {}).precheck()
     return shard, keep
 
@@ -309,18 +343,12 @@ def score_files(model: Any, args: SimpleNamespace, *, command: str, columns: lis
     by part, resuming the same job (the model, the input, the part size and what ``job``
     adds: a generator's settings); the summary line on stderr. ``data``: the run's data
     config (the default bad-row mode)."""
-    taken = [c for c in keep if c in model.output_columns]
-    if taken:
-        noun = "of the prediction" if command == "predict" else f"that {command} writes"
-        raise ConfigError(f"--keep {args.keep}: '{taken[0]}' is a column {noun} "
-                          f"({', '.join(model.output_columns)}); rename that input column, "
-                          "or leave it out of --keep")
+    refuse_kept_outputs(keep, model.output_columns, "of the prediction" if command == "predict"
+                        else f"that {command} writes")
     rows = InputRows(args.data, columns, keep, fmt=args.format or "auto")
     mode = args.on_bad_rows or getattr(data, "on_bad_rows", "fail")
-    export = model.path.resolve()
-    out = Output(args.output, {
-        "model": str(export), "model_bytes": (export / "saved_model.pb").stat().st_size,
-        "input": describe_input(rows), "part_rows": args.part_rows, **(job or {})})
+    out = Output(args.output, {**model_identity(model), "input": describe_input(rows),
+                               "part_rows": args.part_rows, **(job or {})})
     progress = Progress(command, rows.estimated_rows(), enabled=not args.quiet)
     summary = score_to(model, rows, out, batch_size=args.batch_size, part_rows=args.part_rows,
                        shard=shard, mode=mode, progress=progress, what=command)

@@ -87,6 +87,8 @@ class ExportedModel:
     text_pair: bool = False
     #: the keys of ``predict_rows``'s dicts (a kept column may not take one)
     output_columns: tuple[str, ...] = ()
+    #: the keys of the rows ``evaluate`` hands ``rows`` (a kept column may not take one)
+    evaluation_columns: tuple[str, ...] = ()
 
     def __init__(self, path: Path, module: Any, metadata: dict):
         self.path, self.module, self.metadata = path, module, metadata
@@ -103,12 +105,22 @@ class ExportedModel:
         raise ConfigError(f"{self.path}: this export does not predict")
 
     def evaluate(self, files: str, params: Path, flags: dict[str, Any],
-                 rows: Callable[[list[dict]], None] | None = None) -> Evaluation:
+                 rows: Callable[[list[dict]], None] | None = None,
+                 keep: Sequence[str] = ()) -> Evaluation:
         """Scores on the labelled ``files``, read as the run's ``params`` (a params.yaml,
         perhaps missing) say, with the data ``flags`` evaluate was given (key -> value).
         ``rows``: called with each batch's per-row predictions and gold labels, in input
-        order, as they are scored (``evaluate --output``)."""
+        order, as they are scored (``evaluate --output``), each led by the input columns
+        ``keep`` names (``--keep``; a format whose rows are not input rows refuses it)."""
         raise ConfigError(f"{self.path}: this export cannot be evaluated")
+
+    @staticmethod
+    def refuse_keep(keep: Sequence[str], rows: str) -> None:
+        """``evaluate``'s refusal of ``--keep`` by a format whose evaluated ``rows`` (what
+        they are, for the message) are not the input's rows, so have no columns to keep."""
+        if keep:
+            raise ConfigError(f"--keep {','.join(keep)}: {rows}, not the input's rows with "
+                              "their columns; leave --keep out")
 
 
 class ExportFormat(ABC):

@@ -22,7 +22,7 @@ from typing import Any
 
 from tfapp.data import parquet
 from tfapp.data.manifest import find_manifest, read_manifest
-from tfapp.data.sources import detect_format, resolve_files, stream_rows
+from tfapp.data.sources import detect_format, kept_value, resolve_files, stream_rows
 from tfapp.errors import DataError
 from tfapp.textio import has_undecodable
 
@@ -56,17 +56,6 @@ def _text(value: Any, column: str) -> tuple[str | None, str | None]:
     if has_undecodable(value):
         return None, f"column '{column}' is not valid UTF-8 (re-save the file as UTF-8)"
     return value, None
-
-
-def _kept(value: Any) -> Any:
-    """A kept column's value as JSON can hold it (TFRecord/Parquet give bytes, lists)."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    if hasattr(value, "tolist"):  # a NumPy scalar or array (a prepared folder's id)
-        return _kept(value.tolist())
-    if isinstance(value, list):
-        return [_kept(v) for v in value]
-    return value
 
 
 class InputRows:
@@ -153,7 +142,7 @@ class InputRows:
             if problem is not None:
                 return Record(path, line, problem=problem)
             texts.append(text)
-        return Record(path, line, tuple(texts), {c: _kept(fields.get(c)) for c in self.keep})
+        return Record(path, line, tuple(texts), {c: kept_value(fields.get(c)) for c in self.keep})
 
     def _prepared(self) -> Iterator[Record]:
         """The rows of a prepared folder, shard by shard (``record N`` of each shard)."""

@@ -60,7 +60,7 @@ import tensorflow as tf
 __all__ = ["BadRow", "BadRowPolicy", "BadRowReport", "ExampleSet", "read_text", "open_source",
            "RawExample", "resolve_files", "detect_format", "iter_examples",
            "read_texts", "demo_file", "LabelVocab", "stream_rows", "read_label_vocab",
-           "write_label_vocab", "SKIP_OPTION", "COLUMNS_HINT"]
+           "write_label_vocab", "SKIP_OPTION", "COLUMNS_HINT", "kept_value"]
 
 log = logging.getLogger("tfapp.data")
 
@@ -347,13 +347,14 @@ def _jsonl_rows(path: str, lines: Iterator[str], columns: list[str], hint: Hint
         yield 1, None, "empty file (no JSON lines)"
 
 
-def _read_parquet(path: str, columns: list[str], hint: Hint, label_column: str | None = None
-                  ) -> Iterator[Row]:
+def _read_parquet(path: str, columns: list[str], hint: Hint, label_column: str | None = None,
+                  kept: Sequence[str] = ()) -> Iterator[Row]:
     """The ``columns`` of every row of a Parquet file, a batch at a time
     (``data/parquet.py``); rows are numbered from 1. A missing column, or one whose type
-    holds no text (``label_column``: no labels either), fails the file in one line."""
+    holds no text (``label_column``: no labels either; a ``kept`` column, carried through
+    as it is, may hold any type), fails the file in one line."""
     with parquet.open_parquet(path) as pf:
-        _check_parquet_columns(path, pf.schema_arrow, columns, hint, label_column)
+        _check_parquet_columns(path, pf.schema_arrow, columns, hint, label_column, kept)
         if pf.metadata.num_rows == 0:
             yield 1, None, "empty file (no rows)"
             return
@@ -362,7 +363,7 @@ def _read_parquet(path: str, columns: list[str], hint: Hint, label_column: str |
 
 
 def _check_parquet_columns(path: str, schema: Any, columns: list[str], hint: Hint,
-                           label_column: str | None) -> None:
+                           label_column: str | None, kept: Sequence[str] = ()) -> None:
     """Each of ``columns`` is in a Parquet file's schema once, of a type that holds text
     (``label_column``: or labels); else one line: the whole file is wrong, not a row."""
     for column in columns:
@@ -371,6 +372,8 @@ def _check_parquet_columns(path: str, schema: Any, columns: list[str], hint: Hin
         if schema.names.count(column) > 1:
             raise DataError(f"{path}: the Parquet schema names column '{column}' "
                             f"{schema.names.count(column)} times; rename all but one")
+        if column in kept:
+            continue
         problem = parquet.type_problem(schema.field(column), label=column == label_column)
         if problem:
             raise DataError(f"{path}: {problem}; write the column as strings, or name "
@@ -488,6 +491,20 @@ class RawExample:
     text_pair: str | None
     labels: list[str]  # one label, or several for multi-label (possibly none)
     origin: tuple[str, int | str]
+    #: the columns ``iter_examples`` was asked to carry through (evaluate's ``--keep``)
+    kept: dict[str, Any] = field(default_factory=dict)
+
+
+def kept_value(value: Any) -> Any:
+    """A kept column's value as JSON can hold it (TFRecord/Parquet give bytes, lists):
+    what ``--keep`` carries into predict's and evaluate's output."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if hasattr(value, "tolist"):  # a NumPy scalar or array (a prepared folder's id)
+        return kept_value(value.tolist())
+    if isinstance(value, list):
+        return [kept_value(v) for v in value]
+    return value
 
 
 def _clean_text(value: Any, column: str, allow_empty: bool = False
@@ -538,10 +555,11 @@ def _clean_labels(value: Any, column: str, multi_label: bool,
 def _row_sources(spec: str | Sequence[str | os.PathLike], columns: list[str], *, fmt: str,
                  split: str, what: str | Setting, hint: Hint,
                  text_lines: Callable[[str], Iterator[Row]] | None,
-                 default_format: str | None = None,
-                 label_column: str | None = None) -> list[tuple[str, Iterator[Row]]]:
+                 default_format: str | None = None, label_column: str | None = None,
+                 kept: Sequence[str] = ()) -> list[tuple[str, Iterator[Row]]]:
     """(file, its rows) for every file of ``spec`` (or the TFDS dataset it names);
-    ``label_column``: the column of ``columns`` holding labels (typed files check it so).
+    ``label_column``: the column of ``columns`` holding labels (typed files check it so);
+    ``kept``: columns of ``columns`` carried through as they are (of any type).
 
     Files are resolved and their formats told (``fmt``, else the extension, else
     ``default_format``) before any is read, so a missing file or an unknown extension
@@ -562,7 +580,7 @@ def _row_sources(spec: str | Sequence[str | os.PathLike], columns: list[str], *,
         elif kind == "jsonl":
             rows = _read_jsonl(path, columns, hint)
         elif kind == "parquet":
-            rows = _read_parquet(path, columns, hint, label_column)
+            rows = _read_parquet(path, columns, hint, label_column, kept)
         elif kind == "text":
             if text_lines is None:
                 raise DataError(f"{path}: plain text lines hold one text; rows of "
@@ -580,28 +598,34 @@ def _shown(spec: str | Sequence[str | os.PathLike]) -> str:
 
 
 def iter_examples(spec: str, data_cfg: DataConfig, *, split: str, mode: str,
-                  report: BadRowReport, with_labels: bool = True) -> Iterator[RawExample]:
+                  report: BadRowReport, with_labels: bool = True,
+                  keep: Sequence[str] = ()) -> Iterator[RawExample]:
     """Read and check every row of the files in ``spec`` (one split), one example at a
     time as the files are read (a streaming evaluation holds none of them). Bad rows raise
     ``DataError`` (``mode='fail'``) or are recorded in ``report`` (``mode='skip'``); an
-    empty result is the caller's to refuse."""
+    empty result is the caller's to refuse. ``keep``: columns carried through as each
+    example's ``kept`` (plain text lines, which have no such columns, are refused)."""
     what = Setting(f"data.{split}_files")
     columns = [data_cfg.text_column]
     if data_cfg.text_pair_column:
         columns.append(data_cfg.text_pair_column)
     if with_labels:
         columns.append(data_cfg.label_column)
+    extra = [c for c in keep if c not in columns]
+    columns += extra
     bad = BadRowPolicy(mode, report, split)
     label_column = data_cfg.label_column if with_labels else None
-    text_lines = None if data_cfg.text_pair_column else (
+    text_lines = None if data_cfg.text_pair_column or keep else (
         lambda path: _read_text_lines(path, data_cfg.text_column, label_column))
     sources = _row_sources(spec, columns, fmt=data_cfg.format, split=split, what=what,
-                           hint=COLUMNS_HINT, text_lines=text_lines, label_column=label_column)
+                           hint=COLUMNS_HINT, text_lines=text_lines, label_column=label_column,
+                           kept=extra)
     for path, rows in sources:
         for line, fields, problem in rows:
             if problem is None:
                 problem, ex = _to_example(fields, data_cfg, with_labels, (path, line))
                 if ex is not None:
+                    ex.kept = {c: kept_value(fields.get(c)) for c in keep}
                     yield ex
                     continue
             bad(path, line, problem)

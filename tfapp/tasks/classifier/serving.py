@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,7 @@ class LoadedClassifier(ExportedModel):
     """An exported classifier and its metadata (label names, pair input, ...)."""
 
     output_columns = ("label", "probabilities")
+    evaluation_columns = ("text", "text_pair", "label", "probabilities", "gold_label")
 
     def __init__(self, model: str | os.PathLike):
         import tensorflow_text  # noqa: F401  (registers the tokenizer ops the model uses)
@@ -99,11 +100,13 @@ class LoadedClassifier(ExportedModel):
                 for i, (text, label) in enumerate(zip(texts, labels, strict=True))]
 
     def evaluate(self, files: str, params: Path, flags: dict[str, Any],
-                 rows: Callable[[list[dict]], None] | None = None) -> Evaluation:
+                 rows: Callable[[list[dict]], None] | None = None,
+                 keep: Sequence[str] = ()) -> Evaluation:
         """Accuracy, AUC, ... on labelled ``files``, read with the run's columns and format
         (``params``) unless ``flags`` say otherwise. ``rows`` gets each batch's rows: the
-        texts, the prediction as ``predict_rows`` gives it and ``gold_label`` (a
-        multi-label row's labels joined by '|', as its predicted ``label``)."""
+        ``keep`` columns, the texts, the prediction as ``predict_rows`` gives it and
+        ``gold_label`` (a multi-label row's labels joined by '|', as its predicted
+        ``label``)."""
         from tfapp.data.sources import BadRowPolicy, BadRowReport, iter_examples
         from tfapp.training.metrics import format_report
         from tfapp.training.report_counts import ClassificationCounts
@@ -130,16 +133,19 @@ class LoadedClassifier(ExportedModel):
         texts: list[str] = []
         pairs: list[str] = []
         labels: list[list[str]] = []
+        kept: list[dict[str, Any]] = []
 
         def score() -> None:
             probs, predicted = self.predict(texts, pairs if data.text_pair_column else None)
             if rows is not None:
-                rows([{"text": text, **({"text_pair": pair} if data.text_pair_column else {}),
+                rows([{**own, "text": text,
+                       **({"text_pair": pair} if data.text_pair_column else {}),
                        "label": label, "probabilities": dict(zip(self.label_names, p,
                                                                  strict=True)),
                        "gold_label": "|".join(sorted(gold, key=index.__getitem__))}
-                      for text, pair, label, p, gold in zip(
-                          texts, pairs, predicted, probs.tolist(), labels, strict=True)])
+                      for own, text, pair, label, p, gold in zip(
+                          kept, texts, pairs, predicted, probs.tolist(), labels,
+                          strict=True)])
             if len(self.label_names) == 2 and not multi_label:
                 probs = probs[:, 1:]  # the report scores a binary model by P(positive)
             if multi_label:
@@ -149,10 +155,10 @@ class LoadedClassifier(ExportedModel):
             else:
                 truth = np.array([index[names[0]] for names in labels], np.int32)
             counts.update(truth, probs)
-            texts.clear(), pairs.clear(), labels.clear()
+            texts.clear(), pairs.clear(), labels.clear(), kept.clear()
 
         for ex in iter_examples(files, data, split="test", mode=data.on_bad_rows,
-                                report=report):
+                                report=report, keep=keep):
             unknown = [label for label in ex.labels if label not in index]
             if unknown:
                 shown_label = repr(unknown[0])
@@ -164,6 +170,7 @@ class LoadedClassifier(ExportedModel):
             texts.append(ex.text)
             pairs.append(ex.text_pair or "")
             labels.append(ex.labels)
+            kept.append(ex.kept)
             if len(texts) == BATCH:
                 score()
         if texts:

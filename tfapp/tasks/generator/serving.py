@@ -12,7 +12,7 @@ function, and ``score_split`` how a split's texts are scored a batch at a time i
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +75,8 @@ class LoadedGenerator(ExportedModel):
         super().__init__(*load_export(model, FORMAT))
 
     def evaluate(self, files: str, params: Path, flags: dict[str, Any],
-                 rows: Callable[[list[dict]], None] | None = None) -> Evaluation:
+                 rows: Callable[[list[dict]], None] | None = None,
+                 keep: Sequence[str] = ()) -> Evaluation:
         """Perplexity and token accuracy on text ``files`` (lines, or source/target pairs
         as the run read them: its columns, format and data.drop_regex; ``flags`` may set
         the text column, the format and the bad-row mode), scored by the export's
@@ -84,6 +85,8 @@ class LoadedGenerator(ExportedModel):
         from tfapp.data.splits import prepared_splits
         from tfapp.data.text_lines import generator_rows
 
+        self.refuse_keep(keep, "a generator evaluates the texts left by the run's cleaning "
+                               "(data.drop_regex)")
         if "score" not in self.module.signatures:
             raise ConfigError(f"--model {self.path}: this generator export has no score "
                               "signature (exported before generators were evaluated); "

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +117,8 @@ class LoadedTagger(ExportedModel):
         return out
 
     def evaluate(self, files: str, params: Path, flags: dict[str, Any],
-                 rows: Callable[[list[dict]], None] | None = None) -> Evaluation:
+                 rows: Callable[[list[dict]], None] | None = None,
+                 keep: Sequence[str] = ()) -> Evaluation:
         """Entity scores and token accuracy on tagged CoNLL/JSONL ``files`` (the run's
         data.tag_column, data.tag_scheme and data.format; ``flags`` may set the format and
         bad-row mode), counted as the run's test report counts them: the file's own words
@@ -127,6 +128,7 @@ class LoadedTagger(ExportedModel):
         from tfapp.data.sources import BadRowReport
         from tfapp.data.tagged import iter_known_tags, iter_tagged
 
+        self.refuse_keep(keep, "an NER export evaluates sentences of tagged words")
         for key, flag in (("text_column", "--text-column"),
                           ("text_pair_column", "--text-pair-column"),
                           ("label_column", "--label-column")):
