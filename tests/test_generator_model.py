@@ -157,3 +157,34 @@ def test_tied_embeddings_score_with_the_embedding_matrix():
     after = model(x).numpy()
     assert not np.allclose(after[..., 7], before[..., 7])
     assert seq2seq.Seq2Seq(**model.get_config()).get_config()["tie_embeddings"] is True
+
+
+def test_a_window_padded_to_a_shorter_bucket_has_the_same_loss_and_metrics():
+    """Length buckets cut a batch's decoder_ids and labels to 8 of target_words 12: the
+    loss (lm_loss's weights included: they depend on target_words, not on the width a
+    batch arrives with) and the metrics are those of the full width."""
+    from tfapp.data.text_lines import continuation_windows
+
+    windows = continuation_windows(tf.ragged.constant([list(range(4, 18))]), 8, 12)
+    short = (windows["labels"].numpy() != 0).sum(1) <= 8  # the line's last 8 windows
+    x = {k: tf.boolean_mask(windows[k], short) for k in ("encoder_ids", "decoder_ids")}
+    y = tf.boolean_mask(windows["labels"], short)
+    assert y.shape == (8, 12) and not y.numpy()[:, 8:].any()
+    cut = {"encoder_ids": x["encoder_ids"], "decoder_ids": x["decoder_ids"][:, :8]}
+    model = seq2seq.Seq2Seq(20, embedding_dim=8, units=16, lm_loss=True).build_for(8, 12)
+    # Larger weights than the initial ones: cross-entropies that differ between tokens,
+    # so that how the tokens are weighted shows in the loss.
+    model.set_weights([w * 4 for w in model.get_weights()])
+    model.compile(loss=seq2seq.MaskedSequenceLoss(),
+                  metrics=[seq2seq.MaskedTokenAccuracy(), seq2seq.Perplexity()])
+    full = model.evaluate(x, y, verbose=0)
+    assert model.evaluate(cut, y[:, :8], verbose=0) == pytest.approx(full, rel=1e-6)
+    # The weights matter here: the mean is not the unweighted one, and weights capped at
+    # the cut width (8, what the labels' width would give) are others.
+    losses, mask = seq2seq._token_losses(y, model(x))
+    assert full[0] != pytest.approx(float(tf.reduce_sum(losses) / tf.reduce_sum(mask)),
+                                    rel=1e-3)
+    real = y.numpy()[:, :8] != 0
+    at_width = seq2seq.lm_token_weights(x["encoder_ids"], 8).numpy()[real]
+    assert not np.allclose(at_width, seq2seq.lm_token_weights(
+        x["encoder_ids"], 12, 8).numpy()[real])

@@ -178,3 +178,56 @@ def test_generator_run_writes_its_snapshot_and_the_next_run_replays_it(tmp_path,
     assert history["loss"][0] != history["loss"][1]  # it trained (dropout on, seeded)
     assert history2 == history  # exact floats: op determinism, the same seed and windows
     assert "test_lm_perplexity" in metrics and metrics2 == metrics
+
+
+def test_length_buckets_cut_the_decoder_side_to_each_batch_s_target_length(tmp_path):
+    # Lines of 1 to 23 distinct words: windows' targets of 1 to target_words 20 tokens,
+    # each window's content its own.
+    corpus = tmp_path / "lines.txt"
+    corpus.write_text("\n".join(" ".join(f"w{i}x{j}" for j in range(1 + i % 23))
+                                for i in range(200)))
+    cfg = cfg_for(corpus, "data.target_words=20", "data.length_buckets=4")
+    data = tl.build_generator_data(cfg, seed=0)
+    hist = data.target_lengths["train"]
+    assert len(hist) == 21 and sum(hist) == data.size(data.splits.train) and hist[0] == 0
+    grouping, why = tl.generator_grouping(data, cfg, 3, device_kind="CPU", input_pipelines=1)
+    assert grouping is not None and grouping.boundaries == (8, 16, 20), why
+    assert why.startswith("3 length buckets")
+    assert tl.generator_grouping(data, cfg_for(corpus, "data.target_words=20",
+                                               "data.length_buckets=0"), 3,
+                                 device_kind="CPU", input_pipelines=1)[0] is None
+
+    def padded(dataset, batches=None):
+        """Rows padded back to target_words, and the decoder widths of the batches."""
+        out, widths = [], []
+        source = dataset.take(batches) if batches else dataset
+        for x, y in source.as_numpy_iterator():
+            width = y.shape[1]
+            assert x["decoder_ids"].shape[1] == width and x["encoder_ids"].shape[1] == 3
+            assert width in grouping.boundaries
+            # the smallest bucket that holds the batch's longest target
+            longest = (y != 0).sum(1).max()
+            assert longest <= width and (width == 8 or longest > grouping.boundaries[
+                grouping.boundaries.index(width) - 1])
+            widths.append(width)
+            # the decoder still reads [START] and the gold words before each target slot
+            assert (x["decoder_ids"] == np.pad(y, [[0, 0], [1, 0]], constant_values=2
+                                               )[:, :width]).all()
+            for e, lab in zip(x["encoder_ids"], np.pad(y, [[0, 0], [0, 20 - width]]),
+                              strict=True):
+                out.append((tuple(e), tuple(lab)))
+        return out, widths
+
+    def whole(split, training):
+        return [(e, lab) for e, _, lab in rows(make(data, cfg, split=split, training=training))]
+
+    # Evaluation: every example once (nothing of a target cut), sorted by length.
+    fixed = whole("validation", False)
+    grouped, widths = padded(make(data, cfg, split="validation", grouping=grouping))
+    assert Counter(grouped) == Counter(fixed) and len(set(widths)) == 3
+    assert widths[:50] == sorted(widths[:50], reverse=True)  # a window of 50 batches
+    # Training: whole batches of every bucket, mixed (not sorted) within a window.
+    train, widths = padded(make(data, cfg, grouping=grouping), 50)
+    assert len(train) == 50 * 8 and len(set(train)) == len(train)
+    assert set(train) <= set(whole("train", False))
+    assert len(set(widths)) == 3 and widths != sorted(widths, reverse=True)

@@ -123,25 +123,51 @@ def test_grouping_is_off_where_one_step_could_get_two_shapes(device, pipelines, 
         assert why.startswith("every batch padded to seq_length 512")
 
 
+def generator_examples(file, index):
+    """The generator's shape of example: labels of ``length_of`` tokens (right-padded),
+    decoder_ids as wide, and an encoder as wide that grouping must leave alone."""
+    def windows(ids):
+        n = tf.cast(length_of(ids), tf.int32)
+        labels = tf.cast(tf.range(SEQ)[None, :] < n[:, None], tf.int32) * 5
+        return {"encoder_ids": tf.ones_like(labels), "labels": labels,
+                "decoder_ids": tf.pad(labels[:, :-1], [[0, 0], [1, 0]], constant_values=2),
+                "id": ids}
+    return examples(file, index).map(lambda f: windows(f["id"]))
+
+
+@pytest.mark.parametrize("task", ["classifier", "generator"])
 @pytest.mark.parametrize("replicas", [1, 2])
-def test_a_grouped_stream_resumed_mid_window_gives_the_same_batches(replicas, capfd):
+def test_a_grouped_stream_resumed_mid_window_gives_the_same_batches(replicas, task, capfd):
+    from tfapp.data import text_lines
+
     cfg = ClassifierDataConfig(shuffle_buffer=256)
     grouping = lengths.Grouping((8, 16, SEQ), SEQ, seed=7)
+    read, width = examples, "input_mask"
+    if task == "generator":  # by target length, the decoder side cut
+        grouping = lengths.Grouping((8, 16, SEQ), SEQ, seed=7,
+                                    length_fn=text_lines.label_lengths,
+                                    keys=text_lines.DECODER_KEYS)
+        read, width = generator_examples, "labels"
     per_step = 8 * replicas
     steps = stream.steps_per_pass(SOURCE, 1, per_step, 7)
     context = tf.distribute.InputContext(1, 0, replicas)
 
     def run(start, n):
-        return batches_of(stream.batches(SOURCE, examples, cfg, training=True, seed=7,
+        return batches_of(stream.batches(SOURCE, read, cfg, training=True, seed=7,
                                          batch_size=per_step, input_context=context,
                                          start=start, grouping=grouping), n)
 
     full = run(stream.Start(), 3 * steps * replicas)
+    assert len({b[width].shape[1] for b in full}) == 3  # every bucket occurs
+    if task == "generator":
+        assert all(b["encoder_ids"].shape[1] == SEQ for b in full)
+        assert all((b["labels"] != 0).sum(1).tolist() == length_of(b["id"]).tolist()
+                   for b in full)
     for at in (1, 37, steps - 1, steps + 51):  # inside windows, across a pass's end
         resumed = run(stream.start_at(at, steps, per_step), 30)
         first = at * replicas
         for a, b in zip(resumed, full[first:first + 30], strict=True):
-            assert (a["id"] == b["id"]).all() and a["input_mask"].shape == b["input_mask"].shape
+            assert (a["id"] == b["id"]).all() and a[width].shape == b[width].shape
     # Windows rebatched from chunks cut at a pass's end logged TensorFlow's "RefCount not
     # reliable if buf_ points to a SubBuffer" error line (36 lines in the demo run).
     assert "SubBuffer" not in capfd.readouterr().err

@@ -19,8 +19,11 @@ CASES = {
     "classifier-bert": ("configs/classifier_local.yaml", []),
     "classifier-cnn": ("configs/classifier_local.yaml", ["model.kind=cnn"]),
     "classifier-fixed": ("configs/classifier_local.yaml", ["data.length_buckets=0"]),
-    "generator": ("configs/generator_local.yaml", []),
+    "generator": ("configs/generator_local.yaml", []),  # target_words 8: one bucket
+    "generator-buckets": ("configs/generator_local.yaml", ["data.target_words=16"]),
 }
+#: the inputs of each case cut to a length bucket: [batch, None]; the rest fixed
+BUCKETED = {"classifier-bert": 3, "classifier-cnn": 3, "generator-buckets": 2}
 
 
 def _task(tmp_path, config, overrides):
@@ -32,19 +35,20 @@ def _task(tmp_path, config, overrides):
 @pytest.mark.parametrize("case", list(CASES))
 def test_training_batches_are_fixed_shape_numbers(tmp_path, case):
     cfg, _, inputs = _task(tmp_path, *CASES[case])
+    bucketed = 0
     for spec in tf.nest.flatten(inputs.train.element_spec):
         assert isinstance(spec, tf.TensorSpec), spec
         assert spec.dtype.is_integer or spec.dtype.is_floating or spec.dtype.is_bool, spec
         assert spec.shape[0] == cfg.data.batch_size, spec  # drop_remainder
-        if getattr(cfg.data, "length_buckets", 0) > 1 and spec.shape.rank == 2:
+        if not spec.shape.is_fully_defined():
             # a length bucket's: at most data.length_buckets of them (tests/test_lengths.py)
             assert spec.shape.as_list() == [cfg.data.batch_size, None], spec
-        else:
-            assert spec.shape.is_fully_defined(), spec  # fixed seq_length
+            bucketed += 1
+    assert bucketed == BUCKETED.get(case, 0)
 
 
 @pytest.mark.xla_cpu
-@pytest.mark.parametrize("case", ["classifier-cnn", "generator"])
+@pytest.mark.parametrize("case", ["classifier-cnn", "generator", "generator-buckets"])
 def test_the_training_step_compiles_with_xla(tmp_path, case):
     # The Hub BERT is left out: its restored graph recompiles every step under XLA on CPU
     # (slow, see runtime.default_jit_compile); its inputs are checked above.

@@ -127,14 +127,16 @@ class TokenizedDataConfig:
 
 @dataclass
 class LengthBucketsConfig:
-    """Batches padded to their examples' lengths, not to seq_length.
+    """Batches padded to their examples' lengths, not to seq_length (target_words).
 
     Attributes:
       length_buckets: number of padded lengths (buckets) batches are grouped into, placed
-        at quantiles of the training texts' token lengths (rounded to 8; 128 on TPU; the
-        last is seq_length). Batches keep batch_size examples, so steps per epoch do not
+        at quantiles of the training examples' lengths (rounded to 8; 128 on TPU; the
+        last is seq_length): token lengths of texts (classifier) or word-piece windows
+        (ner), target lengths of windows (generator: decoder inputs and labels, up to
+        target_words). Batches keep batch_size examples, so steps per epoch do not
         change; under XLA the step compiles once per bucket. 0 or 1 pads every batch to
-        seq_length.
+        seq_length (generator: target_words).
     """
 
     length_buckets: int = bounded(8, min=0, max=64, resume=MATCH)

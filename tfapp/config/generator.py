@@ -9,6 +9,7 @@ from tfapp.config.data_model import (
     DataConfig,
     EmbeddingModelConfig,
     HeldOutDataConfig,
+    LengthBucketsConfig,
     ModelConfig,
     StoredDataConfig,
     TextDataConfig,
@@ -17,7 +18,8 @@ from tfapp.config.fields import MATCH, NEVER, bounded, choices, setting
 
 
 @dataclass
-class GeneratorDataConfig(StoredDataConfig, TextDataConfig, HeldOutDataConfig, DataConfig):
+class GeneratorDataConfig(StoredDataConfig, LengthBucketsConfig, TextDataConfig,
+                          HeldOutDataConfig, DataConfig):
     """Input files and the tf.data pipeline of the generator.
 
     Attributes:

@@ -111,24 +111,27 @@ def trim_to_longest(features: dict[str, tf.Tensor], seq_length: int, multiple: i
     return {k: v[:, :length] for k, v in features.items()}
 
 
-def _trim(batch: dict[str, tf.Tensor], length: tf.Tensor, seq_length: int
-          ) -> dict[str, tf.Tensor]:
-    """Every ``[n, seq_length, ...]`` tensor of ``batch`` cut to ``[n, length, ...]``."""
-    def cut(t: tf.Tensor) -> tf.Tensor:
-        if t.shape.rank is not None and t.shape.rank >= 2 and t.shape[1] == seq_length:
+def _trim(batch: dict[str, tf.Tensor], length: tf.Tensor, seq_length: int,
+          keys: tuple[str, ...] | None = None) -> dict[str, tf.Tensor]:
+    """The ``keys`` of ``batch`` (None: every ``[n, seq_length, ...]`` tensor) cut to
+    ``[n, length, ...]``."""
+    def cut(k: str, t: tf.Tensor) -> tf.Tensor:
+        if (k in keys) if keys is not None else (
+                t.shape.rank is not None and t.shape.rank >= 2 and t.shape[1] == seq_length):
             out = t[:, :length]
             return tf.ensure_shape(out, [t.shape[0], None] + t.shape[2:].as_list())
         return t
-    return {k: cut(v) for k, v in batch.items()}
+    return {k: cut(k, v) for k, v in batch.items()}
 
 
 def group(dataset: tf.data.Dataset, plan: LengthPlan, *, training: bool, seed: int,
-          first_window: int = 0, length_fn: Callable[[dict], tf.Tensor] = mask_lengths
-          ) -> tf.data.Dataset:
+          first_window: int = 0, length_fn: Callable[[dict], tf.Tensor] = mask_lengths,
+          keys: tuple[str, ...] | None = None) -> tf.data.Dataset:
     """Batches grouped by length, from ``dataset``: windows of ``plan.window_examples``
     examples padded to ``plan.seq_length`` (training: whole windows of an endless stream,
     window numbers counted from ``first_window``; evaluation: the last window may be
-    short). ``length_fn`` gives each example's real length.
+    short). ``length_fn`` gives each example's real length; ``keys`` are the tensors cut
+    to the bucket's length (None: every ``[n, seq_length, ...]`` one).
     """
     per_batch, unit = plan.batch, plan.unit
     seq = plan.seq_length
@@ -167,7 +170,7 @@ def group(dataset: tf.data.Dataset, plan: LengthPlan, *, training: bool, seed: i
             if training:  # whole batches: a static batch size, as drop_remainder gives
                 picked = {k: tf.ensure_shape(v, [per_batch] + v.shape[1:].as_list())
                           for k, v in picked.items()}
-            return _trim(picked, bucket[j // unit], seq)
+            return _trim(picked, bucket[j // unit], seq, keys)
 
         return tf.data.Dataset.range(tf.cast(tf.size(batch_ids), tf.int64)).map(take)
 
@@ -183,11 +186,17 @@ class Grouping:
       boundaries: the bucket lengths (``boundaries``).
       seq_length: the length examples arrive padded to.
       seed: the run's seed (the order of units within a window).
+      length_fn: an example's real length, from a window of examples (BERT inputs: the
+        sum of ``input_mask``).
+      keys: the tensors cut to a bucket's length (None: every ``[n, seq_length, ...]``
+        one; a task whose other inputs could be as wide names its own).
     """
 
     boundaries: tuple[int, ...]
     seq_length: int
     seed: int
+    length_fn: Callable[[dict], tf.Tensor] = mask_lengths
+    keys: tuple[str, ...] | None = None
 
     def plan(self, batch: int, replicas: int) -> LengthPlan:
         return LengthPlan(self.boundaries, batch, max(1, replicas), self.seq_length)
@@ -195,23 +204,26 @@ class Grouping:
     def __call__(self, dataset: tf.data.Dataset, plan: LengthPlan, *, training: bool,
                  first_window: int = 0) -> tf.data.Dataset:
         return group(dataset, plan, training=training, seed=self.seed,
-                     first_window=first_window)
+                     first_window=first_window, length_fn=self.length_fn, keys=self.keys)
 
 
 def grouping_for(buckets: int, seq_length: int, seed: int, sample: np.ndarray, *,
-                 device_kind: str, input_pipelines: int, steps_per_execution: int | None = 1
+                 device_kind: str, input_pipelines: int, steps_per_execution: int | None = 1,
+                 length_fn: Callable[[dict], tf.Tensor] = mask_lengths,
+                 keys: tuple[str, ...] | None = None, length_name: str = "seq_length"
                  ) -> tuple[Grouping | None, str]:
     """The run's ``Grouping`` for ``data.length_buckets`` (None: every batch padded to
-    ``seq_length``) and a line saying what was chosen and why."""
+    ``seq_length``) and a line saying what was chosen and why. ``length_fn`` and ``keys``
+    are the ``Grouping``'s; ``length_name`` names the config key of ``seq_length``."""
     if buckets <= 1:
-        return None, f"every batch padded to seq_length {seq_length} (data.length_buckets=" \
+        return None, f"every batch padded to {length_name} {seq_length} (data.length_buckets=" \
             f"{buckets})"
     if input_pipelines > 1:
         # Each worker's pipeline picks its own lengths, but a step's collectives need one
         # shape on every worker: the all-gather of an embedding's sparse gradient is
         # [tokens, width] (measured: "Shape mismatch in the collective instance"), and a
         # TPU program spanning hosts compiles for one input shape.
-        return None, (f"every batch padded to seq_length {seq_length}: length buckets need "
+        return None, (f"every batch padded to {length_name} {seq_length}: length buckets need "
                       f"one input pipeline (this run has {input_pipelines}; workers would "
                       "pad one step to different lengths)")
     edges = boundaries(sample, buckets, seq_length, multiple_for(device_kind))
@@ -220,13 +232,13 @@ def grouping_for(buckets: int, seq_length: int, seed: int, sample: np.ndarray, *
         # steps inside it cannot change shape, and units of one step do not line up with
         # executions. Not tried on a TPU; fixed padding is what is known to work. (None is
         # trainer.steps_per_execution's auto: 50 on TPU.)
-        return None, (f"every batch padded to seq_length {seq_length}: length buckets on a "
+        return None, (f"every batch padded to {length_name} {seq_length}: length buckets on a "
                       "TPU need trainer.steps_per_execution=1 (this run has "
                       f"{steps_per_execution or 'auto'})")
     if len(edges) == 1:
-        return None, (f"every batch padded to seq_length {seq_length}: the training texts' "
+        return None, (f"every batch padded to {length_name} {seq_length}: the training texts' "
                       f"lengths leave one bucket at a multiple of {multiple_for(device_kind)}")
-    grouping = Grouping(edges, seq_length, seed)
+    grouping = Grouping(edges, seq_length, seed, length_fn, keys)
     plan = LengthPlan(edges, 32, 1, seq_length)
     return grouping, (f"{len(edges)} length buckets ({', '.join(map(str, edges))} tokens); "
                       f"{padding_efficiency(sample, None, seq_length):.0%} of a fixed-length "

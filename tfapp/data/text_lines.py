@@ -19,7 +19,9 @@ held in memory and a resumed run continues at its next unseen batch.
 
 Labels are right-padded with 0 (the loss and metrics ignore it); decoder inputs are the
 labels shifted right behind ``[START]`` (teacher forcing). Everything that touches
-strings runs on the host: the device only ever sees int32 tensors of fixed shape.
+strings runs on the host: the device only ever sees int32 tensors, of fixed shape or,
+with ``data.length_buckets``, of a few: training and validation batches are grouped by
+target length and their decoder side cut to the bucket's (``generator_grouping``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp.atomic import read_state, write_text
 from tfapp.cachedir import usable_cache_dir
 from tfapp.config import GeneratorDataConfig
-from tfapp.data import reader, stream
+from tfapp.data import lengths, reader, stream
 from tfapp.data.manifest import BUCKETS
 from tfapp.data.prepare import RowSpec
 from tfapp.data.splits import PreparedSplits, SplitData, prepared_splits
@@ -303,6 +305,8 @@ class GeneratorData:
       splits: the prepared train / validation split (``tfapp.data.splits``).
       vocabulary: the word vocabulary (specials first).
       counts: split -> examples (windows or pairs) in each shard file.
+      target_lengths: split -> its examples per target length (index: real target
+        tokens, [END] included), what the length buckets are placed by.
       sample_prompts: prompts decoded after each epoch.
       info: facts for the run header and model card.
     """
@@ -310,6 +314,7 @@ class GeneratorData:
     splits: PreparedSplits
     vocabulary: list[str]
     counts: dict[str, list[int]]
+    target_lengths: dict[str, list[int]] = field(default_factory=dict)
     sample_prompts: list[str] = field(default_factory=list)
     info: dict = field(default_factory=dict)
 
@@ -385,6 +390,7 @@ def _count(split: SplitData, cfg: GeneratorDataConfig, table) -> dict[str, Any]:
         return cached
     lines, windows = _cleaned_lines(split, cfg, 1024), _windows(table.table, cfg)
     counts, texts, unk, labels = [], 0, 0, 0
+    histogram = np.zeros(cfg.target_words + 1, np.int64)
     for j, file in enumerate(split.files()):
         n = np.zeros(4, np.int64)
         for batch in lines(tf.constant(file), tf.constant(j, tf.int64)).map(
@@ -392,9 +398,12 @@ def _count(split: SplitData, cfg: GeneratorDataConfig, table) -> dict[str, Any]:
             rows, examples = batch
             n += [len(examples["labels"]), len(rows["id"]),
                   int((examples["labels"] == UNK_ID).sum()), examples["labels"].size]
+            histogram += np.bincount((examples["labels"] != PAD_ID).sum(axis=1),
+                                     minlength=cfg.target_words + 1)
         counts.append(int(n[0]))
         texts, unk, labels = texts + int(n[1]), unk + int(n[2]), labels + int(n[3])
-    out = {"counts": counts, "texts": texts, "unk_rate": unk / labels if labels else 0.0}
+    out = {"counts": counts, "texts": texts, "unk_rate": unk / labels if labels else 0.0,
+           "target_lengths": histogram.tolist()}
     write_text(path, json.dumps(out) + "\n")
     return out
 
@@ -409,7 +418,7 @@ class _Table:
 
 def _counts_path(split: SplitData, cfg: GeneratorDataConfig, vocabulary: list[str]) -> Path:
     key = hashlib.sha256(repr((
-        "generator-counts", 1, split.manifest.root, split.manifest.to_json(), split.selector,
+        "generator-counts", 2, split.manifest.root, split.manifest.to_json(), split.selector,
         cfg.example_shape, cfg.drop_regex, cfg.strip_punctuation, cfg.context_words,
         cfg.target_words, vocabulary)).encode()).hexdigest()[:16]
     return usable_cache_dir() / "counts" / f"generator-{split.name}-{key}.json"
@@ -436,7 +445,8 @@ def build_generator_data(cfg: GeneratorDataConfig, *, seed: int, vocab_path: Pat
     if not counted["train"]["texts"]:
         raise DataError(f"data.train_files: no text lines left in '{cfg.train_files}' after "
                         "cleaning (check data.drop_regex and the columns)")
-    data = GeneratorData(prepared, vocabulary, {k: v["counts"] for k, v in counted.items()})
+    data = GeneratorData(prepared, vocabulary, {k: v["counts"] for k, v in counted.items()},
+                         {k: v["target_lengths"] for k, v in counted.items()})
     sample = prepared.validation if counted.get("validation", {}).get("texts") else \
         prepared.train
     first = [b for b in _split_lines(sample, cfg).unbatch().take(3).as_numpy_iterator()]
@@ -458,6 +468,28 @@ def build_generator_data(cfg: GeneratorDataConfig, *, seed: int, vocab_path: Pat
              val.get("texts", 0), data.size(prepared.validation), test.get("texts", 0),
              data.size(prepared.test), len(vocabulary))
     return data
+
+
+#: what a length bucket cuts: the decoder's side, where a window's length varies (its
+#: context is full past a line's first words) and most of a step's work is (the [tokens,
+#: vocabulary] logits). The padding past a window's last target token only reaches the
+#: positions after it (the decoder reads left to right), whose labels the loss ignores.
+DECODER_KEYS = ("decoder_ids", "labels")
+
+
+def label_lengths(batch: dict[str, tf.Tensor]) -> tf.Tensor:
+    """Real target tokens per example (labels are right-padded with ``PAD_ID``)."""
+    return tf.reduce_sum(tf.cast(tf.not_equal(batch["labels"], PAD_ID), tf.int32), axis=1)
+
+
+def target_length_sample(data: GeneratorData, split: SplitData, rows: int = 1 << 16
+                         ) -> np.ndarray:
+    """Up to ``rows`` target lengths drawn (seeded) from ``split``'s histogram, in a
+    random order as the shuffled stream has them: what ``lengths.grouping_for`` places
+    the buckets by and estimates padding with."""
+    histogram = np.asarray(data.target_lengths.get(split.name, []), np.int64)
+    every = np.repeat(np.arange(len(histogram)), histogram)
+    return np.random.default_rng(0).permutation(every)[:rows]
 
 
 def _model_inputs(batch: dict[str, tf.Tensor]) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
@@ -486,9 +518,27 @@ def generator_examples(data: GeneratorData, split: SplitData, cfg: GeneratorData
 def make_generator_dataset(data: GeneratorData, split: SplitData, cfg: GeneratorDataConfig, *,
                            batch_size: int, training: bool, seed: int,
                            input_context: tf.distribute.InputContext | None = None,
-                           start: stream.Start | None = None) -> tf.data.Dataset:
+                           start: stream.Start | None = None,
+                           grouping: lengths.Grouping | None = None) -> tf.data.Dataset:
     """``({"encoder_ids", "decoder_ids"}, labels)`` int32 batches of one split
-    (``tfapp.data.reader.read_batches``: ``batch_size`` is the global batch)."""
+    (``tfapp.data.reader.read_batches``: ``batch_size`` is the global batch). With a
+    ``grouping`` (``generator_grouping``) each batch's ``decoder_ids`` and labels are cut
+    to its target-length bucket."""
     return reader.read_batches(generator_examples(data, split, cfg), cfg,
                                batch_size=batch_size, training=training, seed=seed,
-                               input_context=input_context, start=start)
+                               input_context=input_context, start=start, grouping=grouping)
+
+
+def generator_grouping(data: GeneratorData, cfg: GeneratorDataConfig, seed: int, *,
+                       device_kind: str, input_pipelines: int,
+                       steps_per_execution: int | None = 1
+                       ) -> tuple[lengths.Grouping | None, str]:
+    """``lengths.grouping_for`` the generator: buckets of target length (``label_lengths``,
+    placed by the training split's histogram), each cutting ``DECODER_KEYS`` to at most
+    ``target_words``; and the line saying what was chosen."""
+    buckets = cfg.length_buckets
+    sample = target_length_sample(data, data.splits.train) if buckets > 1 else np.zeros([0])
+    return lengths.grouping_for(
+        buckets, cfg.target_words, seed, sample, device_kind=device_kind,
+        input_pipelines=input_pipelines, steps_per_execution=steps_per_execution,
+        length_fn=label_lengths, keys=DECODER_KEYS, length_name="target_words")

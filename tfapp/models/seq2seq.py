@@ -98,8 +98,10 @@ class TiedProjection(tf.keras.layers.Layer):
         return tf.matmul(tf.cast(hidden, tf.float32), matrix, transpose_b=True) + self.bias
 
 
-def lm_token_weights(encoder_ids: tf.Tensor, target_words: tf.Tensor | int) -> tf.Tensor:
-    """float32 ``[B, target_words]``: 1 / (the number of continuation windows whose
+def lm_token_weights(encoder_ids: tf.Tensor, target_words: tf.Tensor | int,
+                     width: tf.Tensor | int | None = None) -> tf.Tensor:
+    """float32 ``[B, width]`` (default ``target_words``; a batch cut to a shorter length
+    bucket has fewer target slots): 1 / (the number of continuation windows whose
     targets hold the token), so that a pass over every window of a line counts each of its
     tokens once, as the LM perplexity does (``tfapp.tasks.generator.scores``).
 
@@ -110,7 +112,8 @@ def lm_token_weights(encoder_ids: tf.Tensor, target_words: tf.Tensor | int) -> t
     (a line's words past ``context_words``; their weight is then at most too large).
     """
     filled = tf.reduce_sum(tf.cast(tf.not_equal(encoder_ids, 0), tf.float32), axis=1)
-    index = filled[:, None] + tf.range(tf.cast(target_words, tf.float32))[None, :]
+    slots = target_words if width is None else width
+    index = filled[:, None] + tf.range(tf.cast(slots, tf.float32))[None, :]
     return 1.0 / tf.minimum(index, tf.cast(target_words, tf.float32))
 
 
@@ -133,6 +136,10 @@ class Seq2Seq(tf.keras.Model):
             bidirectional, attention, dropout)
         self.fused_lstm = fused_lstm
         self.tie_embeddings, self.lm_loss = tie_embeddings, lm_loss
+        # The decoder length build_for was given: lm_token_weights' cap. Batches may come
+        # cut to a shorter length bucket (data.length_buckets), and a token's weight must
+        # not depend on the padding it arrived with.
+        self.target_words: int | None = None
         # The decoder state must match the encoder state it starts from: a bidirectional
         # encoder hands over [forward; backward], twice as wide.
         self.decoder_units = units * (2 if bidirectional else 1)
@@ -196,11 +203,15 @@ class Seq2Seq(tf.keras.Model):
         """The compiled loss, each token weighted by ``lm_token_weights`` under ``lm_loss``
         (validation too: ``val_loss`` is then a per-token LM cross-entropy)."""
         if self.lm_loss and sample_weight is None and isinstance(x, dict):
-            sample_weight = lm_token_weights(x["encoder_ids"], tf.shape(y)[1])
+            sample_weight = lm_token_weights(x["encoder_ids"],
+                                             self.target_words or tf.shape(y)[1],
+                                             tf.shape(y)[1])
         return super().compute_loss(x, y, y_pred, sample_weight)
 
     def build_for(self, context_words: int, target_words: int) -> Seq2Seq:
-        """Create the variables by one call on dummy ids (before compile/restore/summary)."""
+        """Create the variables by one call on dummy ids (before compile/restore/summary);
+        ``target_words`` is the full decoder length (batches may arrive shorter)."""
+        self.target_words = target_words
         self({"encoder_ids": tf.zeros([1, context_words], tf.int32),
               "decoder_ids": tf.zeros([1, target_words], tf.int32)})
         self.attention.built = True  # used through keys()/scores(), never __call__

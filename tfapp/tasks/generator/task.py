@@ -14,6 +14,7 @@ The driver (``tfapp.training.driver``) runs it like every task. What is specific
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,7 @@ from tfapp.training.tb_logging import log_scalars
 
 import tensorflow as tf
 
+log = logging.getLogger("tfapp")
 
 @dataclass
 class GeneratorInputs(Inputs):
@@ -77,12 +79,17 @@ class GeneratorTask(Task):
                           global_batch=rt.global_batch_size(d.batch_size),
                           pipelines=rt.input_pipelines, seed=seed,
                           resumed_batches=self.ctx.resumed_batches())
+        grouping, why = text_lines.generator_grouping(
+            data, d, seed, device_kind=rt.device_kind, input_pipelines=plan.pipelines,
+            steps_per_execution=self.cfg.trainer.steps_per_execution)
+        log.info("data: %s", why)
 
         def dataset(split, training):
             return distribute(rt.strategy, lambda input_context: (
                 text_lines.make_generator_dataset(
                     data, split, d, batch_size=plan.global_batch, training=training,
-                    seed=seed, input_context=input_context, start=plan.start)))
+                    seed=seed, input_context=input_context, start=plan.start,
+                    grouping=grouping)))
 
         validation = data.splits.validation if data.size(data.splits.validation) else None
         n_val = data.size(validation)
