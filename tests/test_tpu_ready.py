@@ -20,7 +20,8 @@ CASES = {
     "classifier-cnn": ("configs/classifier_local.yaml", ["model.kind=cnn"]),
     "classifier-fixed": ("configs/classifier_local.yaml", ["data.length_buckets=0"]),
     "generator": ("configs/generator_local.yaml", []),  # target_words 8: one bucket
-    "generator-buckets": ("configs/generator_local.yaml", ["data.target_words=16"]),
+    "generator-buckets": ("configs/generator_local.yaml",
+                          ["data.target_words=16", "data.length_buckets=8"]),
 }
 #: the inputs of each case cut to a length bucket: [batch, None]; the rest fixed
 BUCKETED = {"classifier-bert": 3, "classifier-cnn": 3, "generator-buckets": 2}

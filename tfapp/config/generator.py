@@ -38,6 +38,11 @@ class GeneratorDataConfig(StoredDataConfig, LengthBucketsConfig, TextDataConfig,
         (pairs: target tokens kept).
       source_column: generator pairs: column (TSV header or JSONL key) holding the source text.
       target_column: generator pairs: column holding the target text.
+      length_buckets: generator: batches grouped by target length, decoder inputs and
+        labels cut to the bucket (up to target_words); 0 or 1 (the default) pads every
+        batch to target_words. Off by default: it saved only 8-9% of a step's CPU time
+        (a window's context is always full), and one of three demo seeds stalled with it
+        (docs/generator.md).
     """
 
     drop_regex: str = setting("", resume=MATCH)
@@ -48,6 +53,7 @@ class GeneratorDataConfig(StoredDataConfig, LengthBucketsConfig, TextDataConfig,
     target_words: int = bounded(12, min=1, max=1024, resume=MATCH)
     source_column: str = setting("source", resume=MATCH)
     target_column: str = setting("target", resume=MATCH)
+    length_buckets: int = bounded(0, min=0, max=64, resume=MATCH)
 
 
 @dataclass
