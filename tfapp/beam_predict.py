@@ -27,6 +27,7 @@ from types import SimpleNamespace
 
 from tfapp import cli
 from tfapp.config import ConfigError
+from tfapp.parts import keep_columns
 from tfapp.predict import FLAGS
 from tfapp.serving import PREDICT
 from tfapp.tasks import load_export
@@ -80,7 +81,7 @@ def _beam_predict(args: SimpleNamespace) -> int:
 
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size {args.batch_size}: must be at least 1")
-    keep = cli.keep_columns(args.keep)
+    keep = keep_columns(args.keep)
     _refuse_existing(args.output)
     # Loaded here once too (from gs://, a local copy): a wrong --model, a pair model
     # without its column or a --keep that takes a prediction's name fail in one line

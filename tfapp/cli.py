@@ -274,17 +274,12 @@ def file_output_options(*, shard_verb: str, batch_help: str
 
 
 def keep_option() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: ``--keep COL,...`` (read by ``keep_columns``), the input columns carried
-    into a command's per-row output: predict's and generate's (``file_output_options``)
-    and evaluate's."""
+    """Decorator: ``--keep COL,...`` (read by ``tfapp.parts.keep_columns``), the input
+    columns carried into a command's per-row output: predict's and generate's
+    (``file_output_options``) and evaluate's."""
     return click.option("--keep", metavar="COL,...",
                         help="With --output: input columns carried into the output, ahead of "
                              "the rest of each row (an id).")
-
-
-def keep_columns(text: str | None) -> list[str]:
-    """The columns ``--keep`` names, in order (blanks between commas left out)."""
-    return [c.strip() for c in (text or "").split(",") if c.strip()]
 
 
 def check_file_output_counts(args: SimpleNamespace) -> None:

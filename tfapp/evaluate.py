@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 from tfapp import cli
 from tfapp.config import ConfigError
-from tfapp.parts import Output
+from tfapp.parts import Output, keep_columns
 from tfapp.run_layout import RunLayout
 from tfapp.serving import EVALUATE, Evaluation
 from tfapp.tasks import load_export
@@ -77,7 +77,7 @@ def command(args: SimpleNamespace) -> int:
 
     if args.part_rows < 1:
         raise ConfigError(f"--part-rows {args.part_rows}: must be at least 1")
-    keep = cli.keep_columns(args.keep)
+    keep = keep_columns(args.keep)
     refuse_keep_without_output(keep, args.output)
     try:
         if args.output:

@@ -31,13 +31,19 @@ from tfapp import killpoints
 from tfapp.atomic import atomic_open, read_state, remove_leftovers, write_bytes, write_text
 from tfapp.errors import ConfigError
 
-__all__ = ["FORMATS", "MARKER", "SUCCESS", "Output", "RowParts", "encode", "flat_row"]
+__all__ = ["FORMATS", "MARKER", "SUCCESS", "Output", "RowParts", "encode", "flat_row",
+           "keep_columns"]
 
 FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 MARKER = "_tfapp_output.json"
 SUCCESS = "_SUCCESS"
 _WRITING = re.compile(r"^\..+\.tmp$")  # atomic.write_*'s temporary names
 _PART = re.compile(r"^part-(\d{6})\.(jsonl|csv|parquet)$")
+
+
+def keep_columns(text: str | None) -> list[str]:
+    """The columns ``--keep`` names, in order (blanks between commas left out)."""
+    return [c.strip() for c in (text or "").split(",") if c.strip()]
 
 
 def flat_row(row: dict[str, Any]) -> dict[str, Any]:

@@ -34,12 +34,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from tfapp import cli
 from tfapp.config import load_config
 from tfapp.data.input_rows import InputRows, Record, describe_files, describe_input
 from tfapp.data.sources import BadRowPolicy, BadRowReport, resolve_files
 from tfapp.errors import ConfigError, Setting
-from tfapp.parts import Output, RowParts
+from tfapp.parts import Output, RowParts, keep_columns
 from tfapp.progress import Progress
 from tfapp.run_layout import RunLayout
 
@@ -330,7 +329,7 @@ def output_flags(args: SimpleNamespace) -> tuple[tuple[int, int], list[str]]:
     if shard[1] > 1 and not args.output.endswith(("/", os.sep)):
         raise ConfigError(f"--shard {args.shard}: processes share a folder of part files; give "
                           f"--output {args.output}/ (a folder)")
-    keep = cli.keep_columns(args.keep)
+    keep = keep_columns(args.keep)
     Output(args.output, {}).precheck()
     return shard, keep
 
