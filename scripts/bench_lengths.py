@@ -14,7 +14,7 @@ in runs, as real files do). A WordPiece vocabulary of up to 30,522 pieces is lea
 all the docstrings (``tokenizers``, in the peers' venv), and both sides read it (tfapp:
 tensorflow-text's FastBertTokenizer; HF: BertTokenizerFast).
 
-Rows, each in its own warm process, the same ``--steps`` optimizer steps of batch 32 at
+Rows, each in its own warm process, the same ``--steps`` optimizer steps of ``--batch`` (32) at
 ``seq_length`` 128 per repetition, timed from the end of the first step to the end of the
 last (``steady``: the first waits for a new iterator's input to fill), rows alternating
 (``scripts/bench_common.py``). The default 50 steps are one whole length window (and one
@@ -113,13 +113,13 @@ tok.save_model(sys.argv[2])
 """
 
 
-def steady(ends: list[float], start: float, steps: int) -> dict:
+def steady(ends: list[float], start: float, steps: int, batch: int) -> dict:
     """A repetition's timing: from the end of its first step to the end of its last (the
     steps of a long run), and from the call (``with_start_s``). The first step also waits
     for the input to fill: a new iterator per repetition refills tfapp's shuffle block
     and first length window (thousands of examples tokenised) and HF's first batch: a cost
     a run pays once, not per step."""
-    return {"seconds": ends[-1] - ends[0], "units": (steps - 1) * BATCH,
+    return {"seconds": ends[-1] - ends[0], "units": (steps - 1) * batch,
             "with_start_s": ends[-1] - start}
 
 
@@ -156,13 +156,13 @@ def worker_tfapp(a: argparse.Namespace):
     work = Path(a.workdir)
     layers, hidden, heads = SHAPES[a.shape]
     d = ClassifierDataConfig(train_files=a.data, validation_split=0.0, seq_length=SEQ,
-                             batch_size=BATCH, length_buckets=a.buckets)
+                             batch_size=a.batch, length_buckets=a.buckets)
     splits = load_classification_splits(d, 0)
     preprocess = make_bert_preprocess_fn(vocab_file=str(work / "vocab.txt"), seq_length=SEQ)
     sample = token_lengths(splits, preprocess) if a.buckets > 1 else np.zeros([0])
     grouping, why = grouping_for(a.buckets, SEQ, 0, sample, device_kind="CPU",
                                  input_pipelines=1)
-    ds = make_classification_dataset(splits, splits.train, preprocess, d, batch_size=BATCH,
+    ds = make_classification_dataset(splits, splits.train, preprocess, d, batch_size=a.batch,
                                      training=True, seed=0, grouping=grouping)
     real = computed = 0
     for features, _ in ds.take(a.steps):
@@ -187,7 +187,8 @@ def worker_tfapp(a: argparse.Namespace):
         ends = ExecutionEnds()
         start = time.perf_counter()
         history = model.fit(ds, epochs=1, steps_per_epoch=a.steps, verbose=0, callbacks=[ends])
-        return {**steady(ends.times, start, a.steps), "loss": float(history.history["loss"][-1])}
+        return {**steady(ends.times, start, a.steps, a.batch),
+                "loss": float(history.history["loss"][-1])}
 
     return {"padding_efficiency": real / computed, "grouping": why,
             "versions": f"tensorflow {tf.__version__}"}, rep
@@ -217,7 +218,7 @@ def worker_hf(a: argparse.Namespace):
         num_labels=len(names))
     model = transformers.BertForSequenceClassification(config)
     args = transformers.TrainingArguments(
-        output_dir=str(work / f"hf-{os.getpid()}"), per_device_train_batch_size=BATCH,
+        output_dir=str(work / f"hf-{os.getpid()}"), per_device_train_batch_size=a.batch,
         max_steps=a.steps, learning_rate=5e-5, weight_decay=0.01, warmup_steps=0,
         logging_strategy="no", save_strategy="no", report_to=[], use_cpu=True,
         bf16=a.precision == "bfloat16", disable_tqdm=True, seed=0,
@@ -243,7 +244,7 @@ def worker_hf(a: argparse.Namespace):
         ends.clear()
         start = time.perf_counter()
         out = trainer.train()
-        return {**steady(ends, start, a.steps), "loss": float(out.training_loss)}
+        return {**steady(ends, start, a.steps, a.batch), "loss": float(out.training_loss)}
 
     return {"padding_efficiency": real / computed,
             "versions": f"torch {torch.__version__}, transformers {transformers.__version__}"
@@ -268,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--precisions", default="float32,bfloat16")
     p.add_argument("--steps", type=int, default=50,
                    help="steps per repetition (all but the first timed; 50: one length window)")
+    p.add_argument("--batch", type=int, default=BATCH,
+                   help="examples per step on both sides (8 makes a BERT-base round fit in "
+                        "minutes on 2 cores; 50 steps stay one length window)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -311,8 +315,9 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(bc.Row(name, [python, __file__, "--worker", worker, "--data",
                                           str(data), "--workdir", str(work), "--shape", shape,
                                           "--precision", precision, "--steps", str(a.steps),
-                                          "--threads", str(a.threads), *extra], env))
-            title = (f"training on Python docstrings, {shape} (seq {SEQ}, batch {BATCH}), "
+                                          "--threads", str(a.threads), "--batch", str(a.batch),
+                                          *extra], env))
+            title = (f"training on Python docstrings, {shape} (seq {SEQ}, batch {a.batch}), "
                      f"{precision}, examples/s")
             print(f"\n[{title}]", flush=True)
             rows = bc.alternate(rows, rounds=a.rounds, warmup=a.warmup,
@@ -320,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             for row in rows:  # the rate counted from the call, first step's wait included
                 if row.reps:
                     row.info["from_call"] = statistics.median(
-                        a.steps * BATCH / r["with_start_s"] for r in row.reps)
+                        a.steps * a.batch / r["with_start_s"] for r in row.reps)
             lines, sums = bc.table(title, rows, "ex/s", "tfapp fixed padding", extra=lambda r: (
                 f"padding efficiency {r.get('padding_efficiency', 0):.2f}, from the call "
                 f"{r.get('from_call', 0):.1f} ex/s"))
