@@ -122,8 +122,9 @@ class Runtime:
 
     def default_jit_compile(self, configured: bool | None, *,
                             recompiles_under_xla: bool = False) -> bool:
-        """XLA pays on GPU/TPU; on this kind of CPU it measured 2x slower (DESIGN.md), and
-        its CPU backend binds to one device, so it is off on CPUs.
+        """XLA pays on GPU/TPU; on a CPU, BERT training measured 1.27x slower with it
+        (docs/performance.md), and its CPU backend binds to one device, so it is off on
+        CPUs.
 
         Fine-tuning a restored TF-Hub module, and tf-keras's fused ``LSTM`` layer, made XLA
         recompile the train step at every step (measured on CPU: 2-16 s per step; see
