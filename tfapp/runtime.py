@@ -51,8 +51,8 @@ class TFConfigError(ConfigError):
 
     def __init__(self, problem: str):
         self.problem = f"TF_CONFIG {problem}"
-        self.fix = (f"set TF_CONFIG to JSON like {TF_CONFIG_EXAMPLE} (README 'Several "
-                    "hosts'), or unset it to train on this machine alone")
+        self.fix = (f"set TF_CONFIG to JSON like {TF_CONFIG_EXAMPLE} (docs/scale_out.md, "
+                    "'Several workers'), or unset it to train on this machine alone")
         super().__init__(f"{self.problem}; {self.fix}")
 
 
@@ -196,7 +196,7 @@ def choose_strategy(requested: str, *, env: Mapping[str, str], tpu_found: bool,
     if requested != "auto":
         if requested == "multi_worker" and not env.get("TF_CONFIG"):
             raise ConfigError("runtime.strategy=multi_worker needs TF_CONFIG (JSON with "
-                              "'cluster' and 'task'); see README 'Several hosts'")
+                              "'cluster' and 'task'); see docs/scale_out.md, 'Several workers'")
         return requested, "requested by runtime.strategy"
     if tpu_found:
         return "tpu", f"auto: TPU cluster resolver found a TPU ({tpu_hint or 'resolver'})"
