@@ -315,3 +315,11 @@ def test_docs_configs_and_help_state_facts_not_how_tfapp_is_developed():
     assert found == []
     assert DEVELOPMENT_TALK.findall("as the issue decided; see DESIGN.md; issue 21") == [
         "the issue", "DESIGN.md", "issue 21"]
+
+
+def test_the_cli_doc_lists_every_command():
+    text = (REPO / "docs" / "cli.md").read_text()
+    table = text.split("## Every command\n")[1]
+    listed = set(re.findall(r"^\| `tfapp ([a-z-]+)", table, flags=re.M))
+    assert listed == set(cli.COMMANDS) - {"completion"}  # completion: in the prose above
+    assert "tfapp completion" in text

@@ -74,6 +74,12 @@ def test_readme_is_short_and_reaches_your_own_csv_early():
     assert third == "source .venv/bin/activate"
 
 
+def test_commands_at_a_glance_lists_every_command():
+    table = _section("Commands at a glance")
+    listed = set(re.findall(r"^\| `tfapp ([a-z-]+)", table, flags=re.M))
+    assert listed == set(cli.COMMANDS) - {"completion"}  # completion: docs/cli.md
+
+
 def test_config_reference_is_current():
     proc = run_python(["scripts/gen_config_reference.py", "--check"], timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
