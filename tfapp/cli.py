@@ -531,8 +531,8 @@ SUITE = Suite(
     help="""tfapp: train, tune and serve TF-Hub BERT classifiers, taggers and seq2seq
     generators.
 
-    tfapp COMMAND --help describes each command; python -m tfapp.COMMAND (lr_find and
-    data_service with an underscore there) is the same command. Shell completion:
+    tfapp COMMAND --help describes each command; python -m tfapp.COMMAND (with underscores
+    there: lr_find, data_service, export_hf, beam_predict) is the same command. Shell completion:
     eval "$(tfapp completion bash)" (or zsh, fish).""")
 click.version_option(tfapp.__version__, "--version", prog_name=PROG,
                      message="%(prog)s %(version)s", help="Print tfapp's version and exit.")(SUITE)
