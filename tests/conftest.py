@@ -186,11 +186,12 @@ def run_two_workers(script: str, args: list[str], out_dir: Path, timeout: int) -
 
 
 def shared_run(tmp_path_factory, config: str, *overrides: str) -> Path:
-    """The run directory of ``tfapp.train --config CONFIG OVERRIDES``, trained once per
-    test session for the test files that only read a finished run (its reports, export,
-    checkpoint). The first test process to ask trains it, in-process, under a file lock;
-    the others (xdist workers) wait for that and read the same run. Read it, never write
-    into it: another file's tests may be reading it at the same time."""
+    """The run directory of ``tfapp.train --config CONFIG OVERRIDES`` (CONFIG "": no
+    --config, the built-in defaults), trained once per test session for the test files
+    that only read a finished run (its reports, export, checkpoint). The first test
+    process to ask trains it, in-process, under a file lock; the others (xdist workers)
+    wait for that and read the same run. Read it, never write into it: another file's
+    tests may be reading it at the same time."""
     import fcntl
     import hashlib
 
@@ -207,7 +208,8 @@ def shared_run(tmp_path_factory, config: str, *overrides: str) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         done = out / "run_dir.txt"
         if not done.is_file():
-            cfg = load_config(REPO / config, [f"output_dir={out / 'runs'}", *overrides])
+            cfg = load_config(REPO / config if config else None,
+                              [f"output_dir={out / 'runs'}", *overrides])
             run_dir = train(cfg, task=get_task(cfg.task)).run_dir
             done.write_text(str(run_dir))
     return Path(done.read_text())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import tfapp
 from tfapp import cli, console
-from tfapp.config import config_reference
+from tfapp.config import TASKS, config_reference
 
 import click
 import pytest
@@ -144,13 +144,21 @@ def test_python_m_runs_every_command_and_help_loads_no_tensorflow():
     assert proc.returncode == 0 and yaml.safe_load(proc.stdout)["name"] == "x", proc.stderr
 
 
-def test_help_gives_each_config_key_its_whole_description(capsys):
-    assert cli.main(["train", "--help"]) == 0
-    text = " ".join(capsys.readouterr().out.split())
-    docs = [(key, doc) for key, _, _, doc in config_reference() if ". " in doc]
-    assert len(docs) > 10  # descriptions of several sentences exist, so this checks something
-    for key, doc in docs:
-        assert " ".join(cli.plain(doc).split()) in text, key
+def test_batch_size_help_says_what_the_code_does():
+    """predict's and generate's --batch-size: rows read (and sorted by length) together,
+    the model called on tfapp.scoring.CALL of them at a time; the default is scoring.BATCH.
+    (The constants are read from the source: importing tfapp.scoring loads TensorFlow.)"""
+    import ast
+
+    tree = ast.parse((REPO / "tfapp" / "scoring.py").read_text())
+    constants = {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                 for t in node.targets if isinstance(t, ast.Name) and t.id in ("BATCH", "CALL")}
+    for name in ("predict", "generate"):
+        option = next(p for p in cli.SUITE.get_command(None, name).params
+                      if p.name == "batch_size")
+        assert option.default == constants["BATCH"], name
+        assert f"{constants['CALL']} at a time" in option.help, (name, option.help)
+        assert "per model call" not in option.help
 
 
 def test_every_help_is_plain_text_without_restructuredtext(capsys):
@@ -173,6 +181,106 @@ def test_every_help_is_plain_text_without_restructuredtext(capsys):
     assert cli.main(["export-hf", "--help"]) == 0
     text = capsys.readouterr().out
     assert "  - config.json: BertForSequenceClassification (classifier)" in text
+
+
+def _help_paths() -> list[list[str]]:
+    """``tfapp`` itself, every command of ``cli.COMMANDS`` and every subcommand of a group."""
+    paths: list[list[str]] = [[]]
+    for name in cli.COMMANDS:
+        paths.append([name])
+        cmd = cli.SUITE.get_command(None, name)
+        if isinstance(cmd, click.Group):
+            paths += [[name, sub] for sub in cmd.commands]
+    return paths
+
+
+def _render_help(path: list[str]) -> str:
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(cli.SUITE, [*path, "--help"], prog_name=cli.PROG)
+    assert result.exit_code == 0, (path, result.output)
+    return result.output
+
+
+def _tfapp_code_names() -> set[str]:
+    """Names of tfapp's own functions and classes that a reader could not mistake for
+    English (an underscore, or a capital inside): ``hf_form``, ``ExportFormat``."""
+    import ast
+
+    names = set()
+    for source in (REPO / "tfapp").rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and (
+                    "_" in node.name.strip("_") or re.search(r"[a-z][A-Z]", node.name)):
+                names.add(node.name)
+    return names
+
+
+def help_defects(text: str, code_names: set[str]) -> list[str]:
+    """What a terminal reader of ``--help`` should not see: a backslash line continuation
+    in a docstring that Python joined into one line (a run of spaces mid-line, then a
+    flag), raw single backticks, the config reference appended (one ``key = default``
+    line per config key), tfapp's module paths and code names (except the ``python -m
+    tfapp.X`` a user types), or a help longer than a screenful or two."""
+    defects = []
+    for line in text.splitlines():
+        if re.search(r"\S {3,}--[a-z]", line):
+            defects.append(f"joined continuation: {line.strip()!r}")
+        if "`" in line:
+            defects.append(f"backtick: {line.strip()!r}")
+        if re.match(r"^ +[a-z_]+\.[a-z_.]+ = ", line):
+            defects.append(f"config reference: {line.strip()!r}")
+    for module in re.findall(r"(?<!-m )\btfapp[./][\w/.]*\w", text):
+        defects.append(f"module path: {module}")
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
+    keys = {part for task in TASKS for key, *_ in config_reference(task)
+            for part in key.split(".")}
+    defects += [f"code name: {name}" for name in sorted((words & code_names) - keys)]
+    if len(text.splitlines()) > 90:
+        defects.append(f"{len(text.splitlines())} lines")
+    return defects
+
+
+def test_help_defects_are_found():
+    """The checker finds each defect it looks for, and passes clean text."""
+    names = {"hf_form", "ExportFormat"}
+    bad = ("Usage: tfapp x\n"
+           "      tfapp generate --model runs/g --data p.csv --keep id         --output g.pq\n"
+           "  `build-bert` learns a vocab\n"
+           "    trainer.epochs = 6  [int]\n"
+           "  the format's hf_form (tfapp.serving.ExportFormat, in tfapp/tasks/x.py)\n")
+    assert help_defects(bad, names) == [
+        "joined continuation: 'tfapp generate --model runs/g --data p.csv --keep id"
+        "         --output g.pq'",
+        "backtick: '`build-bert` learns a vocab'",
+        "config reference: 'trainer.epochs = 6  [int]'",
+        "module path: tfapp.serving.ExportFormat", "module path: tfapp/tasks/x.py",
+        "code name: ExportFormat", "code name: hf_form"]
+    assert help_defects("x\n" * 91, names) == ["91 lines"]
+    clean = ("  --model RUN_DIR                 Generator run directory.\n"
+             "      python -m tfapp.generate --model runs/generator \\\n"
+             "          --top-k 5     # five\n  data.train_files=my.csv sets a key\n")
+    assert help_defects(clean, names) == []
+
+
+def test_every_help_reads_clean():
+    """Every command's --help (the suite's, each command's, each subcommand's) as a
+    terminal shows it: no defect ``help_defects`` looks for."""
+    names = _tfapp_code_names()
+    found = {" ".join(path) or "tfapp": help_defects(_render_help(path), names)
+             for path in _help_paths()}
+    assert len(found) > len(cli.COMMANDS)  # the groups' subcommands are in
+    assert {path: d for path, d in found.items() if d} == {}
+
+
+def test_config_commands_point_to_the_config_reference():
+    """train, lr-find, tune and prepare end their help with where the config keys are
+    (``--print-config``, docs/config.md), not with the keys themselves."""
+    for name in ("train", "lr-find", "tune", "prepare"):
+        text = " ".join(_render_help([name]).split())
+        assert "--print-config" in text and "docs/config.md" in text, name
+        assert "KEY=VALUE" in text, name
+    assert (REPO / "docs" / "config.md").is_file()
 
 
 def test_plain_drops_restructuredtext_markup_only():

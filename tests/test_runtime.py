@@ -194,7 +194,7 @@ def test_tf_config_is_parsed_in_one_place():
         with pytest.raises(ConfigError) as info:
             read_tf_config({"TF_CONFIG": raw})
         message = str(info.value)
-        assert says in message and "README 'Several hosts'" in message, message
+        assert says in message and "docs/scale_out.md, 'Several workers'" in message, message
         assert "\n" not in message
 
 

@@ -32,12 +32,9 @@ from typing import Any, NamedTuple
 import tfapp
 from tfapp import console
 from tfapp.config import (
-    DEFAULT_TASK,
-    TASKS,
     ConfigError,
     ExperimentConfig,
     config_reference,
-    group_docs,
     load_config,
     to_yaml,
 )
@@ -110,15 +107,16 @@ def setup_logging(verbose: bool = False, quiet: bool = False) -> None:
 
 _LITERAL = re.compile(r"``((?:(?!\n\n).)+?)``", re.DOTALL)  # may wrap, not span paragraphs
 _ROLE = re.compile(r":[a-z]+:`([^`]+)`")
+_INTERPRETED = re.compile(r"`([^`]+?)`")  # reStructuredText's default role: `x`
 _BULLET = re.compile(r"^(\s*)\* ", re.MULTILINE)
 _LITERAL_BLOCK = re.compile(r"(\S)::$|\s*::$", re.MULTILINE)
 
 
 def plain(text: str) -> str:
     """reStructuredText as plain terminal text: a command's help is its module docstring,
-    written for the docs (``x`` -> x, :role:`x` -> x, `*` bullets -> `-`, a literal
-    block's ``::`` -> ``:``)."""
-    text = _ROLE.sub(r"\1", _LITERAL.sub(r"\1", text))
+    written for the docs (``x`` and `x` -> x, :role:`x` -> x, `*` bullets -> `-`, a
+    literal block's ``::`` -> ``:``)."""
+    text = _INTERPRETED.sub(r"\1", _ROLE.sub(r"\1", _LITERAL.sub(r"\1", text)))
     text = _BULLET.sub(r"\1- ", text)
     return _LITERAL_BLOCK.sub(lambda m: f"{m.group(1)}:" if m.group(1) else "", text)
 
@@ -138,28 +136,11 @@ def _fill(text: str, indent: str = "") -> str:
     return "\n\n".join(out)
 
 
-def config_help(task: str | None = None) -> str:
-    """The config reference for --help: the keys of ``task`` (else of the task a
-    ``task=NAME`` argument names, else of the default task), by group, with their types,
-    defaults and whole descriptions; each task has its own keys."""
-    if task is None:
-        named = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("task=")]
-        task = named[-1] if named and named[-1] in TASKS else DEFAULT_TASK
-    groups = group_docs(task)
-    others = ", ".join(t for t in TASKS if t != task)
-    lines = [f"config keys of task {task} (set in a --config YAML file or as key=value "
-             f"overrides; another task's keys: task=NAME --help, NAME one of {others}):"]
-    current = None
-    for key, type_name, default, doc in config_reference(task):
-        group = key.split(".")[0] if "." in key else ""
-        if group != current:
-            current = group
-            lines.append("")
-            lines.append(f"  {group}: {groups[group]}" if group else "  (top level)")
-        lines.append(f"    {key} = {default}  [{type_name}]")
-        lines.extend(textwrap.wrap(plain(doc), width=88, initial_indent="        ",
-                                   subsequent_indent="        "))
-    return "\n".join(lines)
+#: where a config command's help sends the reader for the config keys
+CONFIG_KEYS_HELP = """Config keys: set them in a --config YAML file or as KEY=VALUE arguments
+(trainer.epochs=3, data.train_files=my.csv). --print-config prints every key with its
+value (--sources: where each value came from; task=ner --print-config: another task's
+keys); docs/config.md describes each key."""
 
 
 #: -h as well as --help (as argparse had it); option help in up to 100 columns
@@ -167,14 +148,14 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 class Command(click.Command):
-    """A tfapp command: help written whole (``_fill``); config commands end theirs with the
-    config reference. Keeps the arguments it was given (``ctx.meta['tfapp.argv']``) for the
-    command that resumes an interrupted run."""
+    """A tfapp command: help written whole (``_fill``); config commands end theirs with where
+    the config keys are described (``CONFIG_KEYS_HELP``). Keeps the arguments it was given
+    (``ctx.meta['tfapp.argv']``) for the command that resumes an interrupted run."""
 
-    def __init__(self, *args: Any, reference: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, takes_config: bool = False, **kwargs: Any) -> None:
         kwargs.setdefault("context_settings", CONTEXT)
         super().__init__(*args, **kwargs)
-        self.reference = reference
+        self.takes_config = takes_config
 
     def make_context(self, info_name: str | None, args: list[str],
                      parent: click.Context | None = None, **extra: Any) -> click.Context:
@@ -190,8 +171,8 @@ class Command(click.Command):
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         if self.epilog:
             formatter.write("\n" + _fill(self.epilog, "  ") + "\n")
-        if self.reference:
-            formatter.write("\n" + config_help() + "\n")
+        if self.takes_config:
+            formatter.write("\n" + _fill(CONFIG_KEYS_HELP, "  ") + "\n")
 
 
 class Group(click.Group):
@@ -312,7 +293,7 @@ def command(name: str, help: str, *, config: bool = False, epilog: str | None = 
 
         summary = COMMANDS[name].summary if name in COMMANDS else help.split("\n")[0]
         return Command(name, callback=callback, params=params, help=help, epilog=epilog,
-                       short_help=summary, reference=config)
+                       short_help=summary, takes_config=config)
 
     return decorate
 
@@ -471,7 +452,7 @@ def run_main(body: Callable[[], int | None], *,
 def _flag_hint(err: click.UsageError) -> str:
     """For ``--epochs 3`` to a command that takes a config: the key it probably meant."""
     takes_config = err.ctx is not None and any(p.name == "overrides" and isinstance(
-        err.ctx.command, Command) and err.ctx.command.reference for p in err.ctx.command.params)
+        err.ctx.command, Command) and err.ctx.command.takes_config for p in err.ctx.command.params)
     if not isinstance(err, click.NoSuchOption) or not takes_config:
         return ""
     leaf = err.option_name.lstrip("-").replace("-", "_")
@@ -550,9 +531,9 @@ SUITE = Suite(
     help="""tfapp: train, tune and serve TF-Hub BERT classifiers, taggers and seq2seq
     generators.
 
-    `tfapp COMMAND --help` describes each command; `python -m tfapp.COMMAND` (lr_find and
-    data_service with an underscore there) is the same command. Shell completion:
-    `eval "$(tfapp completion bash)"` (or zsh, fish).""")
+    tfapp COMMAND --help describes each command; python -m tfapp.COMMAND (with underscores
+    there: lr_find, data_service, export_hf, beam_predict) is the same command. Shell completion:
+    eval "$(tfapp completion bash)" (or zsh, fish).""")
 click.version_option(tfapp.__version__, "--version", prog_name=PROG,
                      message="%(prog)s %(version)s", help="Print tfapp's version and exit.")(SUITE)
 

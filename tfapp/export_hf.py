@@ -23,12 +23,11 @@ A binary classifier (one sigmoid unit in tfapp) becomes two softmax logits ``[0,
 which give exactly tfapp's two probabilities; a multi-label one keeps a sigmoid per label
 (``problem_type: multi_label_classification``); a sentence-pair one takes the second texts
 as the tokenizer's second argument (token type 1, as tfapp packs them).
-
-The encoder, tokenizer, card and checks are the same for every task; what differs (the
-transformers class, labels, head, card notes, refusals) is the run's export format's
-``hf_form``/``hf_refusal`` (``tfapp.serving.ExportFormat``, in
-``tfapp/tasks/<name>/serving.py``), found by the run's task: this module names none.
 """
+# The encoder, tokenizer, card and checks are the same for every task; what differs (the
+# transformers class, labels, head, card notes, refusals) is the run's export format's
+# hf_form/hf_refusal (tfapp.serving.ExportFormat, in tfapp/tasks/<name>/serving.py),
+# found by the run's task: this module names none.
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Write text with a trained generator: ``python -m tfapp.generate --model RUN_DIR PROMPT...``.
+"""Write text with a trained generator: ``tfapp generate --model RUN_DIR PROMPT``.
 
 Loads ``RUN_DIR/export`` (the SavedModel ``python -m tfapp.train --config
 configs/generator.yaml`` writes) with ``tf.saved_model.load`` and prints one line per
@@ -9,11 +9,11 @@ prompt and sample: the prompt followed by its generated continuation.
         --k 5 --temperature 0.8 --max-words 20 --num-samples 3 --seed 1
     python -m tfapp.generate --model runs/generator --method beam --num-beams 4 "the miller"
     echo "the weaver" | python -m tfapp.generate --model runs/generator -
-    python -m tfapp.generate --model runs/generator --data prompts.csv --keep id \
+    python -m tfapp.generate --model runs/generator --data prompts.csv --keep id \\
         --output generated.parquet
 
-With --data, prompts are read and written as ``predict --data`` reads and writes rows
-(``tfapp.scoring``): every row of the files (the run's text column, or --text-column;
+With --data, prompts are read and written as ``predict --data`` reads and writes rows:
+every row of the files (the run's text column, or --text-column;
 plain text lines too), in batches, into part files that appear whole, resumed after a
 kill, split among processes with --shard I/N. Each output row holds the kept columns,
 the ``prompt`` and its ``continuation``.

@@ -78,7 +78,9 @@ def _predict_data(args: SimpleNamespace) -> int:
 @click.option("--text-column", help="With --data: default the run's data.text_column.")
 @click.option("--text-pair-column",
               help="With --data, a sentence-pair model: default the run's data.text_pair_column.")
-@cli.file_output_options(shard_verb="score", batch_help="rows per model call")
+@cli.file_output_options(shard_verb="score",
+                         batch_help="rows read and sorted by length together (scored 32 "
+                                    "at a time)")
 @click.option("--input", help="File with one text per line ('-' = stdin); printed to stdout.")
 @click.option("--pair", multiple=True, help="Second text of a sentence pair (once per text).")
 @click.option("--json", is_flag=True,

@@ -56,8 +56,8 @@ def group() -> None:
 @click.option("--duration-ms", type=int, default=2000, show_default=True,
               help="How long to record; cover several steps.")
 @click.option("--logdir", required=True,
-              help="Where the capture goes; use RUN_DIR/logs so TensorBoard and `summary "
-                   "RUN_DIR` find it.")
+              help="Where the capture goes; use RUN_DIR/logs so that TensorBoard and "
+                   "tfapp profile summary RUN_DIR find it.")
 @click.option("--summary", is_flag=True, help="Print the summary afterwards.")
 def capture(args: SimpleNamespace) -> int:
     if args.duration_ms <= 0:

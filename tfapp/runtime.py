@@ -51,8 +51,8 @@ class TFConfigError(ConfigError):
 
     def __init__(self, problem: str):
         self.problem = f"TF_CONFIG {problem}"
-        self.fix = (f"set TF_CONFIG to JSON like {TF_CONFIG_EXAMPLE} (README 'Several "
-                    "hosts'), or unset it to train on this machine alone")
+        self.fix = (f"set TF_CONFIG to JSON like {TF_CONFIG_EXAMPLE} (docs/scale_out.md, "
+                    "'Several workers'), or unset it to train on this machine alone")
         super().__init__(f"{self.problem}; {self.fix}")
 
 
@@ -122,8 +122,9 @@ class Runtime:
 
     def default_jit_compile(self, configured: bool | None, *,
                             recompiles_under_xla: bool = False) -> bool:
-        """XLA pays on GPU/TPU; on this kind of CPU it measured 2x slower (DESIGN.md), and
-        its CPU backend binds to one device, so it is off on CPUs.
+        """XLA pays on GPU/TPU; on a CPU, BERT training measured 1.27x slower with it
+        (docs/performance.md), and its CPU backend binds to one device, so it is off on
+        CPUs.
 
         Fine-tuning a restored TF-Hub module, and tf-keras's fused ``LSTM`` layer, made XLA
         recompile the train step at every step (measured on CPU: 2-16 s per step; see
@@ -195,7 +196,7 @@ def choose_strategy(requested: str, *, env: Mapping[str, str], tpu_found: bool,
     if requested != "auto":
         if requested == "multi_worker" and not env.get("TF_CONFIG"):
             raise ConfigError("runtime.strategy=multi_worker needs TF_CONFIG (JSON with "
-                              "'cluster' and 'task'); see README 'Several hosts'")
+                              "'cluster' and 'task'); see docs/scale_out.md, 'Several workers'")
         return requested, "requested by runtime.strategy"
     if tpu_found:
         return "tpu", f"auto: TPU cluster resolver found a TPU ({tpu_hint or 'resolver'})"

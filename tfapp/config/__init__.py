@@ -7,7 +7,7 @@ dotted overrides, then validated.
   that task reads, with its own checks (``check``); ``registry``: the classes by task name.
 * ``loading`` (``load_config``, ``save_params``), ``validation`` (``validate``,
   ``with_values``), ``keys`` (where a key lives, the unknown-key message), ``docs`` (the
-  config reference of ``--help`` and the README).
+  config reference, docs/config.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The config reference, generated from the dataclasses' ``Attributes:`` docstrings: what
-``--help`` and the README's reference show, per task."""
+docs/config.md shows (``scripts/gen_config_reference.py``), per task."""
 
 from __future__ import annotations
 

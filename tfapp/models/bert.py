@@ -2,9 +2,9 @@
 
 Why a native encoder when tfapp fine-tunes TF-Hub modules: a restored Hub graph is
 fixed in float32, so a ``mixed_bfloat16``/``mixed_float16`` policy cannot reach
-inside it (DESIGN.md). This encoder is what tfapp exports as its own Hub modules
-(``tfapp.hub.export``) and what a module's weights are read back into when mixed
-precision matters.
+inside it (docs/hub.md, "The native encoder"). This encoder is what tfapp exports as its
+own Hub modules (``tfapp.hub.export``) and what a module's weights are read back into
+when mixed precision matters.
 
 Interface (the one every TF-Hub BERT encoder has)::
 

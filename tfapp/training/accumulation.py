@@ -1,12 +1,12 @@
 """Gradient accumulation for functional tf.keras models.
 
 tf-keras optimizers have no ``gradient_accumulation_steps`` (Keras 3's do, but Keras 3
-fails under the strategies tfapp needs; see DESIGN.md). ``AccumulatingModel`` sums
-gradients of ``steps`` consecutive batches in per-replica accumulators and applies
-their mean once, so one optimizer step sees ``steps x global batch`` examples: the same
-update as one step of a ``steps`` times larger global batch, under every strategy. The
-optimizer's ``iterations`` (which drives the learning-rate schedule) counts applied
-updates only.
+fails under the strategies tfapp needs; see docs/training.md, "Why tf-keras").
+``AccumulatingModel`` sums gradients of ``steps`` consecutive batches in per-replica
+accumulators and applies their mean once, so one optimizer step sees ``steps x global
+batch`` examples: the same update as one step of a ``steps`` times larger global batch,
+under every strategy. The optimizer's ``iterations`` (which drives the learning-rate
+schedule) counts applied updates only.
 
 With several replicas the update is conditional *and* a synchronisation point (the
 optimizer all-reduces the gradients). Strategies that synchronise through ``merge_call``
