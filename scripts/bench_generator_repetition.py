@@ -18,7 +18,8 @@ and ``repetition_penalty`` in ``--penalties``. Per setting:
 
 * **repeated 3-grams**: of all the 3-grams of the continuations (each continuation on its
   own), the share that repeat one earlier in the same continuation (pooled: repeats over
-  3-grams, all texts); **repeated 2-grams** likewise;
+  3-grams, all texts); **repeated 2-grams** and **repeated words** likewise (human text
+  reuses its function words: a decoder that never does is not writing like it either);
 * **distinct-2** (Li et al. 2016): distinct bigrams over all bigrams of the continuations;
 * words per continuation.
 
@@ -65,7 +66,8 @@ def distinct(texts: Sequence[Sequence[str]], n: int) -> float:
 def measure(texts: Sequence[Sequence[str]]) -> dict:
     """The row of one setting: its continuations' repetition, diversity and length."""
     return {"repeated_3grams": repeated_share(texts, 3), "repeated_2grams":
-            repeated_share(texts, 2), "distinct_2": distinct(texts, 2),
+            repeated_share(texts, 2), "repeated_words": repeated_share(texts, 1),
+            "distinct_2": distinct(texts, 2),
             "words": statistics.fmean(len(t) for t in texts) if texts else 0.0}
 
 
@@ -130,15 +132,15 @@ def table(rows: list[dict], human: dict, perplexity: float, texts: int) -> str:
     """The Markdown table: the human rest of the lines, then each setting."""
     out = [f"{texts} held-out lines; LM perplexity of the held-out text {perplexity:.2f} "
            "(the export's score: no decoding setting reaches it)", "",
-           "| continuation | repeated 3-grams | vs human | repeated 2-grams | distinct-2 | "
-           "words |", "|---|---|---|---|---|---|"]
+           "| continuation | repeated 3-grams | vs human | repeated 2-grams | repeated words "
+           "| distinct-2 | words |", "|---|---|---|---|---|---|---|"]
     base = human["repeated_3grams"]
 
     def line(name: str, r: dict) -> str:
         vs = f"{r['repeated_3grams'] / base:.1f}x" if base else "-"
         return (f"| {name} | {100 * r['repeated_3grams']:.1f}% | {vs} | "
-                f"{100 * r['repeated_2grams']:.1f}% | {r['distinct_2']:.3f} | "
-                f"{r['words']:.1f} |")
+                f"{100 * r['repeated_2grams']:.1f}% | {100 * r['repeated_words']:.1f}% | "
+                f"{r['distinct_2']:.3f} | {r['words']:.1f} |")
 
     out.append(line("human (the rest of the line)", human))
     out += [line(r["name"], r) for r in rows]

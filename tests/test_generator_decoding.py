@@ -44,7 +44,8 @@ def trained(tmp_path_factory):
         "generation.num_beams=3", "generation.method=greedy",
         # No word twice in a continuation: the memorised lines that hold "the" twice
         # come out changed, so the tests see whether the run's control was applied.
-        "generation.no_repeat_ngram_size=1", f"output_dir={tmp}", "name=run"])
+        "generation.no_repeat_ngram_size=1", "generation.repetition_penalty=1.2",
+        f"output_dir={tmp}", "name=run"])
     task = GeneratorTask(RunContext.create(cfg, task=get_task(cfg.task)))
     inputs = task.build_inputs()
     assert inputs.num_train_examples == 4 * 9 and inputs.validation is None
@@ -854,6 +855,7 @@ def test_repetition_benchmark_measures_the_exports_continuations(trained, predic
     human = result["human"]  # three lines (one has no more than 3 words)
     assert human["repeated_2grams"] == pytest.approx(2 / 15)
     assert human["repeated_3grams"] == 0 and human["words"] == pytest.approx(6.0)
+    assert human["repeated_words"] == pytest.approx(4 / 18)  # the x3, and x2, dog x2
     assert human["distinct_2"] == pytest.approx(13 / 15)
     rows = {r["name"]: r for r in result["rows"]}
     assert len(rows) == 3 * 2
@@ -866,4 +868,4 @@ def test_repetition_benchmark_measures_the_exports_continuations(trained, predic
             assert r["repeated_2grams"] == 0
     assert result["lm_perplexity"] == pytest.approx(predictor.evaluate(held)["lm_perplexity"])
     printed = capsys.readouterr().out
-    assert "| human (the rest of the line) | 0.0% | - | 13.3% | 0.867 | 6.0 |" in printed
+    assert "| human (the rest of the line) | 0.0% | - | 13.3% | 22.2% | 0.867 | 6.0 |" in printed

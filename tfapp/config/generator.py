@@ -109,7 +109,7 @@ class GenerationConfig:
     seed: int = setting(0, resume=MATCH)
     # Decoding only: nothing trained depends on them, so a resume may change them.
     no_repeat_ngram_size: int = bounded(3, min=0, max=1024, resume=FREE)
-    repetition_penalty: float = bounded(1.2, gt=0.0, resume=FREE)
+    repetition_penalty: float = bounded(1.0, gt=0.0, resume=FREE)
 
 
 @dataclass
