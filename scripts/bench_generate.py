@@ -117,7 +117,8 @@ def make_compiled(model, words: int, method: str = "greedy"):
     temperature = TEMPERATURE if method == "top_k" else 1.0
 
     def run(encoder_ids: np.ndarray) -> np.ndarray:
-        return fn(tf.constant(encoder_ids), words, temperature, top_k, 1.0, 0.0, 0)[0].numpy()
+        return fn(tf.constant(encoder_ids), words, temperature, top_k, 1.0, 0.0, 0, 0,
+                  1.0)[0].numpy()
 
     return run
 

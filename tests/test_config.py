@@ -52,6 +52,10 @@ def test_shipped_configs_load_and_say_how_to_run(path):
     (["data.batch_size=abc"], "data.batch_size: wrong type"),
     (["runtime.strategy=gpu"], "choose one of: auto, tpu, mirrored, multi_worker, one_device, cpu"),
     (["optimizer.learning_rate=0"], "optimizer.learning_rate: 0.0 must be > 0"),
+    (["task=generator", "generation.no_repeat_ngram_size=-1"],
+     "generation.no_repeat_ngram_size: -1 is too small; must be >= 0"),
+    (["task=generator", "generation.repetition_penalty=0"],
+     "generation.repetition_penalty: 0.0 must be > 0"),
     (["trainer.profile_steps=9,3"], "trainer.profile_steps"),
     (["nonsense"], "not of the form key=value"),
     (["task=generator", "model.kind=bert"], "task 'generator' needs model.kind=seq2seq, got "

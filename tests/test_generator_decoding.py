@@ -1,14 +1,16 @@
 """Decoding and export on a tiny model that memorised a tiny corpus.
 
 Greedy against a step-by-step argmax reference, beam/top-k degenerate cases, XLA vs
-plain TF, seeded sampling, and the exported SavedModel reloaded in a fresh process.
+plain TF, seeded sampling, repetition control against Hugging Face's formulas (on an
+untrained model that loops), and the exported SavedModel reloaded in a fresh process.
 """
 
 import json
+from pathlib import Path
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import load_config
-from tfapp.models import decoding
+from tfapp.models import decoding, seq2seq
 from tfapp.runtime import HOST_XLA, host_xla_available
 from tfapp.tasks import get_task
 from tfapp.tasks.generator.export import TextGenerator, serving_copy
@@ -39,8 +41,11 @@ def trained(tmp_path_factory):
         "data.validation_split=0", "data.context_words=4", "data.target_words=6",
         "data.batch_size=12", "data.shuffle_buffer=64", "model.embedding_dim=32",
         "model.units=64", "model.dropout=0", "generation.max_length=10",
-        "generation.num_beams=3", "generation.method=greedy", f"output_dir={tmp}",
-        "name=run"])
+        "generation.num_beams=3", "generation.method=greedy",
+        # No word twice in a continuation: the memorised lines that hold "the" twice
+        # come out changed, so the tests see whether the run's control was applied.
+        "generation.no_repeat_ngram_size=1", "generation.repetition_penalty=1.2",
+        f"output_dir={tmp}", "name=run"])
     task = GeneratorTask(RunContext.create(cfg, task=get_task(cfg.task)))
     inputs = task.build_inputs()
     assert inputs.num_train_examples == 4 * 9 and inputs.validation is None
@@ -70,19 +75,36 @@ def words(generator, tokens):
     return [t.decode() for t in generator.detokenize(tf.constant(tokens)).numpy()]
 
 
+def greedy(generator, prompts, max_length=10) -> list[str]:
+    """The export's greedy text under the run's repetition control (what ``generate``
+    gives a greedy run)."""
+    g = generator.generation
+    out = generator.greedy(tf.constant(prompts), tf.constant(max_length),
+                           tf.constant(g.no_repeat_ngram_size),
+                           tf.constant(g.repetition_penalty))["text"]
+    return [t.decode() for t in out.numpy()]
+
+
 _DECODERS: dict = {}
 
 
 def run(model, enc, method="greedy", jit=False, num_beams=1, limit=10, temperature=1.0,
-        top_k=0, top_p=1.0, length_penalty=0.0, seed=0):
-    """Decode with a cached compiled decoder (plain TF by default: no XLA compile time)."""
+        top_k=0, top_p=1.0, length_penalty=0.0, seed=0, no_repeat_ngram_size=0,
+        repetition_penalty=1.0):
+    """Decode with a cached compiled decoder (plain TF by default: no XLA compile time);
+    repetition control off unless asked for."""
     key = (id(model), "sample" if method in ("top_k", "top_p") else method, num_beams, jit)
     if key not in _DECODERS:
         _DECODERS[key] = decoding.make_decoder(model, method=key[1], max_length=10,
                                                num_beams=num_beams, jit_compile=jit,
                                                suppress_ids=SUPPRESS)
     fn = _DECODERS[key]
-    tokens, lengths, scores = fn(enc, limit, temperature, top_k, top_p, length_penalty, seed)
+    # Tensors: a new value of a Python number would trace the function again.
+    args = [tf.constant(v, dtype) for v, dtype in [
+        (limit, tf.int32), (temperature, tf.float32), (top_k, tf.int32), (top_p, tf.float32),
+        (length_penalty, tf.float32), (seed, tf.int32), (no_repeat_ngram_size, tf.int32),
+        (repetition_penalty, tf.float32)]]
+    tokens, lengths, scores = fn(enc, *args)
     return tokens.numpy(), lengths.numpy(), scores.numpy()
 
 
@@ -144,7 +166,7 @@ def test_a_decoder_left_to_the_host_compiles_only_where_it_has_xla(trained):
     enc = encode(gen, PROMPTS)
     fn = decoding.make_decoder(model, method="greedy", max_length=10, jit_compile=None,
                                suppress_ids=SUPPRESS)
-    np.testing.assert_array_equal(fn(enc, 10, 1.0, 0, 1.0, 0.0, 0)[0].numpy(),
+    np.testing.assert_array_equal(fn(enc, 10, 1.0, 0, 1.0, 0.0, 0, 0, 1.0)[0].numpy(),
                                   run(model, enc)[0])
     compiled = [p.name for p in conftest.XLA_DUMP_DIR.glob("*.cpu_after_optimizations.txt")
                 if f"{HOST_XLA}_greedy_decode" in p.name]
@@ -192,6 +214,162 @@ def sampled_ranks(model, enc, tokens) -> np.ndarray:
         done |= tokens[:, t] == 3
         prefix = np.concatenate([prefix, tokens[:, t:t + 1].astype("int32")], 1)
     return ranks
+
+
+# ------------------------------------------------------ repetition control (Hugging Face's)
+
+
+def hf_banned(seq: list[int], n: int) -> set[int]:
+    """Hugging Face's ``NoRepeatNGramLogitsProcessor`` for one row of ids ``seq`` (the
+    decoder's input: [START] and the tokens so far): the ids completing a seen n-gram."""
+    if n == 0 or len(seq) + 1 < n:
+        return set()
+    grams: dict[tuple, list[int]] = {}
+    for gram in zip(*[seq[i:] for i in range(n)], strict=False):
+        grams.setdefault(tuple(gram[:-1]), []).append(gram[-1])
+    return set(grams.get(tuple(seq[len(seq) + 1 - n:]), []))
+
+
+def hf_penalized(scores: np.ndarray, seq: list[int], penalty: float) -> np.ndarray:
+    """Hugging Face's ``RepetitionPenaltyLogitsProcessor`` for one row: each id of
+    ``seq`` once, a negative score multiplied by ``penalty``, any other divided."""
+    out = scores.copy()
+    ids = np.unique(seq)
+    out[ids] = np.where(out[ids] < 0, out[ids] * penalty, out[ids] / penalty)
+    return out
+
+
+def repeated(tokens: np.ndarray, n: int) -> list[int]:
+    """Per row: the n-grams of its words (ids past [END]; stops at [END]) that occur
+    again after their first time."""
+    out = []
+    for row in tokens:
+        row = list(row[:list(row).index(3)] if 3 in row else row)
+        grams = [tuple(row[i:i + n]) for i in range(len(row) - n + 1)]
+        out.append(len(grams) - len(set(grams)))
+    return out
+
+
+@pytest.mark.parametrize("jit", [False, pytest.param(True, marks=pytest.mark.xla_cpu)])
+def test_repeat_masks_ban_what_hugging_face_bans(jit):
+    """``repeat_masks`` + ``next_matches`` step by step over random rows of a 6-word
+    vocabulary (repeats everywhere) give, at every step and n-gram size, the ids Hugging
+    Face's no-repeat processor bans and the ids its repetition penalty sees."""
+    rows, length, vocab, start = 8, 14, 9, 2
+    tokens = np.random.default_rng(0).integers(3, vocab, size=(rows, length)).astype("int32")
+    masks = tf.function(decoding.repeat_masks, jit_compile=jit)
+    advance = tf.function(decoding.next_matches, jit_compile=jit)
+    for n in range(0, 5):
+        matches = tf.zeros([rows, length], tf.int32)
+        for step in range(length):
+            # The buffer holds later columns already (as a beam's reordered rows may):
+            # only the first ``step`` may count.
+            seen, banned = masks(tokens, matches, tf.constant(step), tf.constant(n), vocab)
+            for r in range(rows):
+                # HF's also holds [START] (n = 1), which is never generated (suppressed).
+                seq = [start, *tokens[r, :step]]
+                want = hf_banned(seq, n) - {start}
+                assert set(np.flatnonzero(banned[r].numpy())) == want, (n, step, r)
+                assert set(np.flatnonzero(seen[r].numpy())) == set(seq) - {start}
+            matches = advance(matches, tokens, tokens[:, step], tf.constant(step), start)
+
+
+def test_penalize_repeats_is_hugging_faces_formula():
+    scores = np.array([[2.0, -1.5, 0.0, 3.0, -0.2], [1.0, 1.0, -4.0, 0.5, 0.0]], "float32")
+    seq = [[0, 1, 2, 1], [2, 4]]
+    seen = np.zeros_like(scores, bool)
+    for r, ids in enumerate(seq):
+        seen[r, ids] = True
+    for penalty in (1.2, 2.0, 0.5, 1.0):
+        got = decoding.penalize_repeats(tf.constant(scores), tf.constant(seen),
+                                        tf.constant(penalty)).numpy()
+        want = np.stack([hf_penalized(scores[r], seq[r], penalty) for r in range(2)])
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    # 2.0 / 1.2 and -1.5 * 1.2: the seen positive word falls below the unseen 1.8.
+    np.testing.assert_allclose(decoding.penalize_repeats(
+        tf.constant([[2.0, 1.8, -1.5]]), tf.constant([[True, False, True]]), 1.2).numpy(),
+        [[2.0 / 1.2, 1.8, -1.8]], rtol=1e-6)
+
+
+def hf_reference(model, enc, steps: int, n: int, penalty: float, *, beam: bool) -> np.ndarray:
+    """Greedy decoding with Hugging Face's two processors, step by step on the teacher-
+    forced model: on the logits (greedy), or, as HF's beam search with one beam, on the
+    log-probabilities; suppressed ids never chosen; padding after [END]."""
+    b = enc.shape[0]
+    prefix = np.full((b, 1), 2, "int32")
+    done = np.zeros(b, bool)
+    out = np.zeros((b, steps), "int32")
+    for t in range(steps):
+        logits = model({"encoder_ids": enc, "decoder_ids": tf.constant(prefix)})[:, -1].numpy()
+        logits[:, list(SUPPRESS)] = -1e9
+        if beam:
+            logits = tf.nn.log_softmax(logits).numpy()
+        for r in range(b):
+            seq = list(prefix[r])
+            logits[r] = hf_penalized(logits[r], seq, penalty)
+            logits[r, list(hf_banned(seq, n))] = -np.inf
+        nxt = np.where(done, 0, logits.argmax(-1))
+        out[:, t] = nxt
+        done |= nxt == 3
+        prefix = np.concatenate([prefix, nxt[:, None].astype("int32")], 1)
+    return out
+
+
+@pytest.fixture(scope="module")
+def looping():
+    """An untrained model of 40 words and prompts it continues in loops (greedy repeats
+    3-grams in every row), for the repetition-control tests."""
+    tf.keras.utils.set_random_seed(3)
+    model = seq2seq.Seq2Seq(vocab_size=40, embedding_dim=8, units=16, fused_lstm=False)
+    model.build_for(4, 5)
+    enc = np.random.default_rng(0).integers(4, 40, size=(8, 4)).astype("int32")
+    return model, tf.constant(enc)
+
+
+def test_greedy_and_one_beam_follow_hugging_faces_processors(looping):
+    """Decoded with repetition control, the looping model writes what the step-by-step
+    reference of HF's formulas writes: greedy on the logits, one beam on the
+    log-probabilities; each setting changes most rows."""
+    model, enc = looping
+    plain = run(model, enc)[0]
+    # n alone (the default's 3), the penalty alone (above and below 1), both
+    for n, penalty in [(3, 1.0), (0, 1.5), (0, 0.7), (2, 1.3)]:
+        control = dict(no_repeat_ngram_size=n, repetition_penalty=penalty)
+        tokens = run(model, enc, **control)[0]
+        np.testing.assert_array_equal(tokens, hf_reference(model, enc, 10, n, penalty,
+                                                           beam=False), err_msg=str(control))
+        beam = run(model, enc, method="beam", num_beams=1, **control)[0]
+        np.testing.assert_array_equal(beam, hf_reference(model, enc, 10, n, penalty,
+                                                         beam=True), err_msg=str(control))
+        assert (tokens != plain).any(axis=1).sum() >= 4, control
+        if n:
+            assert max(repeated(tokens, n)) == max(repeated(beam, n)) == 0
+
+
+@pytest.mark.xla_cpu
+def test_no_repeated_ngram_in_any_method_under_xla(looping):
+    """With no_repeat_ngram_size n, no row of the looping model's greedy, top-k sampling
+    or beam search text holds an n-gram twice under XLA; plain TensorFlow's beam search
+    writes the same tokens."""
+    model, enc = looping
+    rows = enc.shape[0]
+    # limit, temperature, top_k, top_p, length_penalty, seed: tensors, one trace each
+    args = [tf.constant(v) for v in (30, 1.0, 3, 1.0, 0.0, 1)]
+    off = tf.constant(1.0)
+    for method in ("greedy", "sample", "beam"):
+        fn = decoding.make_decoder(model, method=method, max_length=30, num_beams=3,
+                                   jit_compile=True, suppress_ids=SUPPRESS)
+        plain = fn(enc, *args, tf.constant(0), off)[0].numpy()
+        assert sum(repeated(plain, 3)) >= 4, (method, repeated(plain, 3))  # loops to cut
+        for n in (2, 3):
+            tokens = fn(enc, *args, tf.constant(n), off)[0].numpy()
+            assert repeated(tokens, n) == [0] * rows, (method, n)
+            assert (tokens > 0).sum() > rows * 6  # rows still write (not [END] at once)
+    # The same program without XLA writes the same greedy tokens.
+    tokens = fn(enc, *args, tf.constant(2), off)[0].numpy()
+    uncompiled = decoding.make_decoder(model, method="beam", max_length=30, num_beams=3,
+                                       jit_compile=False, suppress_ids=SUPPRESS)
+    np.testing.assert_array_equal(uncompiled(enc, *args, tf.constant(2), off)[0], tokens)
 
 
 def test_filter_logits_top_k_and_top_p():
@@ -246,8 +424,7 @@ def test_sample_tokens_follows_the_filtered_distribution_on_every_path(jit):
 def test_prompt_edge_cases(trained):
     _, _, gen, _ = trained
     prompts = ["", "zebra quantum", "THE RED FOX!!", "x " * 50 + "the red fox"]
-    out = gen.greedy(tf.constant(prompts), tf.constant(10))["text"].numpy()
-    texts = [t.decode() for t in out]
+    texts = greedy(gen, prompts)
     corpus_words = set(" ".join(CORPUS).split())
     assert texts[0] and set(texts[0].split()) <= corpus_words  # empty: a line opening
     assert set(texts[1].split()) <= corpus_words               # unknown words: [UNK] ids
@@ -255,31 +432,39 @@ def test_prompt_edge_cases(trained):
 
 
 def test_export_reloads_in_a_fresh_process_with_the_same_output(trained, exported):
+    """Every function of the export, repetition control included, gives in a fresh
+    process what it gave in the training one."""
     task, model, gen, inputs = trained
     result = exported
     export = str(result.paths["exported"])
     assert result.lines[0].startswith("sample (greedy): ")
     prompts = ["the red fox", "", "a small bird", "zebra", "my old boat sails"]
+    c = tf.constant
     expect = {
-        "generate": gen.generate(tf.constant(prompts))["text"].numpy(),
-        "greedy": gen.greedy(tf.constant(prompts), tf.constant(10))["text"].numpy(),
-        "sample": gen.sample(tf.constant(prompts), tf.constant(10), tf.constant(3.0),
-                             tf.constant(0), tf.constant(0.95), tf.constant(5))["text"].numpy(),
-        "beam_search": gen.beam_search(tf.constant(prompts), tf.constant(10),
-                                       tf.constant(0.6))["text"].numpy(),
+        "generate": gen.generate(c(prompts))["text"],
+        "greedy": gen.greedy(c(prompts), c(10), c(0), c(1.0))["text"],
+        "greedy_once": gen.greedy(c(prompts), c(10), c(1), c(1.0))["text"],
+        "sample": gen.sample(c(prompts), c(10), c(3.0), c(0), c(0.95), c(5), c(2),
+                             c(1.5))["text"],
+        "beam_search": gen.beam_search(c(prompts), c(10), c(0.6), c(2), c(1.3))["text"],
     }
-    expect = {k: [t.decode() for t in v] for k, v in expect.items()}
-    assert expect["generate"] == expect["greedy"]
+    expect = {k: [t.decode() for t in v.numpy()] for k, v in expect.items()}
+    assert expect["generate"] == greedy(gen, prompts)  # the run's greedy and its control
+    assert expect["greedy_once"] != expect["greedy"]  # the inputs change the text
     script = f"""
 import json, tensorflow as tf
 m = tf.saved_model.load({export!r})
-p = tf.constant({prompts!r})
+p, c = tf.constant({prompts!r}), tf.constant
 out = {{
   "generate": m.signatures["generate"](prompts=p)["text"],
-  "sample": m.sample(p, tf.constant(10), tf.constant(3.0), tf.constant(0), tf.constant(0.95),
-                     tf.constant(5))["text"],
-  "beam_search": m.signatures["beam_search"](prompts=p, max_length=tf.constant(10),
-                                             length_penalty=tf.constant(0.6))["text"],
+  "greedy": m.greedy(p, c(10), c(0), c(1.0))["text"],
+  "greedy_once": m.signatures["greedy"](prompts=p, max_length=c(10),
+                                        no_repeat_ngram_size=c(1),
+                                        repetition_penalty=c(1.0))["text"],
+  "sample": m.sample(p, c(10), c(3.0), c(0), c(0.95), c(5), c(2), c(1.5))["text"],
+  "beam_search": m.signatures["beam_search"](prompts=p, max_length=c(10),
+                                             length_penalty=c(0.6), no_repeat_ngram_size=c(2),
+                                             repetition_penalty=c(1.3))["text"],
 }}
 print(json.dumps({{k: [t.decode() for t in v.numpy()] for k, v in out.items()}}))
 """
@@ -287,9 +472,13 @@ print(json.dumps({{k: [t.decode() for t in v.numpy()] for k, v in out.items()}})
     proc = run_python(["-c", script], timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got == {k: v for k, v in expect.items() if k != "greedy"}  # generate is greedy
+    assert got == expect
     meta = json.loads((task.layout.export / "generator.json").read_text())
     assert meta["num_beams"] == 3 and meta["defaults"]["method"] == "greedy"
+    assert (meta["defaults"]["no_repeat_ngram_size"],
+            meta["defaults"]["repetition_penalty"]) == (1, 1.2)
+    card = (task.layout.export / "README.md").read_text()
+    assert "`no_repeat_ngram_size` 1, `repetition_penalty` 1.2 by default" in card
 
 
 def test_serving_copy_follows_the_trained_weights(trained):
@@ -298,8 +487,7 @@ def test_serving_copy_follows_the_trained_weights(trained):
     for a, b in zip(copy.get_weights(), model.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
     fresh = TextGenerator(copy, inputs.vocabulary, context_words=4)
-    same = fresh.greedy(tf.constant(["the red fox"]), tf.constant(10))["text"].numpy()
-    assert same[0].decode() == "jumps over the lazy dog"
+    assert greedy(fresh, ["the red fox"]) == ["jumps over the lazy dog"]
 
 
 def test_score_pools_tokens_as_the_keras_metrics_do(trained):
@@ -372,8 +560,7 @@ def test_generate_data_writes_a_row_per_prompt_in_order(trained, export, tmp_pat
     gen = trained[2]
     data = tmp_path / "prompts.csv"
     data.write_text("id,text\n" + "".join(f"{10 + i},{p}\n" for i, p in enumerate(DATA_PROMPTS)))
-    want = [t.decode() for t in gen.greedy(tf.constant(DATA_PROMPTS), tf.constant(10))["text"]
-            .numpy()]
+    want = greedy(gen, DATA_PROMPTS)
     assert want[0] == "jumps over the lazy dog"  # a model that would fail a mixed-up order
     code, err = _generate_data(capsys, export, data, tmp_path / "out.jsonl", "--keep", "id")
     assert code == 0, err
@@ -504,8 +691,7 @@ def test_predictor_generate_reads_a_file_of_prompts(trained, predictor, tmp_path
                             for i, p in enumerate(DATA_PROMPTS[:3])))
     got = predictor.generate(data, keep=["n"])
     assert not isinstance(got, list)
-    want = [t.decode() for t in gen.greedy(tf.constant(DATA_PROMPTS[:3]), tf.constant(10))["text"]
-            .numpy()]
+    want = greedy(gen, DATA_PROMPTS[:3])
     assert list(got) == [{"n": i, "prompt": p, "continuation": w}
                          for i, (p, w) in enumerate(zip(DATA_PROMPTS[:3], want, strict=True))]
 
@@ -515,6 +701,172 @@ def test_predictor_generate_reads_a_file_of_prompts(trained, predictor, tmp_path
 
     s = {**predictor.model.metadata["defaults"], "method": "top_k", "top_k": 3, "seed": 1}
     rows = Continuations(predictor.model, s, 2).predict_rows(DATA_PROMPTS[:2])
-    flat = decode(predictor.model.module, [DATA_PROMPTS[0]] * 2 + [DATA_PROMPTS[1]] * 2, s)
+    flat = decode(predictor.model, [DATA_PROMPTS[0]] * 2 + [DATA_PROMPTS[1]] * 2, s)
     assert rows == [{"prompt": DATA_PROMPTS[0], "continuation": flat[:2]},
                     {"prompt": DATA_PROMPTS[1], "continuation": flat[2:]}]
+
+
+# ------------------------------------------------ repetition control through the export
+
+CONTROL_PROMPTS = ["", "the", "a small bird sings", "the lazy dog"]
+
+
+def test_generate_flags_set_the_repetition_control(trained, export, predictor, capsys):
+    """``tfapp generate`` decodes with the run's repetition control unless its flags say
+    otherwise, and the Python API takes the same settings; bad values are one line."""
+    from tfapp import generate
+    from tfapp.errors import ConfigError
+
+    gen = trained[2]
+
+    def printed(*flags):
+        assert generate.main(["--model", export, *flags, *CONTROL_PROMPTS]) == 0
+        return capsys.readouterr().out.splitlines()
+
+    def want(n, penalty):
+        c = tf.constant
+        out = gen.greedy(c(CONTROL_PROMPTS), c(10), c(n), c(penalty))["text"].numpy()
+        return [t.decode() for t in out]
+
+    def lines(continuations):
+        return [f"{p} {t}".strip() for p, t in zip(CONTROL_PROMPTS, continuations,
+                                                  strict=True)]
+
+    assert want(0, 1.0) != want(1, 1.2)  # the memorised "the ... the" lines change
+    assert printed() == lines(want(1, 1.2))  # the run's generation.* (the export's defaults)
+    off = ("--no-repeat-ngram-size", "0", "--repetition-penalty", "1")
+    assert printed(*off) == lines(want(0, 1.0))
+    assert printed("--no-repeat-ngram-size", "2", "--method", "greedy") == lines(want(2, 1.2))
+    assert predictor.generate(CONTROL_PROMPTS, no_repeat_ngram_size=0,
+                              repetition_penalty=1.0) == want(0, 1.0)
+    for flag, value, message in [
+            ("--no-repeat-ngram-size", "-1", "--no-repeat-ngram-size: -1 must be >= 0"),
+            ("--repetition-penalty", "0", "--repetition-penalty: 0.0 must be > 0")]:
+        assert generate.main(["--model", export, flag, value, "x"]) == 2
+        err = capsys.readouterr().err
+        assert f"tfapp: error: {message}" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(ConfigError, match="repetition-penalty: -2.0 must be > 0"):
+        predictor.generate(["x"], repetition_penalty=-2.0)
+
+
+class WrittenBeforeRepetitionControl(tf.Module):
+    """An export's functions with the inputs they had before repetition control (and its
+    behaviour: none), over a current ``TextGenerator``."""
+
+    def __init__(self, generator):
+        super().__init__()
+        self.generator = generator
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def generate(self, prompts):
+        return self.generator.greedy(prompts, tf.constant(10), tf.constant(0), tf.constant(1.0))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string),
+                                  tf.TensorSpec([], tf.int32)])
+    def greedy(self, prompts, max_length):
+        return self.generator.greedy(prompts, max_length, tf.constant(0), tf.constant(1.0))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([], tf.int32),
+                                  tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32),
+                                  tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32)])
+    def sample(self, prompts, max_length, temperature, top_k, top_p, seed):
+        return self.generator.sample(prompts, max_length, temperature, top_k, top_p, seed,
+                                     tf.constant(0), tf.constant(1.0))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([], tf.int32),
+                                  tf.TensorSpec([], tf.float32)])
+    def beam_search(self, prompts, max_length, length_penalty):
+        return self.generator.beam_search(prompts, max_length, length_penalty, tf.constant(0),
+                                          tf.constant(1.0))
+
+
+def test_an_export_from_before_repetition_control_still_generates(trained, tmp_path):
+    """Functions without the two inputs and a generator.json without the two defaults:
+    generate, the API and every method work, without control; asking for it is one
+    line that says why."""
+    from tfapp.errors import ConfigError
+    from tfapp.tasks.generator.serving import FORMAT
+
+    gen = trained[2]
+    old = WrittenBeforeRepetitionControl(gen)
+    meta = json.loads(gen.meta_json)
+    for key in ("no_repeat_ngram_size", "repetition_penalty"):
+        del meta["defaults"][key]
+    path = FORMAT.write(old, tmp_path / "old", metadata=meta, signatures={
+        "serving_default": old.generate, "generate": old.generate, "greedy": old.greedy,
+        "sample": old.sample, "beam_search": old.beam_search})
+    loaded = tfapp.load(path)
+    c = tf.constant
+    plain = [t.decode() for t in gen.greedy(c(CONTROL_PROMPTS), c(10), c(0), c(1.0))["text"]
+             .numpy()]
+    assert loaded.generate(CONTROL_PROMPTS) == plain
+    beam = gen.beam_search(c(CONTROL_PROMPTS), c(10), c(0.6), c(0), c(1.0))["text"].numpy()
+    assert loaded.generate(CONTROL_PROMPTS, method="beam") == [t.decode() for t in beam]
+    assert len(loaded.generate(CONTROL_PROMPTS, method="top_k", seed=3)) == 4
+    with pytest.raises(ConfigError, match="--no-repeat-ngram-size: this generator export was "
+                                          "written before repetition control; leave it out"):
+        loaded.generate(["x"], no_repeat_ngram_size=2)
+    assert loaded.generate(["x"], no_repeat_ngram_size=0, repetition_penalty=1.0)
+
+
+def test_epoch_samples_decode_greedily_with_the_runs_control(trained, tmp_path):
+    """TextSamples writes the run's greedy text under its repetition control (here: no
+    word twice), not plain greedy, in the log and in TensorBoard's Text tab."""
+    from tfapp.tasks.generator.samples import TextSamples
+
+    _, model, gen, _ = trained
+    samples = TextSamples(CONTROL_PROMPTS, lambda m: gen, tmp_path)
+    samples.set_model(model)
+    samples.on_epoch_end(0)
+    c = tf.constant
+    plain = [t.decode() for t in gen.greedy(c(CONTROL_PROMPTS), c(10), c(0), c(1.0))["text"]
+             .numpy()]
+    assert samples.last == greedy(gen, CONTROL_PROMPTS) != plain
+    events = [e for f in tmp_path.glob("events.out.tfevents.*")
+              for e in tf.compat.v1.train.summary_iterator(str(f)) if e.summary.value]
+    table = tf.make_ndarray(events[-1].summary.value[0].tensor).item().decode()
+    assert "no_repeat_ngram_size 1, repetition_penalty 1.2" in table.splitlines()[0]
+    assert all(f"| {t} |" in table for t in samples.last if t)
+
+
+def test_repetition_benchmark_measures_the_exports_continuations(trained, predictor, tmp_path,
+                                                                 monkeypatch, capsys):
+    """scripts/bench_generator_repetition.py at toy size: the human row's shares are the
+    hand-counted ones, each row's text is the export's under that row's settings (no
+    repeated n-gram where n is banned), and the LM perplexity is evaluate's."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_generator_repetition",
+        Path(__file__).resolve().parent.parent / "scripts" / "bench_generator_repetition.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    # After their first three words: "jumps over the lazy dog", "the dog and the cat and
+    # the dog" (7 bigrams: "and the" and "the dog" twice; 6 different trigrams), "flies
+    # above the windy hill"; "a cat" is too short. 15 bigrams, 13 different.
+    lines = ["the red fox jumps over the lazy dog", "a cat", "and so on the dog and the cat "
+             "and the dog", "her green kite flies above the windy hill"]
+    held = tmp_path / "held_out.txt"
+    held.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(tfapp, "load", lambda model: predictor)
+    out = tmp_path / "rows.json"
+    assert bench.main(["--model", "unused", "--lines", str(held), "--ngram-sizes", "0", "2",
+                       "--penalties", "1", "--seeds", "2", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    human = result["human"]  # three lines (one has no more than 3 words)
+    assert human["repeated_2grams"] == pytest.approx(2 / 15)
+    assert human["repeated_3grams"] == 0 and human["words"] == pytest.approx(6.0)
+    assert human["repeated_words"] == pytest.approx(4 / 18)  # the x3, and x2, dog x2
+    assert human["distinct_2"] == pytest.approx(13 / 15)
+    rows = {r["name"]: r for r in result["rows"]}
+    assert len(rows) == 3 * 2
+    prompts = ["the red fox", "and so on", "her green kite"]
+    for r in result["rows"]:
+        n = r["settings"]["no_repeat_ngram_size"]
+        text = predictor.generate(prompts, seed=r["seeds"][-1], **r["settings"])
+        assert r["example"] == f"the red fox | {text[0]}"
+        if n:
+            assert r["repeated_2grams"] == 0
+    assert result["lm_perplexity"] == pytest.approx(predictor.evaluate(held)["lm_perplexity"])
+    printed = capsys.readouterr().out
+    assert "| human (the rest of the line) | 0.0% | - | 13.3% | 22.2% | 0.867 | 6.0 |" in printed

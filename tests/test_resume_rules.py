@@ -55,6 +55,8 @@ def test_every_key_of_every_task_has_a_resume_rule_and_the_same_one_in_each_task
     assert free == {"output_dir", "name", "trainer.log_every_steps", "trainer.profile_steps",
                     "trainer.profiler_port", "trainer.profiler_listen_all", "data.cache",
                     "data.snapshot", "data.prefetch", "runtime.tpu", "mlm.overwrite",
+                    # decoding only: the epoch samples and the export's defaults
+                    "generation.no_repeat_ngram_size", "generation.repetition_penalty",
                     *(k for k in seen if k.startswith(("data.service.", "tracking.")))}
     assert seen["data.length_buckets"] == MATCH
 

@@ -34,6 +34,7 @@ from tfapp.generate import settings as checked_settings
 from tfapp.run_layout import RunLayout
 from tfapp.serving import BATCH, EVALUATE, GENERATE, PREDICT, ExportedModel, find_export
 from tfapp.tasks import export_formats
+from tfapp.tasks.generator.serving import SETTINGS
 from tfapp.train import config_from
 from tfapp.train import run as train
 
@@ -141,7 +142,8 @@ class Predictor:
                  format: str = "auto", on_bad_rows: str = "fail", batch_size: int = BATCH,
                  **settings: Any) -> list[str] | Iterator[dict]:
         """Continuations of ``prompts``; ``settings`` as the generate flags (method,
-        max_length, temperature, top_k, top_p, num_beams, length_penalty, seed).
+        max_length, temperature, top_k, top_p, num_beams, length_penalty, seed,
+        no_repeat_ngram_size, repetition_penalty).
 
         * a list of strings: a list of continuations, one per prompt;
         * a file, glob, comma-joined files (``str`` or path): an iterator of dicts, one per
@@ -151,14 +153,11 @@ class Predictor:
         """
         self._check(GENERATE)
 
-        keys = ("method", "temperature", "top_k", "top_p", "num_beams", "length_penalty",
-                "max_length", "seed")
-        unknown = sorted(set(settings) - set(keys))
+        unknown = sorted(set(settings) - set(SETTINGS))
         if unknown:
             raise ConfigError(f"generate: unknown setting(s) {', '.join(unknown)}; expected "
-                              f"{', '.join(keys)}")
-        s = checked_settings(SimpleNamespace(num_samples=1, **{k: settings.get(k) for k in keys}),
-                             self.model.metadata)
+                              f"{', '.join(SETTINGS)}")
+        s = checked_settings(SimpleNamespace(num_samples=1, **settings), self.model.metadata)
         if isinstance(prompts, str | os.PathLike):
             from tfapp.data.input_rows import InputRows
             from tfapp.scoring import predictions, run_data
@@ -171,7 +170,7 @@ class Predictor:
                              what="generate(data)")
             return predictions(Continuations(self.model, s), rows, batch_size=batch_size,
                                mode=on_bad_rows)
-        return generate(self.model.module, list(prompts), s)
+        return generate(self.model, list(prompts), s)
 
 
 def _is_dataset(value: Any) -> bool:

@@ -34,6 +34,7 @@ from tfapp import cli, textio
 from tfapp.config import ConfigError
 from tfapp.serving import GENERATE
 from tfapp.tasks import load_export
+from tfapp.tasks.generator.serving import FORMAT, REPETITION, SETTINGS, takes_repetition
 
 import click
 
@@ -64,11 +65,12 @@ def read_prompts(args: SimpleNamespace) -> list[str]:
 
 
 def settings(args: SimpleNamespace, meta: dict) -> dict:
-    """The run's defaults overridden by the flags, checked against what the export allows."""
-    s = dict(meta["defaults"])
-    for key in ("method", "temperature", "top_k", "top_p", "num_beams", "length_penalty",
-                "max_length", "seed"):
-        if getattr(args, key) is not None:
+    """The run's defaults overridden by the flags, checked against what the export allows.
+    An export written before repetition control decodes without it (its defaults lack
+    the keys) and refuses a request for it."""
+    s = {**REPETITION, **meta["defaults"]}
+    for key in SETTINGS:
+        if getattr(args, key, None) is not None:
             s[key] = getattr(args, key)
     if not 1 <= s["max_length"] <= meta["max_length"]:
         raise ConfigError(f"--max-length: {s['max_length']} is outside 1..{meta['max_length']}"
@@ -82,34 +84,52 @@ def settings(args: SimpleNamespace, meta: dict) -> dict:
         raise ConfigError(f"--top-p: {s['top_p']} must be in (0, 1]")
     if s["length_penalty"] < 0:
         raise ConfigError(f"--length-penalty: {s['length_penalty']} must be >= 0")
+    if s["no_repeat_ngram_size"] < 0:
+        raise ConfigError(f"--no-repeat-ngram-size: {s['no_repeat_ngram_size']} must be >= 0 "
+                          "(0 = off)")
+    if s["repetition_penalty"] <= 0:
+        raise ConfigError(f"--repetition-penalty: {s['repetition_penalty']} must be > 0 "
+                          "(1 = off)")
     if args.num_samples < 1:
         raise ConfigError(f"--num-samples: {args.num_samples} must be >= 1")
     if s["method"] == "beam" and s["num_beams"] != meta["num_beams"]:
         raise ConfigError(f"--num-beams: this export runs beam search with {meta['num_beams']}"
                           f" beams, not {s['num_beams']}; retrain/re-export with "
                           f"generation.num_beams={s['num_beams']}")
+    asked = [k for k, off in REPETITION.items() if s[k] != off]
+    if asked and not takes_repetition(meta):
+        raise ConfigError(f"--{asked[0].replace('_', '-')}: this generator export was written "
+                          "before repetition control; leave it out, or export it again "
+                          f"({FORMAT.train_hint})")
     return s
 
 
-def generate(loaded: Any, prompts: Any, s: dict) -> list[str]:
+def generate(export: Any, prompts: Any, s: dict) -> list[str]:
     """Continuations for ``prompts`` (a list of strings or a string tensor ``[n]``),
-    batched in one call of the exported function of the ``tf.saved_model.load``-ed module
-    ``loaded``."""
+    batched in one call of the function of ``export`` (a loaded generator export: its
+    ``tf.saved_model.load``-ed ``module`` and its ``metadata``) that ``s`` asks for."""
     from tfapp.models.decoding import method_filters
 
     import tensorflow as tf
 
+    loaded = export.module
     batch = tf.convert_to_tensor(prompts, tf.string)
     length = tf.constant(s["max_length"], tf.int32)
+    # An export older than repetition control takes no such arguments (settings refused
+    # a request for it).
+    repetition = ([tf.constant(s["no_repeat_ngram_size"], tf.int32),
+                   tf.constant(s["repetition_penalty"], tf.float32)]
+                  if takes_repetition(export.metadata) else [])
     if s["method"] == "greedy":
-        out = loaded.greedy(batch, length)
+        out = loaded.greedy(batch, length, *repetition)
     elif s["method"] == "beam":
-        out = loaded.beam_search(batch, length, tf.constant(s["length_penalty"], tf.float32))
+        out = loaded.beam_search(batch, length, tf.constant(s["length_penalty"], tf.float32),
+                                 *repetition)
     else:
         top_k, top_p = method_filters(s["method"], s["top_k"], s["top_p"])
         out = loaded.sample(batch, length, tf.constant(s["temperature"], tf.float32),
                             tf.constant(top_k, tf.int32), tf.constant(top_p, tf.float32),
-                            tf.constant(s["seed"], tf.int32))
+                            tf.constant(s["seed"], tf.int32), *repetition)
     return [t.decode("utf-8") for t in out["text"].numpy()]
 
 
@@ -129,8 +149,7 @@ class Continuations:
 
         prompts = tf.convert_to_tensor(texts, tf.string)
         n = self.num_samples
-        out = generate(self.loaded.module, tf.repeat(prompts, n) if n > 1 else prompts,
-                       self.s)
+        out = generate(self.loaded, tf.repeat(prompts, n) if n > 1 else prompts, self.s)
         given = [t.decode("utf-8") for t in prompts.numpy()]
         return [{"prompt": p, "continuation": out[i] if n == 1 else out[i * n:(i + 1) * n]}
                 for i, p in enumerate(given)]
@@ -178,6 +197,12 @@ _DATA_FLAGS = {"data.text_column": "--text-column", "data.format": "--format",
 @click.option("--length-penalty", type=float, help="beam: length penalty alpha (>= 0).")
 @click.option("--max-length", "--max-words", "max_length", type=int,
               help="Most words generated per prompt.")
+@click.option("--no-repeat-ngram-size", type=int,
+              help="Never repeat an n-gram of this many words within a continuation "
+                   "(0 = off; default: the run's generation.no_repeat_ngram_size).")
+@click.option("--repetition-penalty", type=float,
+              help="Divide a repeated word's positive logit by this, multiply a negative "
+                   "one (1 = off; default: the run's generation.repetition_penalty).")
 @click.option("--num-samples", "-n", type=int, default=1, show_default=True,
               help="Samples per prompt (different for sampling methods).")
 @click.option("--seed", type=int, help="Seed of the sampler (same seed, same text).")
@@ -204,7 +229,7 @@ def command(args: SimpleNamespace) -> int:
     loaded = load_export(args.model, GENERATE)
     s = settings(args, loaded.metadata)
     batch = [p for p in prompts for _ in range(args.num_samples)]
-    for prompt, cont in zip(batch, generate(loaded.module, batch, s), strict=True):
+    for prompt, cont in zip(batch, generate(loaded, batch, s), strict=True):
         text = f"{prompt.strip()} {cont}".strip()
         if args.json:
             print(json.dumps({"prompt": prompt, "continuation": cont, "text": text}))

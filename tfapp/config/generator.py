@@ -14,7 +14,7 @@ from tfapp.config.data_model import (
     StoredDataConfig,
     TextDataConfig,
 )
-from tfapp.config.fields import MATCH, NEVER, bounded, choices, setting
+from tfapp.config.fields import FREE, MATCH, NEVER, bounded, choices, setting
 
 
 @dataclass
@@ -90,6 +90,12 @@ class GenerationConfig:
       max_length: most words generated per prompt ([END] stops earlier); also the longest
         request the export accepts.
       seed: seed of the stateless random ops used by sampling (same seed -> same text).
+      no_repeat_ngram_size: every method: a word that would complete an n-gram of this many
+        words the continuation already holds is never chosen (Hugging Face's
+        no_repeat_ngram_size; the prompt does not count; 0 = off).
+      repetition_penalty: every method: a word the continuation already holds has its
+        positive logit divided by this and its negative one multiplied (Hugging Face's
+        repetition_penalty, CTRL's 1.2; beam search: its log-probability; 1 = off).
     """
 
     method: str = choices("greedy", "sample", "top_k", "top_p", "beam", default="top_k",
@@ -101,6 +107,9 @@ class GenerationConfig:
     length_penalty: float = bounded(0.6, min=0.0, resume=MATCH)
     max_length: int = bounded(30, min=1, max=1024, resume=MATCH)
     seed: int = setting(0, resume=MATCH)
+    # Decoding only: nothing trained depends on them, so a resume may change them.
+    no_repeat_ngram_size: int = bounded(3, min=0, max=1024, resume=FREE)
+    repetition_penalty: float = bounded(1.0, gt=0.0, resume=FREE)
 
 
 @dataclass

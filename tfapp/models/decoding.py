@@ -8,6 +8,16 @@ in the same loop; beam search runs the loop over ``batch * num_beams`` rows and 
 rows by their parent beam each step. Rows stop at the end token (then emit padding) and
 the loop exits when every row has stopped or at the step limit, which is a tensor, too.
 
+Repetition control, with Hugging Face ``generate``'s meanings: ``repetition_penalty``
+(CTRL, Keskar et al. 2019: a word the row has generated has its positive logit divided by
+the penalty and its negative one multiplied, once however often it occurred) and
+``no_repeat_ngram_size`` n (a word that would complete an n-gram the row has already
+generated is banned). Both look at the continuation only, as HF's encoder-decoder models
+look at their decoder's own tokens: the prompt (the encoder's input) does not count.
+Greedy and sampling apply them to the logits (before temperature, top-k and top-p); beam
+search, as HF's, to the log-probabilities that its beam scores add up. Both are tensors:
+switching them never recompiles.
+
 Randomness is stateless: step ``i`` samples with seed ``(seed, i)``, so one seed gives
 the same text on every run, and rows of a batch still differ. (XLA and plain TensorFlow
 implement the stateless sampler differently: a seed reproduces within one mode.)
@@ -39,7 +49,8 @@ TOP_K_CAP = 64
 @dataclass(frozen=True)
 class DecodeOutput:
     """tokens [B, max_length] (end token included, then 0), lengths [B] (tokens written,
-    end token included), scores [B] (log-probability; beam: length-normalised)."""
+    end token included), scores [B] (greedy, sampling: the model's log-probability of the
+    tokens; beam: the beam's score, repetition penalty included, length-normalised)."""
 
     tokens: tf.Tensor
     lengths: tf.Tensor
@@ -101,6 +112,56 @@ def sample_tokens(logits: tf.Tensor, temperature: tf.Tensor, top_k: tf.Tensor,
         lambda: tf.cond(tf.logical_or(nucleus, top_k > 0), filtered, unfiltered))
 
 
+def penalize_repeats(scores: tf.Tensor, seen: tf.Tensor, penalty: tf.Tensor) -> tf.Tensor:
+    """Hugging Face's ``RepetitionPenaltyLogitsProcessor``: where ``seen`` [B, V], a
+    negative score is multiplied by ``penalty`` and any other divided by it (1 = off)."""
+    penalty = tf.cast(penalty, scores.dtype)
+    return tf.where(seen, tf.where(scores < 0, scores * penalty, scores / penalty), scores)
+
+
+def _token_mask(tokens: tf.Tensor, where: tf.Tensor, vocab_size: int) -> tf.Tensor:
+    """[B, V] bool: the ids ``tokens`` [B, L] holds at the positions ``where`` [B, L]
+    (a scatter: no [B, L, V] one-hot)."""
+    rows = tf.broadcast_to(tf.range(tf.shape(tokens)[0])[:, None], tf.shape(tokens))
+    hits = tf.scatter_nd(tf.stack([rows, tokens], -1), tf.cast(where, tf.int32),
+                         tf.stack([tf.shape(tokens)[0], vocab_size]))
+    return hits > 0
+
+
+def repeat_masks(tokens: tf.Tensor, matches: tf.Tensor, step: tf.Tensor, ngram_size: tf.Tensor,
+                 vocab_size: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """(seen, banned), each [B, V] bool, before the token of ``step`` is chosen.
+
+    ``tokens`` [B, L]: the tokens of steps ``0 .. step - 1`` (later columns unused).
+    ``matches`` [B, L] (``next_matches``): at ``p < step``, how many tokens end at
+    ``tokens[:, p - 1]`` ([START] at p = 0) as they end at the last one. seen: the ids
+    generated so far. banned (``ngram_size`` n > 0): ``tokens[:, p]`` wherever the
+    n - 1 tokens before it equal the last n - 1, i.e. the ids that would complete an
+    n-gram a second time (n = 1: every id generated so far), as Hugging Face's
+    ``NoRepeatNGramLogitsProcessor``.
+    """
+    past = tf.range(tf.shape(tokens)[1])[None, :] < step
+    seen = _token_mask(tokens, tf.broadcast_to(past, tf.shape(tokens)), vocab_size)
+    repeats = past & (ngram_size > 0) & (matches >= ngram_size - 1)
+    return seen, _token_mask(tokens, repeats, vocab_size)
+
+
+def next_matches(matches: tf.Tensor, tokens: tf.Tensor, token: tf.Tensor, step: tf.Tensor,
+                 start_id: int) -> tf.Tensor:
+    """``matches`` once ``token`` [B] is appended as the token of ``step``.
+
+    The sequence is ``s = [START] + tokens``; at position p, ``matches[:, p]`` is the
+    length of the longest common suffix of ``s[:p + 1]`` and ``s`` (p before its last
+    position): ``s[p] == token`` extends the match ending at ``p - 1`` by one, anything
+    else ends it. O(L) per step, so any n-gram size is a tensor, not a traced constant.
+    """
+    length = tf.shape(tokens)[1]
+    head = tf.concat([tf.fill([tf.shape(tokens)[0], 1], start_id), tokens[:, :-1]], 1)
+    before = tf.concat([tf.zeros_like(matches[:, :1]), matches[:, :-1]], 1)
+    extend = tf.equal(head, token[:, None]) & (tf.range(length)[None, :] <= step)
+    return tf.where(extend, before + 1, 0)
+
+
 def _write(buffer: tf.Tensor, i: tf.Tensor, column: tf.Tensor) -> tf.Tensor:
     """buffer[:, i] = column, as a select (XLA-friendly, static shapes)."""
     return tf.where(tf.equal(tf.range(tf.shape(buffer)[1]), i)[None, :], column[:, None],
@@ -117,14 +178,17 @@ def decode(model: Any, encoder_ids: tf.Tensor, *, method: str = "greedy", max_le
            limit: tf.Tensor | int | None = None, temperature: tf.Tensor | float = 1.0,
            top_k: tf.Tensor | int = 0, top_p: tf.Tensor | float = 1.0, num_beams: int = 1,
            length_penalty: tf.Tensor | float = 0.0, seed: tf.Tensor | int = 0,
-           start_id: int = 2, end_id: int = 3, pad_id: int = 0,
-           suppress_ids: Sequence[int] = (0, 1, 2)) -> DecodeOutput:
+           no_repeat_ngram_size: tf.Tensor | int = 0,
+           repetition_penalty: tf.Tensor | float = 1.0, start_id: int = 2, end_id: int = 3,
+           pad_id: int = 0, suppress_ids: Sequence[int] = (0, 1, 2)) -> DecodeOutput:
     """Generate up to ``max_length`` tokens (static; ``limit`` may lower it per call).
 
     ``model`` provides ``vocab_size``, ``encode(ids)`` and ``decode_step(...)``.
     ``method`` picks the program: greedy, beam (``num_beams``, ``length_penalty``), or
     sampling (sample/top_k/top_p differ only in which filters the caller enables).
     ``suppress_ids`` are never generated (default: padding, [UNK], [START]).
+    ``no_repeat_ngram_size`` (0 = off) and ``repetition_penalty`` (1 = off): see the
+    module's docstring.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -139,6 +203,9 @@ def decode(model: Any, encoder_ids: tf.Tensor, *, method: str = "greedy", max_le
     temperature = tf.cast(temperature, tf.float32)
     top_k, top_p = tf.cast(top_k, tf.int32), tf.cast(top_p, tf.float32)
     seed = tf.cast(seed, tf.int32)  # XLA's stateless sampler takes int32 seeds
+    ngram_size = tf.cast(no_repeat_ngram_size, tf.int32)
+    repetition_penalty = tf.cast(repetition_penalty, tf.float32)
+    controlled = tf.logical_or(ngram_size > 0, tf.not_equal(repetition_penalty, 1.0))
     suppress = _suppression(vocab, suppress_ids)
 
     batch = tf.shape(encoder_ids)[0]
@@ -150,7 +217,7 @@ def decode(model: Any, encoder_ids: tf.Tensor, *, method: str = "greedy", max_le
 
     def step_sample(i, logp_all, logits, scores, finished):
         if method == "greedy":
-            token = tf.argmax(logp_all, axis=-1, output_type=tf.int32)
+            token = tf.argmax(logits + suppress, axis=-1, output_type=tf.int32)
         else:
             token = sample_tokens(logits + suppress, temperature, top_k, top_p,
                                   tf.stack([seed, i]))
@@ -170,22 +237,34 @@ def decode(model: Any, encoder_ids: tf.Tensor, *, method: str = "greedy", max_le
         return tf.reshape(flat % vocab, [-1]), tf.reshape(parent, [-1]), \
             tf.reshape(top_scores, [-1])
 
-    def body(i, prev, state, tokens, finished, lengths, scores):
+    def control(i, scores, tokens, matches):
+        """``scores`` [rows, V] with the repetition penalty and the n-gram bans applied."""
+        def apply():
+            seen, banned = repeat_masks(tokens, matches, i, ngram_size, vocab)
+            return tf.where(banned, NEG_INF, penalize_repeats(scores, seen, repetition_penalty))
+        return tf.cond(controlled, apply, lambda: scores)
+
+    def body(i, prev, state, tokens, matches, finished, lengths, scores):
         logits, state = model.decode_step(prev, state, memory, keys, mask)
         logits = tf.cast(logits, tf.float32)
-        logp_all = tf.nn.log_softmax(logits + suppress, axis=-1)
-        choose = step_beam if beam_search else step_sample
-        token, parent, scores = choose(i, logp_all, logits, scores, finished)
-        if beam_search:
+        if beam_search:  # Hugging Face's beam search processes the log-probabilities
+            logp_all = control(i, tf.nn.log_softmax(logits + suppress, axis=-1), tokens,
+                               matches)
+            token, parent, scores = step_beam(i, logp_all, logits, scores, finished)
             state = [tf.gather(s, parent) for s in state]
-            tokens, finished, lengths = (tf.gather(t, parent)
-                                         for t in (tokens, finished, lengths))
+            tokens, matches, finished, lengths = (
+                tf.gather(t, parent) for t in (tokens, matches, finished, lengths))
+        else:  # the choice follows the controlled logits, the score the model's own
+            logp_all = tf.nn.log_softmax(logits + suppress, axis=-1)
+            token, _, scores = step_sample(i, logp_all, control(i, logits, tokens, matches),
+                                           scores, finished)
+        matches = next_matches(matches, tokens, token, i, start_id)
         tokens = _write(tokens, i, token)
         lengths += tf.cast(tf.logical_not(finished), tf.int32)
         finished = tf.logical_or(finished, tf.equal(token, end_id))
-        return i + 1, token, state, tokens, finished, lengths, scores
+        return i + 1, token, state, tokens, matches, finished, lengths, scores
 
-    def cond(i, prev, state, tokens, finished, lengths, scores):
+    def cond(i, prev, state, tokens, matches, finished, lengths, scores):
         return tf.logical_and(i < limit, tf.logical_not(tf.reduce_all(finished)))
 
     if beam_search:  # all beams start equal: only the first may expand at step 0
@@ -194,9 +273,9 @@ def decode(model: Any, encoder_ids: tf.Tensor, *, method: str = "greedy", max_le
     else:
         scores0 = tf.zeros([rows])
     loop_vars = (tf.constant(0), tf.fill([rows], tf.constant(start_id, tf.int32)), state,
-                 tf.zeros([rows, max_length], tf.int32), tf.zeros([rows], tf.bool),
-                 tf.zeros([rows], tf.int32), scores0)
-    _, _, _, tokens, _, lengths, scores = tf.while_loop(
+                 tf.zeros([rows, max_length], tf.int32), tf.zeros([rows, max_length], tf.int32),
+                 tf.zeros([rows], tf.bool), tf.zeros([rows], tf.int32), scores0)
+    _, _, _, tokens, _, _, lengths, scores = tf.while_loop(
         cond, body, loop_vars, maximum_iterations=max_length)
 
     if beam_search:  # GNMT length penalty ((5 + length) / 6) ** alpha picks each prompt's best
@@ -225,15 +304,19 @@ def make_decoder(model: Any, *, method: str, max_length: int, num_beams: int = 1
     ``jit_compile=None``: XLA where the host has it (``runtime.host_xla_available``; the TPU
     build has no XLA for the CPU), in a function named with ``runtime.HOST_XLA``.
 
-    Call it as ``fn(encoder_ids, limit, temperature, top_k, top_p, length_penalty, seed)``
-    with scalar tensors; it traces/compiles once per batch shape. ``fixed`` passes the
-    special ids (``start_id``, ``end_id``, ``suppress_ids``) through to ``decode``.
+    Call it as ``fn(encoder_ids, limit, temperature, top_k, top_p, length_penalty, seed,
+    no_repeat_ngram_size, repetition_penalty)`` with scalar tensors; it traces/compiles
+    once per batch shape. ``fixed`` passes the special ids (``start_id``, ``end_id``,
+    ``suppress_ids``) through to ``decode``.
     """
 
-    def run(encoder_ids, limit, temperature, top_k, top_p, length_penalty, seed):
+    def run(encoder_ids, limit, temperature, top_k, top_p, length_penalty, seed,
+            no_repeat_ngram_size, repetition_penalty):
         out = decode(model, encoder_ids, method=method, max_length=max_length, limit=limit,
                      temperature=temperature, top_k=top_k, top_p=top_p, num_beams=num_beams,
-                     length_penalty=length_penalty, seed=seed, **fixed)
+                     length_penalty=length_penalty, seed=seed,
+                     no_repeat_ngram_size=no_repeat_ngram_size,
+                     repetition_penalty=repetition_penalty, **fixed)
         return out.tokens, out.lengths, out.scores
 
     if jit_compile is None:

@@ -17,11 +17,13 @@ from tfapp.config import GenerationConfig
 from tfapp.data import text_lines
 from tfapp.model_card import CARD_FILE
 from tfapp.models import decoding, seq2seq
-from tfapp.tasks.generator.serving import FORMAT
+from tfapp.tasks.generator.serving import FORMAT, SETTINGS
 
 import tensorflow as tf
 
 STRING_BATCH = tf.TensorSpec([None], tf.string, name="prompts")
+REPETITION = (tf.TensorSpec([], tf.int32, name="no_repeat_ngram_size"),
+              tf.TensorSpec([], tf.float32, name="repetition_penalty"))
 
 
 class TextGenerator(tf.Module):
@@ -29,11 +31,14 @@ class TextGenerator(tf.Module):
 
     Functions (each also a SavedModel signature, returning ``{"text": [B] strings}``):
       generate(prompts): the settings of ``generation`` (method, temperature, ...).
-      greedy(prompts, max_length)
-      sample(prompts, max_length, temperature, top_k, top_p, seed): top_k=0 and top_p=1
-        switch those filters off (plain temperature sampling).
-      beam_search(prompts, max_length, length_penalty): ``generation.num_beams`` beams.
-    ``max_length`` may not exceed ``generation.max_length`` (the decoding buffer size).
+      greedy(prompts, max_length, no_repeat_ngram_size, repetition_penalty)
+      sample(prompts, max_length, temperature, top_k, top_p, seed, no_repeat_ngram_size,
+        repetition_penalty): top_k=0 and top_p=1 switch those filters off (plain
+        temperature sampling).
+      beam_search(prompts, max_length, length_penalty, no_repeat_ngram_size,
+        repetition_penalty): ``generation.num_beams`` beams.
+    ``max_length`` may not exceed ``generation.max_length`` (the decoding buffer size);
+    ``no_repeat_ngram_size`` 0 and ``repetition_penalty`` 1 switch those off.
     And, given ``target_words``, the ``score`` signature (``score_lines(texts)`` for
     continuation, ``score_pairs(sources, targets)`` for pairs): the examples training
     made of each text, scored by teacher forcing; per text the sums ``cross_entropy``,
@@ -66,9 +71,7 @@ class TextGenerator(tf.Module):
             "context_words": context_words, "keep": keep, "strip_punctuation": strip_punctuation,
             "example_shape": "pairs" if keep == "first" else "continuation",
             "target_words": target_words,
-            "defaults": {k: getattr(gen, k) for k in ("method", "temperature", "top_k", "top_p",
-                                                      "num_beams", "length_penalty",
-                                                      "max_length", "seed")}})
+            "defaults": {k: getattr(gen, k) for k in SETTINGS}})
         ids = dict(start_id=text_lines.START_ID, end_id=text_lines.END_ID,
                    pad_id=text_lines.PAD_ID,
                    suppress_ids=(text_lines.PAD_ID, text_lines.UNK_ID, text_lines.START_ID))
@@ -98,11 +101,13 @@ class TextGenerator(tf.Module):
                                       separator=" ")
 
     def _run(self, decoder, prompts, limit, temperature=1.0, top_k=0, top_p=1.0,
-             length_penalty=0.0, seed=0) -> dict:
+             length_penalty=0.0, seed=0, no_repeat_ngram_size=0,
+             repetition_penalty=1.0) -> dict:
         tokens, _, _ = decoder(self.encode_prompts(prompts), tf.cast(limit, tf.int32),
                                tf.cast(temperature, tf.float32), tf.cast(top_k, tf.int32),
                                tf.cast(top_p, tf.float32), tf.cast(length_penalty, tf.float32),
-                               tf.cast(seed, tf.int32))
+                               tf.cast(seed, tf.int32), tf.cast(no_repeat_ngram_size, tf.int32),
+                               tf.cast(repetition_penalty, tf.float32))
         return {"text": self.detokenize(tokens)}
 
     # ----------------------------------------------------------------- serving functions
@@ -110,31 +115,43 @@ class TextGenerator(tf.Module):
     @tf.function(input_signature=[STRING_BATCH])
     def generate(self, prompts):
         g = self.generation
+        repetition = dict(no_repeat_ngram_size=g.no_repeat_ngram_size,
+                          repetition_penalty=g.repetition_penalty)
         if g.method == "greedy":
-            return self._run(self._greedy, prompts, g.max_length)
+            return self._run(self._greedy, prompts, g.max_length, **repetition)
         if g.method == "beam":
-            return self._run(self._beam, prompts, g.max_length, length_penalty=g.length_penalty)
+            return self._run(self._beam, prompts, g.max_length, length_penalty=g.length_penalty,
+                             **repetition)
         top_k, top_p = decoding.method_filters(g.method, g.top_k, g.top_p)
         return self._run(self._sample, prompts, g.max_length, g.temperature, top_k, top_p,
-                         seed=g.seed)
+                         seed=g.seed, **repetition)
 
-    @tf.function(input_signature=[STRING_BATCH, tf.TensorSpec([], tf.int32, name="max_length")])
-    def greedy(self, prompts, max_length):
-        return self._run(self._greedy, prompts, max_length)
+    @tf.function(input_signature=[STRING_BATCH, tf.TensorSpec([], tf.int32, name="max_length"),
+                                  *REPETITION])
+    def greedy(self, prompts, max_length, no_repeat_ngram_size, repetition_penalty):
+        return self._run(self._greedy, prompts, max_length,
+                         no_repeat_ngram_size=no_repeat_ngram_size,
+                         repetition_penalty=repetition_penalty)
 
     @tf.function(input_signature=[
         STRING_BATCH, tf.TensorSpec([], tf.int32, name="max_length"),
         tf.TensorSpec([], tf.float32, name="temperature"),
         tf.TensorSpec([], tf.int32, name="top_k"), tf.TensorSpec([], tf.float32, name="top_p"),
-        tf.TensorSpec([], tf.int32, name="seed")])
-    def sample(self, prompts, max_length, temperature, top_k, top_p, seed):
+        tf.TensorSpec([], tf.int32, name="seed"), *REPETITION])
+    def sample(self, prompts, max_length, temperature, top_k, top_p, seed,
+               no_repeat_ngram_size, repetition_penalty):
         return self._run(self._sample, prompts, max_length, temperature, top_k, top_p,
-                         seed=seed)
+                         seed=seed, no_repeat_ngram_size=no_repeat_ngram_size,
+                         repetition_penalty=repetition_penalty)
 
     @tf.function(input_signature=[STRING_BATCH, tf.TensorSpec([], tf.int32, name="max_length"),
-                                  tf.TensorSpec([], tf.float32, name="length_penalty")])
-    def beam_search(self, prompts, max_length, length_penalty):
-        return self._run(self._beam, prompts, max_length, length_penalty=length_penalty)
+                                  tf.TensorSpec([], tf.float32, name="length_penalty"),
+                                  *REPETITION])
+    def beam_search(self, prompts, max_length, length_penalty, no_repeat_ngram_size,
+                    repetition_penalty):
+        return self._run(self._beam, prompts, max_length, length_penalty=length_penalty,
+                         no_repeat_ngram_size=no_repeat_ngram_size,
+                         repetition_penalty=repetition_penalty)
 
     def _score(self, windows: dict, texts: tf.Tensor, lm: tf.Tensor) -> dict:
         """Per-text sums of the token scores of ``windows`` (of ``texts`` texts); the

@@ -1,5 +1,7 @@
 """``TextSamples``: the generator's epoch samples (greedy text of a few prompts after each
-epoch, in the log and TensorBoard's Text tab)."""
+epoch, in the log and TensorBoard's Text tab), under the run's repetition control
+(``generation.no_repeat_ngram_size``, ``generation.repetition_penalty``): greedy, so an
+epoch's text differs from the last one's only by what the model learned."""
 
 from __future__ import annotations
 
@@ -32,10 +34,14 @@ class TextSamples(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         generator = self.make_generator(self.model)
-        texts = generator.greedy(tf.constant(self.prompts),
-                                 tf.constant(generator.max_length))["text"]
+        g = generator.generation
+        texts = generator.greedy(tf.constant(self.prompts), tf.constant(generator.max_length),
+                                 tf.constant(g.no_repeat_ngram_size),
+                                 tf.constant(g.repetition_penalty))["text"]
         self.last = [t.decode("utf-8") for t in texts.numpy()]
-        rows = ["| prompt | greedy continuation |", "|---|---|"]
+        rows = [f"| prompt | greedy continuation (no_repeat_ngram_size "
+                f"{g.no_repeat_ngram_size}, repetition_penalty {g.repetition_penalty:g}) |",
+                "|---|---|"]
         rows += [f"| {p or '(empty)'} | {t} |" for p, t in zip(self.prompts, self.last,
                                                                strict=True)]
         log.info("epoch %d samples: %s", epoch + 1,

@@ -31,6 +31,18 @@ from tfapp.tasks.generator.scores import ScoreSums, format_generator_report
 
 import numpy as np
 
+#: the decoding settings of an export's functions, recorded as its defaults in
+#: ``generator.json``; ``REPETITION``'s came later: an export without them decodes without
+#: repetition control, and its functions do not take them
+SETTINGS = ("method", "temperature", "top_k", "top_p", "num_beams", "length_penalty",
+            "max_length", "seed", "no_repeat_ngram_size", "repetition_penalty")
+REPETITION = {"no_repeat_ngram_size": 0, "repetition_penalty": 1.0}  # their "off" values
+
+
+def takes_repetition(metadata: dict) -> bool:
+    """Whether the export of ``metadata`` (its ``generator.json``) takes ``REPETITION``."""
+    return set(REPETITION) <= set(metadata.get("defaults") or {})
+
 
 def score_in_batches(score: Callable, texts: list[str], targets: list[str] | None = None
                      ) -> dict[str, np.ndarray]:
@@ -143,6 +155,11 @@ class GeneratorExport(ExportFormat):
             facts["decoding"] = (f"`{defaults['method']}` by default; greedy, sample, top_k, "
                                  f"top_p or beam search ({metadata.get('num_beams')} beams) "
                                  "on request")
+        if takes_repetition(metadata):
+            facts["repetition control"] = (
+                f"`no_repeat_ngram_size` {defaults['no_repeat_ngram_size']}, "
+                f"`repetition_penalty` {defaults['repetition_penalty']:g} by default "
+                "(0 and 1: off), as Hugging Face's; every method")
         return facts
 
 
