@@ -16,7 +16,15 @@ from tfapp.errors import ConfigError
 import numpy as np
 import pytest
 import tf_keras
-from conftest import REPO, run_python, run_tfapp, run_two_workers, subprocess_env
+from conftest import (
+    REPO,
+    run_python,
+    run_tfapp,
+    run_two_workers,
+    saved_variables,
+    subprocess_env,
+    training_state,
+)
 
 LOCAL = ["--config", "configs/classifier_local.yaml"]
 TEXTS = ["an absolutely wonderful film, I loved it", "terrible plot and awful acting",
@@ -127,6 +135,80 @@ def test_exported_model_reloads_without_tfapp_and_matches_keras(trained, tmp_pat
     np.testing.assert_allclose(probs[:, 1], expected, atol=1e-5)
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-6)
     assert got["label"] == [["negative", "positive"][int(p > 0.5)] for p in probs[:, 1]]
+
+
+def test_export_holds_the_weights_and_no_training_state(trained):
+    """The export's checkpoint: the model's weights (every one, nothing more), the label
+    names and the tokenizer's state; no optimizer slots, counters or metrics."""
+    export = trained.run_dir / "export"
+    variables = saved_variables(export)
+    assert training_state(export) == []
+    assert {k.split("/")[0] for k in variables} == {"model_variables", "label_names",
+                                                    "preprocessor"}
+    params = trained.model.count_params()
+    assert sum(n for k, n in variables.items() if k.startswith("model_variables/")) == params
+    data = sum(f.stat().st_size for f in (export / "variables").glob("variables.data-*"))
+    assert data <= 1.05 * 4 * params  # float32 weights, with a little room for the rest
+
+
+def _keras_model_export(trained, out: Path) -> Path:
+    """The run's model written as exports were before they held only what serving needs:
+    the serving module tracking the trained Keras model (its optimizer and compiled
+    metrics with it) and the whole Hub preprocessor, saved with TensorFlow's defaults."""
+    import shutil
+
+    from tfapp.hub.handles import resolve_hub_handle
+    from tfapp.tasks.classifier.export import ClassifierServing
+
+    import tensorflow as tf
+    import tensorflow_hub as hub
+
+    class KerasModelServing(ClassifierServing):
+        def __init__(self, model, preprocessor, **kwargs):
+            super().__init__(model, preprocessor, **kwargs)
+            del self.model_variables
+            self.model, self.preprocessor = model, preprocessor
+
+    export = trained.run_dir / "export"
+    metadata = json.loads((export / "tfapp_export.json").read_text())
+    serving = KerasModelServing(trained.model, hub.load(resolve_hub_handle("builtin:tiny")[1]),
+                                seq_length=metadata["seq_length"],
+                                label_names=metadata["label_names"], mode="binary",
+                                text_pair=False)
+    tf.saved_model.save(serving, str(out), signatures={"serving_default": serving.serve})
+    shutil.copy(export / "tfapp_export.json", out)
+    return out
+
+
+def test_an_export_holding_the_keras_model_still_predicts_and_exports_the_same(
+        trained, tmp_path):
+    """An export written before exports left training state out loads, predicts the
+    probabilities of today's export of the same weights (within 1e-6), and export-hf
+    writes the same checkpoint from either."""
+    import shutil
+
+    from tfapp.export_hf import main as export_hf
+    from tfapp.serving import PREDICT
+    from tfapp.tasks import load_export
+
+    from safetensors.numpy import load_file
+
+    old_run = tmp_path / "old_run"
+    shutil.copytree(trained.run_dir, old_run, ignore=shutil.ignore_patterns(
+        "export", "logs", "checkpoints"))
+    old = _keras_model_export(trained, old_run / "export")
+    assert any(k.startswith("model/optimizer/") for k in saved_variables(old))  # the old layout
+    p_old, l_old = load_export(old_run, PREDICT).predict(TEXTS)
+    p_new, l_new = load_export(trained.run_dir, PREDICT).predict(TEXTS)
+    np.testing.assert_allclose(p_new, p_old, atol=1e-6, rtol=0)
+    assert l_new == l_old and np.ptp(p_new[:, 1]) > 1e-3  # texts differ: a real comparison
+    for run in (old_run, trained.run_dir):
+        assert export_hf([str(run), "--out", str(tmp_path / run.name / "hf")]) == 0
+    want = load_file(str(tmp_path / trained.run_dir.name / "hf" / "model.safetensors"))
+    got = load_file(str(tmp_path / "old_run" / "hf" / "model.safetensors"))
+    assert set(got) == set(want)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
 
 
 def test_predict_and_evaluate_commands(trained, labelled, tmp_path):

@@ -18,7 +18,7 @@ from tfapp.training.context import RunContext
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import run_python, subprocess_env
+from conftest import run_python, saved_variables, subprocess_env, training_state
 
 CORPUS = [
     "the red fox jumps over the lazy dog",
@@ -518,3 +518,13 @@ def test_predictor_generate_reads_a_file_of_prompts(trained, predictor, tmp_path
     flat = decode(predictor.model.module, [DATA_PROMPTS[0]] * 2 + [DATA_PROMPTS[1]] * 2, s)
     assert rows == [{"prompt": DATA_PROMPTS[0], "continuation": flat[:2]},
                     {"prompt": DATA_PROMPTS[1], "continuation": flat[2:]}]
+
+
+def test_export_holds_the_weights_and_no_training_state(trained, exported):
+    from pathlib import Path
+
+    _, model, _, _ = trained
+    export = Path(exported.paths["exported"])
+    assert training_state(export) == []
+    assert sum(n for k, n in saved_variables(export).items()
+               if k.startswith("model_variables/")) == model.count_params()

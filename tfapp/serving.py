@@ -180,6 +180,15 @@ def base_encoder_fact(metadata: dict) -> dict[str, str]:
                             + (f" (preprocessor `{pre}`)" if pre else "")}
 
 
+def model_variables(module: Any) -> list:
+    """The model's weights in a loaded BERT task export (``tf.saved_model.load``):
+    ``model_variables`` (``tfapp.models.serving_module``), or, in an older export that
+    tracks the Keras model itself, that model's ``variables``."""
+    if hasattr(module, "model_variables"):
+        return list(module.model_variables)
+    return list(module.model.variables)
+
+
 def find_export(model: str | os.PathLike, formats: Sequence[ExportFormat],
                 command: str | None = None) -> tuple[Path, ExportFormat]:
     """(SavedModel directory, its format) of ``--model``: the directory itself or
