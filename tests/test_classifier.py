@@ -211,6 +211,36 @@ def test_an_export_holding_the_keras_model_still_predicts_and_exports_the_same(
         np.testing.assert_array_equal(got[name], want[name])
 
 
+#: what a process that prints one prediction has no use for
+TRAINING_STACK = ("tf_keras", "keras", "tensorflow_hub", "tensorflow_text", "matplotlib",
+                  "PIL", "wandb", "keras_tuner", "pyarrow", "pandas", "sklearn",
+                  "tfapp.training", "tfapp.tuning", "tfapp.tracking", "tfapp.data")
+
+
+@pytest.mark.slow
+def test_one_sentence_predict_imports_no_training_stack(trained):
+    """A fresh ``tfapp predict TEXT`` process imports TensorFlow and what the export's
+    graph needs: not Keras (tf-keras's own import in TensorFlow's __init__ left out), not
+    tensorflow_text (its tokenizer ops' libraries loaded alone), nor anything of training
+    (tests/test_compat.py runs the public paths, which import both); it prints what
+    predict prints in this process, which imported them all."""
+    code = ("import json, sys\n"
+            "from tfapp import predict\n"
+            f"code = predict.main(['--model', {str(trained.run_dir)!r}, '--json', *{TEXTS!r}])\n"
+            "print(json.dumps({'code': code, 'modules': sorted(sys.modules)}))\n")
+    proc = run_python(["-c", code], timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    *lines, last = proc.stdout.strip().splitlines()
+    result = json.loads(last)
+    assert result["code"] == 0 and "tensorflow" in result["modules"]
+    assert [m for m in TRAINING_STACK
+            if any(x == m or x.startswith(m + ".") for x in result["modules"])] == []
+    rows, want = [json.loads(line) for line in lines], _predict_json(trained.run_dir)
+    assert [(r["text"], r["label"]) for r in rows] == [(r["text"], r["label"]) for r in want]
+    np.testing.assert_allclose([list(r["probabilities"].values()) for r in rows],
+                               [list(r["probabilities"].values()) for r in want], atol=1e-6)
+
+
 def test_predict_and_evaluate_commands(trained, labelled, tmp_path):
     proc = run_tfapp("tfapp.predict", ["--model", str(trained.run_dir), "--json", *TEXTS])
     assert proc.returncode == 0, proc.stderr[-2000:]

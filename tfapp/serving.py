@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tfapp import compat
 from tfapp.atomic import save_model
 from tfapp.config import ConfigError, ExperimentConfig
 from tfapp.run_layout import RunLayout
@@ -133,6 +134,7 @@ class ExportFormat(ABC):
       serves: the commands it answers (``PREDICT``, ``EVALUATE``, ``GENERATE``).
       hf_architecture: the transformers class ``tfapp export-hf`` writes it as
         ("BertForSequenceClassification"); empty: it has no Hugging Face form.
+      text_ops: its graph tokenizes with TensorFlow Text ops, registered before it loads.
     """
 
     task: str
@@ -140,6 +142,7 @@ class ExportFormat(ABC):
     train_hint: str
     serves: frozenset[str]
     hf_architecture: str = ""
+    text_ops: bool = False
 
     def write(self, module: Any, export_dir: str | os.PathLike, *, signatures: dict,
               metadata: dict, files: dict[str, str] | None = None) -> Path:
@@ -224,9 +227,10 @@ def _damaged(model: str | os.PathLike, export: Path, fmt: ExportFormat,
 
 def load_export(model: str | os.PathLike, fmt: ExportFormat) -> tuple[Path, Any, dict]:
     """(export directory, ``tf.saved_model.load`` of it, its marker's JSON) of a ``fmt``
-    export at ``--model``; one ConfigError naming the export when it cannot be loaded."""
-    import tensorflow as tf
-
+    export at ``--model``; one ConfigError naming the export when it cannot be loaded.
+    TensorFlow is imported for serving (``compat.import_tensorflow_for_serving``) when
+    nothing imported it before."""
+    tf = compat.import_tensorflow_for_serving()
     export, _ = find_export(model, [fmt])
     marker = export / fmt.marker
     try:
@@ -248,6 +252,8 @@ def load_export(model: str | os.PathLike, fmt: ExportFormat) -> tuple[Path, Any,
     try:
         if (export / "fingerprint.pb").is_file():  # else TF logs a traceback and loads on
             tf.saved_model.experimental.read_fingerprint(str(export))
+        if fmt.text_ops:
+            compat.register_text_ops(export)
         module = tf.saved_model.load(str(export))
     except Exception as err:  # noqa: BLE001  TensorFlow raises many kinds for a bad file
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
