@@ -9,7 +9,7 @@ job a whole process, from its start to its exit, the two sides taking turns in o
 checkpoint (the same weights, read by transformers + PyTorch in the peers venv,
 ``--peers-python``). The jobs:
 
-* **one sentence**: ``python -m tfapp.predict --model RUN_DIR "TEXT"`` against a process
+* **one sentence**: ``python -m tfapp.predict --model RUN_DIR --json "TEXT"`` against a process
   that builds ``pipeline("text-classification", model=HF_DIR)`` and prints its answer for
   ``TEXT``; ``TEXT`` is a real one of ``--text`` (the one of median length);
 * **N rows**, for each of ``--rows``: ``python -m tfapp.predict --model RUN_DIR --data
@@ -102,7 +102,8 @@ def export_sizes(model: str) -> dict:
 def sides(args: argparse.Namespace, job: str, work: Path, sentence: str) -> list[tuple]:
     """(side, argv, output file or None) of ``job`` ('1' or a row count) on each side."""
     if job == "1":
-        tfapp = [sys.executable, "-m", "tfapp.predict", "--model", args.model, sentence]
+        tfapp = [sys.executable, "-m", "tfapp.predict", "--model", args.model, "--json",
+                 sentence]
         hf = [args.peers_python, "-c", HF_ONE, args.hf, sentence, str(args.threads)]
         return [("tfapp", tfapp, None), ("hf", hf, None)][:1 if args.tfapp_only else 2]
     data = work / f"in-{args.text}-{job}.csv"
@@ -118,10 +119,10 @@ def sides(args: argparse.Namespace, job: str, work: Path, sentence: str) -> list
 def agreement(job: str, stdout: dict[str, str], outputs: dict[str, Path]) -> str:
     """How the two sides' labels (and the probability of each label) compare."""
     if job == "1":
-        ours = stdout["tfapp"].strip().splitlines()[-1].split("\t")
-        theirs = stdout["hf"].strip().splitlines()[-1].split("\t")
-        return (f"same label: {ours[0] == theirs[0]} ({ours[0]} {float(ours[1]):.4f} / "
-                f"{theirs[0]} {float(theirs[1]):.4f})")
+        ours = json.loads(stdout["tfapp"].strip().splitlines()[-1])
+        label, score = stdout["hf"].strip().splitlines()[-1].split("\t")
+        diff = abs(ours["probabilities"][ours["label"]] - float(score))
+        return f"same label: {ours['label'] == label}; probability within {diff:.1e}"
     ours = labels_of(outputs["tfapp"])
     theirs = [line.split("\t") for line in outputs["hf"].read_text().splitlines()]
     same = sum(a == b for (a, _), (b, _) in zip(ours, theirs, strict=True))

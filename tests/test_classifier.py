@@ -241,6 +241,23 @@ def test_one_sentence_predict_imports_no_training_stack(trained):
                                [list(r["probabilities"].values()) for r in want], atol=1e-6)
 
 
+def test_first_calls_skip_graph_rewrites_for_one_call_only_and_restore_them():
+    from tfapp.serving import BATCH, first_calls
+
+    import tensorflow as tf
+
+    def rewrites_off() -> bool:
+        return tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer",
+                                                                   False)
+
+    assert not rewrites_off()
+    with first_calls(BATCH):
+        assert rewrites_off()
+    assert not rewrites_off()
+    with first_calls(BATCH + 1):
+        assert not rewrites_off()
+
+
 def test_predict_and_evaluate_commands(trained, labelled, tmp_path):
     proc = run_tfapp("tfapp.predict", ["--model", str(trained.run_dir), "--json", *TEXTS])
     assert proc.returncode == 0, proc.stderr[-2000:]

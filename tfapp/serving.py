@@ -17,10 +17,11 @@ export (truncated, files deleted, its metadata unreadable) is one line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,6 +182,28 @@ def base_encoder_fact(metadata: dict) -> dict[str, str]:
     pre = metadata.get("preprocessor")
     return {"base encoder": f"`{metadata['hub_handle']}`"
                             + (f" (preprocessor `{pre}`)" if pre else "")}
+
+
+@contextlib.contextmanager
+def first_calls(texts: int) -> Iterator[None]:
+    """The export's functions first called inside run without Grappler's graph rewrites
+    when ``texts`` fit in one call (``BATCH``), as ``predict``'s own texts mostly do.
+    Grappler rewrites a function once, at its first call, for every call after it: on a
+    2-core CPU it cost a MiniLM classifier 0.6-1.0 s of CPU (half its first call, and as
+    much again in memory as 15 MB), and the 512 texts scored after it took as long with
+    the rewrites as without (median of 3 each). A job of one call never gets it back.
+    Probabilities differ in the last bits of float32 (1e-7, from fused kernels)."""
+    if texts > BATCH:
+        yield
+        return
+    tf = compat.import_tensorflow_for_serving()
+    before = tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer",
+                                                                 False)
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    try:
+        yield
+    finally:
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": before})
 
 
 def model_variables(module: Any) -> list:
