@@ -237,12 +237,6 @@ def training_state(saved_model_dir: Path) -> list[str]:
             if any(word in k for word in TRAINING_STATE)]
 
 
-# The classifier run that test_export_hf and test_bench_scripts read: 4 steps of the tiny
-# BERT at a high learning rate, so that its probabilities differ from text to text.
-CLASSIFIER_RUN = ("configs/classifier_local.yaml", "trainer.epochs=1",
-                  "trainer.steps_per_epoch=4", "optimizer.learning_rate=3e-3",
-                  "tracking.tensorboard=false")
-
 # The NER run that test_ner and test_export_hf read: 90 steps of the tiny BERT on the demo.
 NER_RUN = ("configs/ner_local.yaml", "trainer.epochs=3", "trainer.steps_per_epoch=30",
            "optimizer.learning_rate=3e-3")

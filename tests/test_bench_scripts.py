@@ -184,24 +184,3 @@ def test_startup_table_gives_tfapp_over_the_pipeline():
                         "| 1.50x |")
     assert lines[4] == "| 20 rows | 5.0 | - | - | 4.0 | - | 700 | - | - | - |"
 
-
-@pytest.mark.slow
-def test_startup_bench_runs_tfapp_alone_end_to_end(tmp_path_factory, tmp_path):
-    """scripts/bench_startup.py --tfapp-only (CI has no peers venv) on a tiny classifier
-    run: its whole-process jobs run, the table prints, and the export it measures holds
-    no training state."""
-    import json
-
-    from conftest import CLASSIFIER_RUN, run_python, shared_run
-
-    run = shared_run(tmp_path_factory, *CLASSIFIER_RUN)
-    proc = run_python([str(SCRIPTS / "bench_startup.py"), "--model", str(run), "--tfapp-only",
-                       "--rows", "30", "--rounds", "1", "--text", "reviews", "--work",
-                       str(tmp_path), "--json", str(tmp_path / "result.json")], timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "| 1 sentence |" in proc.stdout and "| 30 rows |" in proc.stdout
-    result = json.loads((tmp_path / "result.json").read_text())
-    sizes = result["export_bytes"]
-    assert sizes["training_state"] == 0 and sizes["weights"] > 1e6
-    assert result["jobs"]["30"]["tfapp"]["peak_rss_mib"]["median"] > 100
-    assert (tmp_path / "tfapp-30.csv").read_text().count("\n") == 31  # header + a row each

@@ -241,6 +241,38 @@ def test_one_sentence_predict_imports_no_training_stack(trained):
                                [list(r["probabilities"].values()) for r in want], atol=1e-6)
 
 
+@pytest.mark.slow
+def test_startup_bench_runs_tfapp_alone_end_to_end(trained, tmp_path):
+    """scripts/bench_startup.py --tfapp-only (CI has no transformers) on this module's run:
+    its whole-process jobs run, the table prints, the export it measures holds no
+    training state, and tfapp's answers are the export's own predictions."""
+    from tfapp.serving import PREDICT
+    from tfapp.tasks import load_export
+
+    proc = run_python([str(REPO / "scripts" / "bench_startup.py"), "--model",
+                       str(trained.run_dir), "--tfapp-only", "--rows", "5", "--rounds", "1",
+                       "--text", "reviews", "--work", str(tmp_path), "--json",
+                       str(tmp_path / "result.json")], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "| 1 sentence |" in proc.stdout and "| 5 rows |" in proc.stdout
+    result = json.loads((tmp_path / "result.json").read_text())
+    sizes = result["export_bytes"]
+    assert sizes["training_state"] == 0 and sizes["weights"] == 4 * trained.model.count_params()
+    assert sizes["export"] < 2 * sizes["weights"]
+    one, rows = result["jobs"]["1"], result["jobs"]["5"]
+    assert one["tfapp"]["peak_rss_mib"]["median"] > 100 and one["tfapp"]["cpu_s"]["median"] > 0
+    with (tmp_path / "in-reviews-5.csv").open(newline="") as fh:
+        texts = [r["text"] for r in csv.DictReader(fh)]
+    model = load_export(trained.run_dir, PREDICT)
+    probs, labels = model.predict([result["sentence"], *texts])
+    [answer] = one["tfapp_answers"]
+    assert answer["text"] == result["sentence"] and answer["label"] == labels[0]
+    assert abs(answer["probabilities"][labels[0]] - probs[0].max()) < 1e-5
+    assert [label for label, _ in rows["tfapp_answers"]] == labels[1:]
+    np.testing.assert_allclose([p for _, p in rows["tfapp_answers"]], probs[1:].max(axis=1),
+                               atol=1e-5)
+
+
 def test_first_calls_skip_graph_rewrites_for_one_call_only_and_restore_them():
     from tfapp.serving import BATCH, first_calls
 
