@@ -273,6 +273,28 @@ def test_startup_bench_runs_tfapp_alone_end_to_end(trained, tmp_path):
                                atol=1e-5)
 
 
+@pytest.mark.slow
+def test_first_prediction_bench_gives_each_phase(trained, tmp_path):
+    """scripts/bench_first_prediction.py on this module's run: one fresh process, its four
+    phases' CPU and memory, and the prediction ``tfapp predict`` prints."""
+    from tfapp.serving import PREDICT
+    from tfapp.tasks import load_export
+
+    proc = run_python([str(REPO / "scripts" / "bench_first_prediction.py"), "--model",
+                       str(trained.run_dir), "--rounds", "1", "--sentence", TEXTS[1],
+                       "--json", str(tmp_path / "phases.json")], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines()[-1].startswith("| **total** | ")
+    [[run]] = json.loads((tmp_path / "phases.json").read_text())["runs"].values()
+    marks = run["marks"]
+    assert len(marks) == 4 and all(m["cpu_s"] > 0 for m in marks)
+    assert marks[1]["rss_mib"] > 100  # TensorFlow's libraries, mapped at its import
+    probs, labels = load_export(trained.run_dir, PREDICT).predict([TEXTS[1]])
+    assert run["prediction"]["text"] == TEXTS[1] and run["prediction"]["label"] == labels[0]
+    np.testing.assert_allclose(list(run["prediction"]["probabilities"].values()), probs[0],
+                               atol=1e-6)
+
+
 def test_first_calls_skip_graph_rewrites_for_one_call_only_and_restore_them():
     from tfapp.serving import BATCH, first_calls
 

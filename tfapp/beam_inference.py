@@ -5,9 +5,8 @@ scores, on Beam's runners (the DirectRunner, Dataflow, Flink, Spark).
 TensorFlow Text ops its SavedModel uses), takes the rows in batches Beam cuts
 (``BatchElements``, ``batch_elements_kwargs``) and scores each batch with
 ``tfapp.scoring.scored_rows``, the function ``predict --data`` writes with, so both write
-the same values. Each
-``PredictionResult`` holds the input ``Record`` and the output row (kept columns, then
-the prediction). ``read_file`` reads one input file as predict does
+the same values. Each ``PredictionResult`` holds the input ``Record`` and the output row
+(kept columns, then the prediction). ``read_file`` reads one input file as predict does
 (``tfapp.data.input_rows``), applying ``--on-bad-rows``.
 
 apache-beam is the ``[beam]`` extra, installed in a venv of its own (it needs protobuf<7
