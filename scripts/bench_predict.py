@@ -97,8 +97,8 @@ def make_input(path: Path, rows: int, text: str = "reviews") -> None:
 
 
 def measured(argv: list[str], env: dict | None = None) -> dict:
-    """Run ``argv``; its wall time and peak RSS (MiB), from ``os.wait4`` (its output goes
-    to a file, so nothing of it is held here)."""
+    """Run ``argv``; its wall time, CPU time (user + system) and peak RSS (MiB), from
+    ``os.wait4`` (its stderr is dropped)."""
     start = time.perf_counter()
     with open(os.devnull, "wb") as null:
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=null, cwd=REPO)
@@ -107,10 +107,11 @@ def measured(argv: list[str], env: dict | None = None) -> dict:
     seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{argv[:4]} failed (exit {os.waitstatus_to_exitcode(status)})")
-    return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024, "stdout": stdout.decode()}
+    return {"seconds": seconds, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "peak_rss_mib": usage.ru_maxrss / 1024, "stdout": stdout.decode()}
 
 
-def _tfapp_env() -> dict:
+def tfapp_env() -> dict:
     return {**os.environ, "PYTHONPATH": str(REPO), "TF_USE_LEGACY_KERAS": "1"}
 
 
@@ -118,12 +119,12 @@ def tfapp_predict(model: str, data: Path, out: Path) -> dict:
     if out.exists():
         out.unlink()
     return measured([sys.executable, "-m", "tfapp.predict", "--model", model, "--data",
-                         str(data), "--keep", "id", "--output", str(out), "-q"], _tfapp_env())
+                         str(data), "--keep", "id", "--output", str(out), "-q"], tfapp_env())
 
 
 def tfapp_evaluate(model: str, data: Path) -> dict:
     row = measured([sys.executable, "-m", "tfapp.evaluate", "--model", model, "--data",
-                        str(data), "--json", "-q"], _tfapp_env())
+                        str(data), "--json", "-q"], tfapp_env())
     row["report"] = json.loads(row.pop("stdout"))
     return row
 
@@ -184,7 +185,7 @@ def main() -> int:
     sides: list[tuple[str, list[str], Path, dict | None]] = [
         ("tfapp", [sys.executable, "-m", "tfapp.predict", "--model", args.model, "--data",
                    str(data), "--keep", "id", "--output", str(work / "tfapp.csv"), "-q"],
-         work / "tfapp.csv", _tfapp_env())]
+         work / "tfapp.csv", tfapp_env())]
     if args.hf:
         for size in [int(b) for b in args.hf_batch_sizes.split(",") if b]:
             out = work / f"hf-{size}.txt"

@@ -215,6 +215,30 @@ def shared_run(tmp_path_factory, config: str, *overrides: str) -> Path:
     return Path(done.read_text())
 
 
+#: what only training needs, as checkpoint keys name it: optimizer slots and step counters,
+#: Keras's compiled metrics, gradient accumulators. (A Hub module's root, a
+#: tf.train.Checkpoint, holds a ``save_counter`` of its own saves, always 0 there.)
+TRAINING_STATE = ("optimizer", "/metrics/", "iterations", "accum_", "micro_step",
+                  "keras_api")
+
+
+def saved_variables(saved_model_dir: Path) -> dict[str, int]:
+    """Each variable of a SavedModel's ``variables/`` checkpoint, by key: its element
+    count (the object graph's own entry left out)."""
+    import numpy as np
+    import tensorflow as tf
+
+    return {name: int(np.prod(shape)) for name, shape in
+            tf.train.list_variables(str(saved_model_dir / "variables" / "variables"))
+            if name != "_CHECKPOINTABLE_OBJECT_GRAPH"}
+
+
+def training_state(saved_model_dir: Path) -> list[str]:
+    """The keys of ``saved_variables`` that hold training state (``TRAINING_STATE``)."""
+    return [k for k in saved_variables(saved_model_dir)
+            if any(word in k for word in TRAINING_STATE)]
+
+
 # The NER run that test_ner and test_export_hf read: 90 steps of the tiny BERT on the demo.
 NER_RUN = ("configs/ner_local.yaml", "trainer.epochs=3", "trainer.steps_per_epoch=30",
            "optimizer.learning_rate=3e-3")

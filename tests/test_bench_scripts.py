@@ -164,3 +164,23 @@ def test_predict_bench_checks_row_count_and_id_order_of_csv_and_parquet(tmp_path
     bench.make_input(tmp_path / "in.csv", 5)
     rows = (tmp_path / "in.csv").read_text().splitlines()
     assert rows[0] == "id,text,label" and len(rows) == 6 and rows[5].startswith("r4,")
+
+
+def test_startup_table_gives_tfapp_over_the_pipeline():
+    bench = load_script("bench_startup")
+
+    def side(seconds, cpu, rss):
+        return {"seconds": {"median": seconds}, "cpu_s": {"median": cpu},
+                "peak_rss_mib": {"median": rss}}
+
+    text = bench.table({"jobs": {"1": {"tfapp": side(4.0, 3.5, 800), "hf": side(3.2, 3.0, 400)},
+                                 "2000": {"tfapp": side(30.0, 50, 900),
+                                          "hf": side(45.0, 80, 600)},
+                                 "20": {"tfapp": side(5.0, 4, 700)}}})
+    lines = text.splitlines()
+    assert lines[0].startswith("| job | tfapp wall s | HF wall s | wall tfapp / HF |")
+    assert lines[2] == "| 1 sentence | 4.0 | 3.2 | 1.25x | 3.5 | 3.0 | 800 | 400 | 2.00x | - |"
+    assert lines[3] == ("| 2,000 rows | 30.0 | 45.0 | 0.67x | 50.0 | 80.0 | 900 | 600 | 1.50x "
+                        "| 1.50x |")
+    assert lines[4] == "| 20 rows | 5.0 | - | - | 4.0 | - | 700 | - | - | - |"
+

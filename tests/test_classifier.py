@@ -16,7 +16,15 @@ from tfapp.errors import ConfigError
 import numpy as np
 import pytest
 import tf_keras
-from conftest import REPO, run_python, run_tfapp, run_two_workers, subprocess_env
+from conftest import (
+    REPO,
+    run_python,
+    run_tfapp,
+    run_two_workers,
+    saved_variables,
+    subprocess_env,
+    training_state,
+)
 
 LOCAL = ["--config", "configs/classifier_local.yaml"]
 TEXTS = ["an absolutely wonderful film, I loved it", "terrible plot and awful acting",
@@ -127,6 +135,181 @@ def test_exported_model_reloads_without_tfapp_and_matches_keras(trained, tmp_pat
     np.testing.assert_allclose(probs[:, 1], expected, atol=1e-5)
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-6)
     assert got["label"] == [["negative", "positive"][int(p > 0.5)] for p in probs[:, 1]]
+
+
+def test_export_holds_the_weights_and_no_training_state(trained):
+    """The export's checkpoint: the model's weights (every one, nothing more), the label
+    names and the tokenizer's state; no optimizer slots, counters or metrics."""
+    export = trained.run_dir / "export"
+    variables = saved_variables(export)
+    assert training_state(export) == []
+    assert {k.split("/")[0] for k in variables} == {"model_variables", "label_names",
+                                                    "preprocessor"}
+    params = trained.model.count_params()
+    assert sum(n for k, n in variables.items() if k.startswith("model_variables/")) == params
+    data = sum(f.stat().st_size for f in (export / "variables").glob("variables.data-*"))
+    assert data <= 1.05 * 4 * params  # float32 weights, with a little room for the rest
+
+
+def _keras_model_export(trained, out: Path) -> Path:
+    """The run's model written as exports were before they held only what serving needs:
+    the serving module tracking the trained Keras model (its optimizer and compiled
+    metrics with it) and the whole Hub preprocessor, saved with TensorFlow's defaults."""
+    import shutil
+
+    from tfapp.hub.handles import resolve_hub_handle
+    from tfapp.tasks.classifier.export import ClassifierServing
+
+    import tensorflow as tf
+    import tensorflow_hub as hub
+
+    class KerasModelServing(ClassifierServing):
+        def __init__(self, model, preprocessor, **kwargs):
+            super().__init__(model, preprocessor, **kwargs)
+            del self.model_variables
+            self.model, self.preprocessor = model, preprocessor
+
+    export = trained.run_dir / "export"
+    metadata = json.loads((export / "tfapp_export.json").read_text())
+    serving = KerasModelServing(trained.model, hub.load(resolve_hub_handle("builtin:tiny")[1]),
+                                seq_length=metadata["seq_length"],
+                                label_names=metadata["label_names"], mode="binary",
+                                text_pair=False)
+    tf.saved_model.save(serving, str(out), signatures={"serving_default": serving.serve})
+    shutil.copy(export / "tfapp_export.json", out)
+    return out
+
+
+def test_an_export_holding_the_keras_model_still_predicts_and_exports_the_same(
+        trained, tmp_path):
+    """An export written before exports left training state out loads, predicts the
+    probabilities of today's export of the same weights (within 1e-6), and export-hf
+    writes the same checkpoint from either."""
+    import shutil
+
+    from tfapp.export_hf import main as export_hf
+    from tfapp.serving import PREDICT
+    from tfapp.tasks import load_export
+
+    from safetensors.numpy import load_file
+
+    old_run = tmp_path / "old_run"
+    shutil.copytree(trained.run_dir, old_run, ignore=shutil.ignore_patterns(
+        "export", "logs", "checkpoints"))
+    old = _keras_model_export(trained, old_run / "export")
+    assert any(k.startswith("model/optimizer/") for k in saved_variables(old))  # the old layout
+    p_old, l_old = load_export(old_run, PREDICT).predict(TEXTS)
+    p_new, l_new = load_export(trained.run_dir, PREDICT).predict(TEXTS)
+    np.testing.assert_allclose(p_new, p_old, atol=1e-6, rtol=0)
+    assert l_new == l_old and np.ptp(p_new[:, 1]) > 1e-3  # texts differ: a real comparison
+    for run in (old_run, trained.run_dir):
+        assert export_hf([str(run), "--out", str(tmp_path / run.name / "hf")]) == 0
+    want = load_file(str(tmp_path / trained.run_dir.name / "hf" / "model.safetensors"))
+    got = load_file(str(tmp_path / "old_run" / "hf" / "model.safetensors"))
+    assert set(got) == set(want)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
+
+
+#: what a process that prints one prediction has no use for
+TRAINING_STACK = ("tf_keras", "keras", "tensorflow_hub", "tensorflow_text", "matplotlib",
+                  "PIL", "wandb", "keras_tuner", "pyarrow", "pandas", "sklearn",
+                  "tfapp.training", "tfapp.tuning", "tfapp.tracking", "tfapp.data")
+
+
+@pytest.mark.slow
+def test_one_sentence_predict_imports_no_training_stack(trained):
+    """A fresh ``tfapp predict TEXT`` process imports TensorFlow and what the export's
+    graph needs: not Keras (tf-keras's own import in TensorFlow's __init__ left out), not
+    tensorflow_text (its tokenizer ops' libraries loaded alone), nor anything of training
+    (tests/test_compat.py runs the public paths, which import both); it prints what
+    predict prints in this process, which imported them all."""
+    code = ("import json, sys\n"
+            "from tfapp import predict\n"
+            f"code = predict.main(['--model', {str(trained.run_dir)!r}, '--json', *{TEXTS!r}])\n"
+            "print(json.dumps({'code': code, 'modules': sorted(sys.modules)}))\n")
+    proc = run_python(["-c", code], timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    *lines, last = proc.stdout.strip().splitlines()
+    result = json.loads(last)
+    assert result["code"] == 0 and "tensorflow" in result["modules"]
+    assert [m for m in TRAINING_STACK
+            if any(x == m or x.startswith(m + ".") for x in result["modules"])] == []
+    rows, want = [json.loads(line) for line in lines], _predict_json(trained.run_dir)
+    assert [(r["text"], r["label"]) for r in rows] == [(r["text"], r["label"]) for r in want]
+    np.testing.assert_allclose([list(r["probabilities"].values()) for r in rows],
+                               [list(r["probabilities"].values()) for r in want], atol=1e-6)
+
+
+@pytest.mark.slow
+def test_startup_bench_runs_tfapp_alone_end_to_end(trained, tmp_path):
+    """scripts/bench_startup.py --tfapp-only (CI has no transformers) on this module's run:
+    its whole-process jobs run, the table prints, the export it measures holds no
+    training state, and tfapp's answers are the export's own predictions."""
+    from tfapp.serving import PREDICT
+    from tfapp.tasks import load_export
+
+    proc = run_python([str(REPO / "scripts" / "bench_startup.py"), "--model",
+                       str(trained.run_dir), "--tfapp-only", "--rows", "5", "--rounds", "1",
+                       "--text", "reviews", "--work", str(tmp_path), "--json",
+                       str(tmp_path / "result.json")], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "| 1 sentence |" in proc.stdout and "| 5 rows |" in proc.stdout
+    result = json.loads((tmp_path / "result.json").read_text())
+    sizes = result["export_bytes"]
+    assert sizes["training_state"] == 0 and sizes["weights"] == 4 * trained.model.count_params()
+    assert sizes["export"] < 2 * sizes["weights"]
+    one, rows = result["jobs"]["1"], result["jobs"]["5"]
+    assert one["tfapp"]["peak_rss_mib"]["median"] > 100 and one["tfapp"]["cpu_s"]["median"] > 0
+    with (tmp_path / "in-reviews-5.csv").open(newline="") as fh:
+        texts = [r["text"] for r in csv.DictReader(fh)]
+    model = load_export(trained.run_dir, PREDICT)
+    probs, labels = model.predict([result["sentence"], *texts])
+    [answer] = one["tfapp_answers"]
+    assert answer["text"] == result["sentence"] and answer["label"] == labels[0]
+    assert abs(answer["probabilities"][labels[0]] - probs[0].max()) < 1e-5
+    assert [label for label, _ in rows["tfapp_answers"]] == labels[1:]
+    np.testing.assert_allclose([p for _, p in rows["tfapp_answers"]], probs[1:].max(axis=1),
+                               atol=1e-5)
+
+
+@pytest.mark.slow
+def test_first_prediction_bench_gives_each_phase(trained, tmp_path):
+    """scripts/bench_first_prediction.py on this module's run: one fresh process, its four
+    phases' CPU and memory, and the prediction ``tfapp predict`` prints."""
+    from tfapp.serving import PREDICT
+    from tfapp.tasks import load_export
+
+    proc = run_python([str(REPO / "scripts" / "bench_first_prediction.py"), "--model",
+                       str(trained.run_dir), "--rounds", "1", "--sentence", TEXTS[1],
+                       "--json", str(tmp_path / "phases.json")], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines()[-1].startswith("| **total** | ")
+    [[run]] = json.loads((tmp_path / "phases.json").read_text())["runs"].values()
+    marks = run["marks"]
+    assert len(marks) == 4 and all(m["cpu_s"] > 0 for m in marks)
+    assert marks[1]["rss_mib"] > 100  # TensorFlow's libraries, mapped at its import
+    probs, labels = load_export(trained.run_dir, PREDICT).predict([TEXTS[1]])
+    assert run["prediction"]["text"] == TEXTS[1] and run["prediction"]["label"] == labels[0]
+    np.testing.assert_allclose(list(run["prediction"]["probabilities"].values()), probs[0],
+                               atol=1e-6)
+
+
+def test_first_calls_skip_graph_rewrites_for_one_call_only_and_restore_them():
+    from tfapp.serving import BATCH, first_calls
+
+    import tensorflow as tf
+
+    def rewrites_off() -> bool:
+        return tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer",
+                                                                   False)
+
+    assert not rewrites_off()
+    with first_calls(BATCH):
+        assert rewrites_off()
+    assert not rewrites_off()
+    with first_calls(BATCH + 1):
+        assert not rewrites_off()
 
 
 def test_predict_and_evaluate_commands(trained, labelled, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 from pathlib import Path
@@ -15,7 +16,7 @@ import keras_tuner as kt
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import REPO, run_python
+from conftest import REPO, run_python, subprocess_env
 
 
 def test_no_private_library_name_outside_the_compat_module():
@@ -455,3 +456,55 @@ def test_tensor_logs_both_ways():
         seen = fit()
     assert not seen.declared and len(seen.losses) == 2
     assert not any(isinstance(v, tf.Tensor) for v in seen.losses)
+
+
+# ------------------------------------------------------------------ serving an export
+def test_text_op_libraries_register_the_ops_they_are_listed_with():
+    """Each op library of ``TEXT_OP_LIBRARIES`` is in the installed tensorflow_text and
+    defines the ops listed for it (its Python wrappers are named after them)."""
+    import importlib.util
+
+    folder = Path(importlib.util.find_spec("tensorflow_text").origin).parent / "python" / "ops"
+    for library, ops in compat.TEXT_OP_LIBRARIES.items():
+        module = tf.load_op_library(str(folder / library))
+        missing = [op for op in ops if not hasattr(module, op.replace(">", "_"))]
+        assert missing == [], (library, missing)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["private", "public"])
+def test_serving_imports_and_text_ops_both_ways(path):
+    """In a fresh process: TensorFlow imported for serving (without tf-keras on the
+    internal path), a Hub preprocessor's TensorFlow Text ops registered from their libraries
+    (without tensorflow_text), and the preprocessor loads and tokenizes as with both
+    imported (the public paths); tf.keras still works afterwards."""
+    code = textwrap.dedent("""
+        import json, sys
+        from tfapp import compat
+        from tfapp.hub.handles import resolve_hub_handle
+        preprocessor = resolve_hub_handle("builtin:tiny")[1]
+        tf = compat.import_tensorflow_for_serving()
+        compat.register_text_ops(preprocessor)
+        ops = sorted(op for op in compat.graph_ops(preprocessor) if not hasattr(tf.raw_ops, op))
+        ids = tf.saved_model.load(preprocessor)(tf.constant(["Zoë's café, not bad"]))
+        modules = [m for m in ("tf_keras", "tensorflow_text") if m in sys.modules]
+        dense = tf.keras.layers.Dense(2)(tf.ones([1, 3]))  # Keras still imports on first use
+        print(json.dumps({"ops": ops, "modules": modules, "keras": dense.shape.as_list(),
+                          "ids": ids["input_word_ids"].numpy().tolist()}))
+    """)
+    env = subprocess_env(**({"TFAPP_COMPAT_PUBLIC": "serving_import,text_op_libraries"}
+                            if path == "public" else {}))
+    proc = run_python(["-c", code], env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["ops"] == ["CaseFoldUTF8", "NormalizeUTF8", "RegexSplitWithOffsets",
+                          "TFText>RoundRobinTrim", "WordpieceTokenizeWithOffsets"]
+    assert got["modules"] == ([] if path == "private" else ["tf_keras", "tensorflow_text"])
+    assert got["keras"] == [1, 2]
+    from tfapp.hub.handles import resolve_hub_handle
+
+    import tensorflow_text  # noqa: F401  (this process tokenizes as it always did)
+
+    want = tf.saved_model.load(resolve_hub_handle("builtin:tiny")[1])(
+        tf.constant(["Zoë's café, not bad"]))["input_word_ids"].numpy().tolist()
+    assert got["ids"] == want and len([i for i in want[0] if i]) > 4

@@ -318,7 +318,7 @@ def test_transformers_loads_the_pair_classifier(pair_export):
     theirs = {"input_word_ids": np.array(got["input_ids"][2:], np.int32),
               "input_type_ids": np.array(got["token_type_ids"][2:], np.int32),
               "input_mask": np.ones((1, 32), np.int32)}
-    want = exported.module.model(theirs, training=False).numpy()
+    want = exported.module.model(theirs).numpy()
     np.testing.assert_allclose(np.array(got["probabilities"][2:]), want, atol=1e-4, rtol=0)
 
 
@@ -474,7 +474,7 @@ def _tagger_probs(run: Path, feats: dict) -> np.ndarray:
     from tfapp.tasks.ner.serving import FORMAT
 
     _, module, _ = load_export(run, FORMAT)
-    return module.model(feats, training=False).numpy()
+    return module.model(feats).numpy()
 
 
 @pytest.mark.slow

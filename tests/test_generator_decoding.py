@@ -20,7 +20,7 @@ from tfapp.training.context import RunContext
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import run_python, subprocess_env
+from conftest import run_python, saved_variables, subprocess_env, training_state
 
 CORPUS = [
     "the red fox jumps over the lazy dog",
@@ -870,3 +870,13 @@ def test_repetition_benchmark_measures_the_exports_continuations(trained, predic
     assert result["lm_perplexity"] == pytest.approx(predictor.evaluate(held)["lm_perplexity"])
     printed = capsys.readouterr().out
     assert "| human (the rest of the line) | 0.0% | - | 13.3% | 22.2% | 0.867 | 6.0 |" in printed
+
+
+def test_export_holds_the_weights_and_no_training_state(trained, exported):
+    from pathlib import Path
+
+    _, model, _, _ = trained
+    export = Path(exported.paths["exported"])
+    assert training_state(export) == []
+    assert sum(n for k, n in saved_variables(export).items()
+               if k.startswith("model_variables/")) == model.count_params()

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_hub as hub
-from conftest import run_python
+from conftest import run_python, training_state
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(40)] + [
     f"##p{i}" for i in range(10)]
@@ -185,6 +185,7 @@ def test_pretrain_loss_falls_and_writes_a_new_module(tiny_module, capsys):
     assert 150 < meta["pretrained_from"]["mlm"]["sequences"] < 250
     assert meta["pretrained_from"]["mlm"]["whole_word"] is True
     assert (out / "vocab.txt").read_text() == (hub_dir / "vocab.txt").read_text()
+    assert training_state(out / "encoder") == []  # the adapted weights, not the optimizer
 
     # It ran in the training loop: a run directory with its config, status and history.
     run = root / "runs" / "pretrain_adapted"

@@ -8,7 +8,16 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import NER_RUN, REPO, run_python, run_tfapp, shared_run, subprocess_env
+from conftest import (
+    NER_RUN,
+    REPO,
+    run_python,
+    run_tfapp,
+    saved_variables,
+    shared_run,
+    subprocess_env,
+    training_state,
+)
 
 TEXTS = ["Anna Berg moved to Brindle on 3 May .", "Zoë Müller works for Acme Bakery in Falken.",
          "Nothing much happened in town today ."]
@@ -18,6 +27,15 @@ TEXTS = ["Anna Berg moved to Brindle on 3 May .", "Zoë Müller works for Acme B
 def trained(tmp_path_factory) -> Path:
     """One short run on the demo: 90 steps of the tiny BERT (shared with test_export_hf)."""
     return shared_run(tmp_path_factory, *NER_RUN)
+
+
+def test_export_holds_the_weights_and_no_training_state(trained):
+    """The export's checkpoint: the model's weights, the tag and entity names and the
+    tokenizer's state; no optimizer slots, counters or metrics."""
+    export = trained / "export"
+    assert training_state(export) == []
+    assert {k.split("/")[0] for k in saved_variables(export)} == {
+        "model_variables", "tag_names", "entity_types", "preprocessor"}
 
 
 @pytest.mark.slow

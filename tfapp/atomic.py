@@ -126,14 +126,17 @@ def atomic_directory(final: str | os.PathLike, *, overwrite: bool = False) -> It
 def save_model(module: Any, export_dir: str | os.PathLike, *, signatures: dict,
                metadata: dict, metadata_file: str, files: dict[str, str] | None = None
                ) -> Path:
-    """``tf.saved_model.save`` of ``module`` plus its ``metadata_file`` (JSON) and other
+    """``tf.saved_model.save`` of the serving ``module`` plus its ``metadata_file`` (JSON) and other
     text ``files`` (name -> text: the model card) into ``export_dir`` as one atomic
     directory write; replaces an old export."""
     import tensorflow as tf
 
     export_dir = Path(export_dir)
+    # Exports serve; nothing differentiates through them, so the gradient functions of
+    # ops with custom gradients would only be more functions to load.
+    options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
     with atomic_directory(export_dir, overwrite=True) as tmp:
-        tf.saved_model.save(module, str(tmp), signatures=signatures)
+        tf.saved_model.save(module, str(tmp), signatures=signatures, options=options)
         write_text(tmp / metadata_file, json.dumps(metadata, indent=1))
         for name, text in (files or {}).items():
             write_text(tmp / name, text)

@@ -1,12 +1,12 @@
 """An export as an Apache Beam model handler: ``RunInference`` scoring, as ``predict --data``
 scores, on Beam's runners (the DirectRunner, Dataflow, Flink, Spark).
 
-``ExportModelHandler`` loads the export once per worker process (tensorflow_text first:
-its ops are in the SavedModel), takes the rows in batches Beam cuts (``BatchElements``,
-``batch_elements_kwargs``) and scores each batch with ``tfapp.scoring.scored_rows``,
-the function ``predict --data`` writes with, so both write the same values. Each
-``PredictionResult`` holds the input ``Record`` and the output row (kept columns, then
-the prediction). ``read_file`` reads one input file as predict does
+``ExportModelHandler`` loads the export once per worker process (the loader registers the
+TensorFlow Text ops its SavedModel uses), takes the rows in batches Beam cuts
+(``BatchElements``, ``batch_elements_kwargs``) and scores each batch with
+``tfapp.scoring.scored_rows``, the function ``predict --data`` writes with, so both write
+the same values. Each ``PredictionResult`` holds the input ``Record`` and the output row
+(kept columns, then the prediction). ``read_file`` reads one input file as predict does
 (``tfapp.data.input_rows``), applying ``--on-bad-rows``.
 
 apache-beam is the ``[beam]`` extra, installed in a venv of its own (it needs protobuf<7
@@ -53,8 +53,6 @@ class ExportModelHandler(ModelHandler[Record, PredictionResult, ExportedModel]):
         self.model, self.batch_size = model, batch_size
 
     def load_model(self) -> ExportedModel:
-        import tensorflow_text  # noqa: F401  (registers the tokenizer ops the export uses)
-
         return load_export(local_model(self.model), PREDICT)
 
     def run_inference(self, batch: Sequence[Record], model: ExportedModel,

@@ -55,7 +55,7 @@ from tfapp.hub.hf_models import HF_PREFIX
 from tfapp.model_card import CARD_FILE
 from tfapp.models.bert_config import BertConfig
 from tfapp.run_layout import RunLayout
-from tfapp.serving import ExportFormat, HfForm, load_export
+from tfapp.serving import ExportFormat, HfForm, load_export, model_variables
 from tfapp.tasks import export_formats
 
 import click
@@ -138,12 +138,12 @@ def _encoder_config(handle: str, run_dir: Path) -> BertConfig:
     return BertConfig.from_dict(meta["bert_config"])
 
 
-def _split_weights(model: Any, run_dir: Path) -> tuple[dict, Any, Any]:
-    """(encoder weights by stable name, head kernel, head bias) of the export's model."""
+def _split_weights(module: Any, run_dir: Path) -> tuple[dict, Any, Any]:
+    """(encoder weights by stable name, head kernel, head bias) of the loaded export."""
     from tfapp.models.bert import hf_weight_name, stable_weight_name
 
     encoder, head, others = {}, {}, []
-    for var in model.variables:
+    for var in model_variables(module):
         name = var.name.split(":")[0]
         if name.split("/")[0] == HEAD_LAYER:
             head[name.split("/")[-1]] = var.numpy()
@@ -258,7 +258,7 @@ def export_run_to_hf(run_dir: str | Path, out: str | Path, *,
     _, module, metadata = load_export(run_dir, fmt)
     handle = str(metadata.get("hub_handle") or cfg.model.hub_handle)
     bert_cfg = _encoder_config(handle, run_dir)
-    encoder, kernel, bias = _split_weights(module.model, run_dir)
+    encoder, kernel, bias = _split_weights(module, run_dir)
     vocab_file, lower_case = _preprocessor_files(module, run_dir)
     vocab = vocab_file.read_text(encoding="utf-8").splitlines()
     if "[PAD]" not in vocab or len(vocab) > bert_cfg.vocab_size:

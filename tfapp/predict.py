@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 from tfapp import cli, textio
 from tfapp.config import ConfigError
-from tfapp.serving import PREDICT
+from tfapp.serving import PREDICT, first_calls
 from tfapp.tasks import load_export
 
 import click
@@ -105,7 +105,9 @@ def command(args: SimpleNamespace) -> int:
 
     # The export's own format (by its marker) says what a prediction prints.
     model = load_export(args.model, PREDICT)
-    for line in model.predict_lines(texts, pairs, as_json=args.json):
+    with first_calls(len(texts)):
+        lines = model.predict_lines(texts, pairs, as_json=args.json)
+    for line in lines:
         print(line)
     return 0
 

@@ -17,14 +17,16 @@ export (truncated, files deleted, its metadata unreadable) is one line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tfapp import compat
 from tfapp.atomic import save_model
 from tfapp.config import ConfigError, ExperimentConfig
 from tfapp.run_layout import RunLayout
@@ -133,6 +135,7 @@ class ExportFormat(ABC):
       serves: the commands it answers (``PREDICT``, ``EVALUATE``, ``GENERATE``).
       hf_architecture: the transformers class ``tfapp export-hf`` writes it as
         ("BertForSequenceClassification"); empty: it has no Hugging Face form.
+      text_ops: its graph tokenizes with TensorFlow Text ops, registered before it loads.
     """
 
     task: str
@@ -140,6 +143,7 @@ class ExportFormat(ABC):
     train_hint: str
     serves: frozenset[str]
     hf_architecture: str = ""
+    text_ops: bool = False
 
     def write(self, module: Any, export_dir: str | os.PathLike, *, signatures: dict,
               metadata: dict, files: dict[str, str] | None = None) -> Path:
@@ -180,6 +184,37 @@ def base_encoder_fact(metadata: dict) -> dict[str, str]:
                             + (f" (preprocessor `{pre}`)" if pre else "")}
 
 
+@contextlib.contextmanager
+def first_calls(texts: int) -> Iterator[None]:
+    """The export's functions first called inside run without Grappler's graph rewrites
+    when ``texts`` fit in one call (``BATCH``), as ``predict``'s own texts mostly do.
+    Grappler rewrites a function once, at its first call, for every call after it: on a
+    2-core CPU it cost a MiniLM classifier 0.6-1.0 s of CPU (half its first call, and as
+    much again in memory as 15 MB), and the 512 texts scored after it took as long with
+    the rewrites as without (median of 3 each). A job of one call never gets it back.
+    Probabilities differ in the last bits of float32 (1e-7, from fused kernels)."""
+    if texts > BATCH:
+        yield
+        return
+    tf = compat.import_tensorflow_for_serving()
+    before = tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer",
+                                                                 False)
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    try:
+        yield
+    finally:
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": before})
+
+
+def model_variables(module: Any) -> list:
+    """The model's weights in a loaded BERT task export (``tf.saved_model.load``):
+    ``model_variables`` (``tfapp.models.serving_module``), or, in an older export that
+    tracks the Keras model itself, that model's ``variables``."""
+    if hasattr(module, "model_variables"):
+        return list(module.model_variables)
+    return list(module.model.variables)
+
+
 def find_export(model: str | os.PathLike, formats: Sequence[ExportFormat],
                 command: str | None = None) -> tuple[Path, ExportFormat]:
     """(SavedModel directory, its format) of ``--model``: the directory itself or
@@ -215,9 +250,10 @@ def _damaged(model: str | os.PathLike, export: Path, fmt: ExportFormat,
 
 def load_export(model: str | os.PathLike, fmt: ExportFormat) -> tuple[Path, Any, dict]:
     """(export directory, ``tf.saved_model.load`` of it, its marker's JSON) of a ``fmt``
-    export at ``--model``; one ConfigError naming the export when it cannot be loaded."""
-    import tensorflow as tf
-
+    export at ``--model``; one ConfigError naming the export when it cannot be loaded.
+    TensorFlow is imported for serving (``compat.import_tensorflow_for_serving``) when
+    nothing imported it before."""
+    tf = compat.import_tensorflow_for_serving()
     export, _ = find_export(model, [fmt])
     marker = export / fmt.marker
     try:
@@ -239,6 +275,8 @@ def load_export(model: str | os.PathLike, fmt: ExportFormat) -> tuple[Path, Any,
     try:
         if (export / "fingerprint.pb").is_file():  # else TF logs a traceback and loads on
             tf.saved_model.experimental.read_fingerprint(str(export))
+        if fmt.text_ops:
+            compat.register_text_ops(export)
         module = tf.saved_model.load(str(export))
     except Exception as err:  # noqa: BLE001  TensorFlow raises many kinds for a bad file
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]

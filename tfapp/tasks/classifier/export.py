@@ -19,20 +19,19 @@ from pathlib import Path
 
 from tfapp.data.lengths import trim_to_longest
 from tfapp.model_card import CARD_FILE
+from tfapp.models.serving_module import ServingModule
 from tfapp.tasks.classifier.serving import FORMAT
 from tfapp.training.metrics import BINARY, MULTILABEL
 
 import tensorflow as tf
 
 
-class ClassifierServing(tf.Module):
+class ClassifierServing(ServingModule):
     """``serve(text)`` (and ``serve_pair(text, text_pair)`` for sentence-pair models)."""
 
     def __init__(self, model: tf.keras.Model, preprocessor: tf.Module, *, seq_length: int,
                  label_names: list[str], mode: str, text_pair: bool):
-        super().__init__(name="classifier_serving")
-        self.model = model
-        self.preprocessor = preprocessor
+        super().__init__(model, preprocessor, name="classifier_serving")
         # A variable (not a constant) so it is saved and readable after tf.saved_model.load.
         self.label_names = tf.Variable(label_names, trainable=False, name="label_names")
         self._seq_length = int(seq_length)
@@ -44,12 +43,12 @@ class ClassifierServing(tf.Module):
                                  tf.TensorSpec([None], tf.string)])
 
     def _outputs(self, segments: list) -> dict[str, tf.Tensor]:
-        features = self.preprocessor.bert_pack_inputs(
-            [self.preprocessor.tokenize(s) for s in segments], seq_length=self._seq_length)
+        features = self.tokenizer.bert_pack_inputs(
+            [self.tokenizer.tokenize(s) for s in segments], seq_length=self._seq_length)
         # The model reads [batch, None]: a call computes only as far as its longest text.
         features = trim_to_longest({k: tf.cast(v, tf.int32) for k, v in features.items()},
                                    self._seq_length)
-        probs = tf.cast(self.model(features, training=False), tf.float32)
+        probs = tf.cast(self.model(features), tf.float32)
         if self._mode == BINARY:  # one sigmoid -> [P(class 0), P(class 1)]
             probs = tf.concat([1.0 - probs, probs], axis=-1)
         if self._mode == MULTILABEL:

@@ -59,8 +59,6 @@ class LoadedClassifier(ExportedModel):
     evaluation_columns = ("text", "text_pair", "label", "probabilities", "gold_label")
 
     def __init__(self, model: str | os.PathLike):
-        import tensorflow_text  # noqa: F401  (registers the tokenizer ops the model uses)
-
         super().__init__(*load_export(model, FORMAT))
         self.label_names = [b.decode() for b in self.module.label_names.numpy()]
         self.text_pair = bool(self.metadata.get("text_pair"))
@@ -188,6 +186,7 @@ class ClassifierExport(ExportFormat):
     train_hint = "train with trainer.export=true"
     serves = frozenset({PREDICT, EVALUATE})
     hf_architecture = SEQUENCE_CLASSIFICATION
+    text_ops = True
 
     def load(self, model: str | os.PathLike) -> LoadedClassifier:
         return LoadedClassifier(model)

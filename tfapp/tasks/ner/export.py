@@ -32,6 +32,7 @@ from tfapp.data.lengths import trim_to_longest
 from tfapp.data.tags import OUTSIDE, split_tag
 from tfapp.data.token_classification import window_features, windows_per_sentence, word_pieces
 from tfapp.model_card import CARD_FILE
+from tfapp.models.serving_module import ServingModule
 from tfapp.tasks.ner.serving import FORMAT
 
 import tensorflow as tf
@@ -47,14 +48,12 @@ def split_words(text: tf.Tensor) -> tuple[tf.RaggedTensor, tf.RaggedTensor, tf.R
     return tf_text.regex_split_with_offsets(text, WORD_SPLIT, KEEP)
 
 
-class NerServing(tf.Module):
+class NerServing(ServingModule):
     """``serve(text)``: entities of each string (see the module docstring)."""
 
     def __init__(self, model: tf.keras.Model, preprocessor: tf.Module, *, seq_length: int,
                  tag_names: list[str]):
-        super().__init__(name="ner_serving")
-        self.model = model
-        self.preprocessor = preprocessor
+        super().__init__(model, preprocessor, name="ner_serving")
         self.tag_names = tf.Variable(tag_names, trainable=False, name="tag_names")
         self._seq_length = int(seq_length)
         parts = [split_tag(t) for t in tag_names]
@@ -66,20 +65,20 @@ class NerServing(tf.Module):
 
     def _word_tags(self, words: tf.RaggedTensor) -> tuple[tf.RaggedTensor, tf.RaggedTensor]:
         """(tag id, probability) of each word ``[n, (words)]``, read at its first piece."""
-        tokenize, size = self.preprocessor.tokenize, self._seq_length - 2
+        tokenize, size = self.tokenizer.tokenize, self._seq_length - 2
         counts = word_pieces(tokenize, words.flat_values).row_lengths()  # [words]
         per_text = tf.RaggedTensor.from_row_lengths(counts, words.row_lengths())
         total = tf.reduce_sum(per_text, axis=1)
         windows = windows_per_sentence(total, self._seq_length)  # [n]
         text_of_window = tf.repeat(tf.range(tf.shape(windows, tf.int64)[0]), windows)
         within = tf.ragged.range(windows).flat_values
-        features, _ = window_features(tokenize, self.preprocessor.bert_pack_inputs,
+        features, _ = window_features(tokenize, self.tokenizer.bert_pack_inputs,
                                       tf.gather(words, text_of_window), within,
                                       self._seq_length)
         # Computed only as far as the longest window (every word's first piece is inside
         # its window's real length, so the gather below reads the same positions).
         features = trim_to_longest(features, self._seq_length)
-        probs = tf.cast(self.model(features, training=False), tf.float32)  # [windows, L, C]
+        probs = tf.cast(self.model(features), tf.float32)  # [windows, L, C]
         first = tf.math.cumsum(per_text, axis=1, exclusive=True).flat_values  # [words]
         text_of_word = tf.cast(words.value_rowids(), tf.int64)
         row = tf.gather(tf.math.cumsum(windows, exclusive=True), text_of_word) + first // size

@@ -52,8 +52,6 @@ class LoadedTagger(ExportedModel):
     output_columns = ("entities",)
 
     def __init__(self, model: str | os.PathLike):
-        import tensorflow_text  # noqa: F401  (registers the tokenizer ops the model uses)
-
         super().__init__(*load_export(model, FORMAT))
         self.tag_names = [b.decode() for b in self.module.tag_names.numpy()]
 
@@ -181,6 +179,7 @@ class NerExport(ExportFormat):
     train_hint = "train with task=ner and trainer.export=true"
     serves = frozenset({PREDICT, EVALUATE})
     hf_architecture = TOKEN_CLASSIFICATION
+    text_ops = True
 
     def load(self, model: str | os.PathLike) -> LoadedTagger:
         return LoadedTagger(model)
