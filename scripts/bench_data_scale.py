@@ -134,7 +134,7 @@ import sys, time, dataclasses
 sys.path.insert(0, {repo!r})
 import tfapp
 from tfapp.config import load_config
-from tfapp.data.bert_preprocess import make_bert_preprocess_fn
+from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
 from tfapp.data.classification import load_classification_splits, make_classification_dataset
 from tfapp.hub.handles import resolve_hub_handle
 cfg = load_config({config!r}, [f"data.train_files={{sys.argv[1]}}", "data.validation_split=0",

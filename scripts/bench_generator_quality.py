@@ -169,9 +169,10 @@ def run_lines(run: Path) -> tuple[list[str], list[str], list[str]]:
     its params.yaml (files, split seed, cleaning) and vocab.txt."""
     from tfapp.config import load_config
     from tfapp.data import text_lines
+    from tfapp.data.text import words
 
     cfg = load_config(run / "params.yaml")
-    vocabulary = text_lines.load_vocabulary(run / "vocab.txt")
+    vocabulary = words.load_vocabulary(run / "vocab.txt")
     data = text_lines.build_generator_data(cfg.data, seed=cfg.runtime.seed,
                                            vocab_path=run / "vocab.txt", keep_vocab=True)
     train, _ = text_lines.split_texts(data.splits.train, cfg.data)

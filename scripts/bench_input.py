@@ -177,8 +177,8 @@ def worker_tfapp(a: argparse.Namespace, texts: list[str], labels: np.ndarray, re
 
     import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
     from tfapp.config import ClassifierDataConfig
-    from tfapp.data.bert_preprocess import make_bert_preprocess_fn
     from tfapp.data.classification import load_classification_splits, make_classification_dataset
+    from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
 
     import tensorflow as tf
 
@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.path.insert(0, str(REPO))
     from tfapp.atomic import write_text
-    from tfapp.data.vocab import build_wordpiece_vocab
+    from tfapp.data.text.vocab import build_wordpiece_vocab
 
     work = Path(a.work_dir or tempfile.mkdtemp(prefix="tfapp-bench-input-"))
     work.mkdir(parents=True, exist_ok=True)

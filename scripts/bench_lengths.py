@@ -135,13 +135,13 @@ def worker_tfapp(a: argparse.Namespace):
     sys.path.insert(0, str(REPO))
     import tfapp  # noqa: F401  (tf-keras before TensorFlow)
     from tfapp.config import ClassifierDataConfig, ClassifierModelConfig, OptimizerConfig
-    from tfapp.data.bert_preprocess import make_bert_preprocess_fn
     from tfapp.data.classification import (
         load_classification_splits,
         make_classification_dataset,
         token_lengths,
     )
     from tfapp.data.lengths import grouping_for
+    from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
     from tfapp.hub.export import export_encoder, float32_policy
     from tfapp.models.bert import BertConfig, BertEncoder
     from tfapp.models.classifier import build_classifier

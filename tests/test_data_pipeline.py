@@ -9,10 +9,10 @@ import textwrap
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import ClassifierDataConfig
-from tfapp.data.bert_preprocess import make_bert_preprocess_fn
 from tfapp.data.classification import load_classification_splits, make_classification_dataset
 from tfapp.data.pipeline import distribute
-from tfapp.data.vocab import write_vocab
+from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
+from tfapp.data.text.vocab import write_vocab
 from tfapp.errors import DataError
 
 import numpy as np
@@ -254,7 +254,7 @@ def test_mirrored_replicas_each_get_a_per_replica_batch(vocab_file, tmp_path):
         tf.config.set_logical_device_configuration(
             cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
         from tfapp.config import ClassifierDataConfig
-        from tfapp.data.bert_preprocess import make_bert_preprocess_fn
+        from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
         from tfapp.data.classification import (load_classification_splits,
                                                make_classification_dataset)
         from tfapp.data.pipeline import distribute

@@ -13,9 +13,9 @@ from collections import Counter
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import ClassifierDataConfig, ConfigError, DataServiceConfig
-from tfapp.data.bert_preprocess import make_bert_preprocess_fn
 from tfapp.data.classification import load_classification_splits, make_classification_dataset
-from tfapp.data.vocab import write_vocab
+from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
+from tfapp.data.text.vocab import write_vocab
 from tfapp.data_service import LocalDataService
 
 import pytest

@@ -6,7 +6,7 @@ import math
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp import generate
-from tfapp.data.text_lines import clean_lines
+from tfapp.data.text.words import clean_lines
 from tfapp.errors import ConfigError
 
 import pytest

@@ -138,15 +138,15 @@ def generator_examples(file, index):
 @pytest.mark.parametrize("task", ["classifier", "generator"])
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_a_grouped_stream_resumed_mid_window_gives_the_same_batches(replicas, task, capfd):
-    from tfapp.data import text_lines
+    from tfapp.data.text import words
 
     cfg = ClassifierDataConfig(shuffle_buffer=256)
     grouping = lengths.Grouping((8, 16, SEQ), SEQ, seed=7)
     read, width = examples, "input_mask"
     if task == "generator":  # by target length, the decoder side cut
         grouping = lengths.Grouping((8, 16, SEQ), SEQ, seed=7,
-                                    length_fn=text_lines.label_lengths,
-                                    keys=text_lines.DECODER_KEYS)
+                                    length_fn=words.label_lengths,
+                                    keys=words.DECODER_KEYS)
         read, width = generator_examples, "labels"
     per_step = 8 * replicas
     steps = stream.steps_per_pass(SOURCE, 1, per_step, 7)

@@ -7,7 +7,7 @@ import csv
 import json
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-from tfapp.data.masking import MlmMasker, default_max_predictions
+from tfapp.data.text.masking import MlmMasker, default_max_predictions
 from tfapp.demo import DEMO_DIR
 from tfapp.hub.builder import BuildParams, build_bert_hub
 from tfapp.models.bert_config import BertConfig

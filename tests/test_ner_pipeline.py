@@ -26,7 +26,7 @@ def vocab(tmp_path_factory) -> str:
 def preprocess(vocab):
     """One preprocessor per length for the module: the windowing traced for it (the
     tokenizer included, seconds a trace) is cached per preprocessor, so tests share it."""
-    from tfapp.data.bert_preprocess import make_bert_preprocess_fn
+    from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
 
     return functools.cache(lambda n: make_bert_preprocess_fn(vocab_file=vocab, seq_length=n))
 
@@ -148,7 +148,7 @@ def test_datasets_that_cut_alike_share_one_trace(tmp_path, vocab):
     """The windowing (tokenizer included: seconds to trace) is traced once per kind of
     cut, not once per dataset: training and validation batches share one trace, the
     validation and test reports' windows another; both give the hand-worked windows."""
-    from tfapp.data.bert_preprocess import make_bert_preprocess_fn
+    from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
     from tfapp.data.token_classification import _cut, eval_windows, make_ner_dataset
 
     # A preprocessor of its own: the module's shared one is traced by the tests before.

@@ -21,7 +21,7 @@ from tfapp.config import ClassifierDataConfig, ConfigError, load_config
 from tfapp.data import sources
 from tfapp.data import text_lines as tl
 from tfapp.data.classification import load_classification_splits, raw_batches
-from tfapp.data.vocab import read_vocab
+from tfapp.data.text.vocab import read_vocab
 from tfapp.errors import DataError
 from tfapp.hub.convert import read_hf_bert
 

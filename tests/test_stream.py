@@ -154,8 +154,8 @@ def test_the_graph_sent_to_the_service_holds_file_names_not_rows(tmp_path):
     # What a dispatcher receives for the classifier's real pipeline: a few KB whether the
     # data has a thousand or 100 thousand rows (the texts never go into the graph).
     from tfapp.config import load_config
-    from tfapp.data.bert_preprocess import make_bert_preprocess_fn
     from tfapp.data.classification import load_classification_splits, make_classification_dataset
+    from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
     from tfapp.hub.handles import resolve_hub_handle
 
     _, pre = resolve_hub_handle("builtin:tiny")

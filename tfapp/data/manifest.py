@@ -77,7 +77,7 @@ class SourceInfo:
     mtime_ns: int
     rows: int = 0
     bad_rows: int = 0
-    #: tagged rows: the file's entity counts (``tfapp.data.tags.EntityCounts``)
+    #: tagged rows: the file's entity counts (``tfapp.data.text.tags.EntityCounts``)
     entities: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -22,7 +22,7 @@ from tfapp.data.tagged import (
     read_tag_vocab,
     write_tag_vocab,
 )
-from tfapp.data.tags import OUTSIDE, split_tag, tag_names
+from tfapp.data.text.tags import OUTSIDE, split_tag, tag_names
 from tfapp.errors import DataError
 
 __all__ = ["NerSplits", "load_ner_splits"]

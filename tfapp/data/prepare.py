@@ -65,7 +65,7 @@ from tfapp.data.parquet_rows import parquet_rows
 from tfapp.data.records import encode_examples
 from tfapp.data.rows import KINDS, Rows, RowSpec, SourceLog, python_rows
 from tfapp.data.shards import SHARD_BYTES, SplitWriters
-from tfapp.data.tags import EntityCounts
+from tfapp.data.text.tags import EntityCounts
 from tfapp.errors import DataError
 
 import numpy as np

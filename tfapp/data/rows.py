@@ -15,7 +15,7 @@ from typing import Any
 from tfapp.data import sources
 from tfapp.data.records import BytesList
 from tfapp.data.tagged import tagged_rows
-from tfapp.data.tags import EntityCounts
+from tfapp.data.text.tags import EntityCounts
 from tfapp.errors import DataError
 
 import numpy as np

@@ -3,7 +3,7 @@
 CoNLL-2003 style files hold one word per line with whitespace-separated columns (the
 word first, the tag in ``data.tag_column``), a blank line between sentences and
 ``-DOCSTART-`` lines between documents (skipped). JSONL files hold one sentence per line:
-``{"tokens": [...], "tags": [...]}``. Tags are read into IOB2 (``tfapp.data.tags``)
+``{"tokens": [...], "tags": [...]}``. Tags are read into IOB2 (``tfapp.data.text.tags``)
 in the scheme each file is written in, read from its tags (a first pass over the file),
 whatever ``data.tag_scheme`` says: ``tagged_rows`` counts the entities it read, converted
 (those ``data.tag_scheme`` would have lost) and refused, and ``log_entity_counts`` logs
@@ -33,7 +33,7 @@ from tfapp.data.sources import (  # the classifier reader's file handling and ba
     open_source,
     resolve_files,
 )
-from tfapp.data.tags import (
+from tfapp.data.text.tags import (
     OUTSIDE,
     EntityCounts,
     SchemeEvidence,

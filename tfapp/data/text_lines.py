@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +42,20 @@ from tfapp.data import lengths, reader, stream
 from tfapp.data.manifest import BUCKETS
 from tfapp.data.prepare import RowSpec
 from tfapp.data.splits import PreparedSplits, SplitData, prepared_splits
+from tfapp.data.text.words import (
+    DECODER_KEYS,
+    PAD_ID,
+    UNK_ID,
+    build_vocabulary,
+    continuation_windows,
+    drop_matcher,
+    label_lengths,
+    load_vocabulary,
+    pair_windows,
+    standardize,
+    vocabulary_table,
+    word_ids,
+)
 from tfapp.demo import DEMO_DIR
 from tfapp.errors import DataError
 
@@ -51,181 +64,8 @@ import tensorflow as tf
 
 log = logging.getLogger("tfapp")
 
-PAD, UNK, START, END = "", "[UNK]", "[START]", "[END]"
-PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
-SPECIAL_TOKENS = (PAD, UNK, START, END)
-
 DEMO_CORPUS = DEMO_DIR / "generator_corpus.txt"
 DEMO_PAIRS = DEMO_DIR / "generator_pairs.tsv"
-
-# Keras' default punctuation set minus the apostrophe, so "man's" stays one word.
-PUNCTUATION = r"[!\"#$%&()*+,\-./:;<=>?@\[\\\]^_`{|}~]"
-
-
-# --------------------------------------------------------------------------- cleaning
-
-
-def standardize(texts: tf.Tensor, strip_punctuation: bool = True) -> tf.Tensor:
-    """Lowercase, optionally strip punctuation, collapse whitespace (TF ops).
-
-    The same function runs on the corpus at training time and, traced into the export,
-    on prompts at serving time, so both see identical words.
-    """
-    texts = tf.strings.lower(texts, encoding="utf-8")
-    if strip_punctuation:
-        texts = tf.strings.regex_replace(texts, PUNCTUATION, " ")
-    texts = tf.strings.regex_replace(texts, r"\s+", " ")
-    return tf.strings.strip(texts)
-
-
-# --------------------------------------------------------------------------- vocabulary
-
-
-def make_vectorizer(vocabulary: list[str]) -> tf.keras.layers.TextVectorization:
-    """Whitespace-split words -> ragged int ids (unknown words -> 1)."""
-    return tf.keras.layers.TextVectorization(
-        standardize=None, split="whitespace", vocabulary=list(vocabulary), ragged=True)
-
-
-def save_vocabulary(vocabulary: list[str], path: str | Path) -> Path:
-    """One token per line; line 1 is the (empty) padding token."""
-    return write_text(path, "\n".join(vocabulary) + "\n")
-
-
-def load_vocabulary(path: str | Path) -> list[str]:
-    lines = Path(path).read_text(encoding="utf-8").split("\n")
-    vocab = lines[:-1] if lines and lines[-1] == "" else lines
-    if tuple(vocab[:4]) != SPECIAL_TOKENS:
-        raise DataError(f"{path}: not a tfapp generator vocabulary (expected the padding, "
-                        "[UNK], [START], [END] tokens first)")
-    return vocab
-
-
-def vocabulary_table(vocabulary: list[str]) -> tf.lookup.StaticHashTable:
-    """Word -> id of ``vocabulary`` (unknown words -> ``UNK_ID``); what ``make_vectorizer``
-    does, as a table the input pipeline and the export both use."""
-    words = vocabulary[1:]  # the padding token "" never comes out of a split
-    return tf.lookup.StaticHashTable(
-        tf.lookup.KeyValueTensorInitializer(
-            tf.constant(words), tf.range(1, len(vocabulary), dtype=tf.int64)),
-        default_value=UNK_ID)
-
-
-def word_ids(table: tf.lookup.StaticHashTable, texts: tf.Tensor) -> tf.RaggedTensor:
-    """Cleaned texts ``[n]`` -> word ids ``[n, (words)]`` (whitespace-split)."""
-    return tf.ragged.map_flat_values(table.lookup, tf.strings.split(texts))
-
-
-# --------------------------------------------------------------------------- cleaning
-
-
-def drop_matcher(drop_regex: str) -> Callable[[tf.Tensor], tf.Tensor] | None:
-    """``texts -> bool``: which texts ``data.drop_regex`` drops (a search anywhere in the
-    raw text, as Python's ``re.search``), run by TensorFlow's RE2; None for no regex. One
-    DataError line when the pattern is not valid, or uses what RE2 lacks (lookarounds,
-    backreferences)."""
-    if not drop_regex:
-        return None
-    try:
-        re.compile(drop_regex)
-    except re.error as err:
-        raise DataError(f"data.drop_regex: '{drop_regex}' is not a valid regular "
-                        f"expression ({err})") from None
-    pattern = f"(?s).*(?:{drop_regex}).*"
-    try:
-        tf.strings.regex_full_match(tf.constant([""]), pattern)
-    except tf.errors.InvalidArgumentError as err:
-        raise DataError(f"data.drop_regex: '{drop_regex}' uses syntax TensorFlow's regular "
-                        f"expressions (RE2) lack ({err.message.splitlines()[0]}); write it "
-                        "without lookarounds or backreferences") from None
-    return lambda texts: tf.strings.regex_full_match(texts, pattern)
-
-
-def clean_lines(lines: list[str], drop_regex: str = "",
-                strip_punctuation: bool = True) -> list[str]:
-    """Drop lines matching ``drop_regex`` (on the raw text), standardize, drop empties:
-    what the input pipeline does to each corpus line, for a list."""
-    drop = drop_matcher(drop_regex)
-    if not lines:
-        return []
-    texts = tf.constant(lines)
-    if drop is not None:
-        texts = tf.boolean_mask(texts, ~drop(texts))
-    cleaned = standardize(texts, strip_punctuation).numpy()
-    return [c.decode("utf-8") for c in cleaned if c]
-
-
-# --------------------------------------------------------------------------- examples
-
-
-def continuation_windows(ids: tf.RaggedTensor, context_words: int, target_words: int
-                         ) -> dict[str, tf.Tensor]:
-    """Every (context -> next words) window of every line (see the module docstring).
-
-    ``ids``: word ids ``[lines, (words)]``. Returns int32 ``encoder_ids`` ``[W,
-    context_words]``, ``decoder_ids`` / ``labels`` ``[W, target_words]`` and ``line``
-    ``[W]`` (the line each window is of), windows in line order.
-    """
-    ids = tf.cast(ids, tf.int32)
-    lines = ids.nrows()
-    edge = lambda token: tf.RaggedTensor.from_tensor(  # noqa: E731
-        tf.fill([lines, 1], tf.constant(token, tf.int32)))
-    ext = tf.concat([edge(START_ID), ids, edge(END_ID)], axis=1)  # [lines, (words + 2)]
-    counts = ids.row_lengths() + 1  # positions i = 0 .. words
-    line = tf.repeat(tf.range(lines, dtype=tf.int64), counts)
-    pos = tf.ragged.range(counts).flat_values
-    starts = tf.gather(ext.row_starts(), line)
-    size = tf.gather(ext.row_lengths(), line)
-    flat = ext.flat_values
-
-    def take(first: tf.Tensor, width: int, length: tf.Tensor) -> tf.Tensor:
-        """ext[line][first : first + length], right-padded to width with 0."""
-        k = tf.range(width, dtype=tf.int64)[tf.newaxis]
-        valid = k < length[:, tf.newaxis]
-        index = tf.where(valid, starts[:, tf.newaxis] + first[:, tf.newaxis] + k, 0)
-        return tf.where(valid, tf.gather(flat, index), 0)
-
-    first = tf.maximum(pos + 1 - context_words, 0)
-    encoder = take(first, context_words, pos + 1 - first)
-    label_len = tf.minimum(size - (pos + 1), target_words)
-    labels = take(pos + 1, target_words, label_len)
-    return {"encoder_ids": encoder, "decoder_ids": _teacher_forcing(labels),
-            "labels": labels, "line": line}
-
-
-def pair_windows(source: tf.RaggedTensor, target: tf.RaggedTensor, context_words: int,
-                 target_words: int) -> dict[str, tf.Tensor]:
-    """Source -> target examples, one per pair; both are truncated at the end to fit."""
-    source, target = tf.cast(source, tf.int32), tf.cast(target, tf.int32)
-    n = source.nrows()
-    start = tf.RaggedTensor.from_tensor(tf.fill([n, 1], START_ID))
-    end = tf.RaggedTensor.from_tensor(tf.fill([n, 1], END_ID))
-    encoder = tf.concat([start, source], 1)[:, :context_words].to_tensor(
-        0, shape=[None, context_words])
-    labels = tf.concat([target, end], 1)[:, :target_words].to_tensor(
-        0, shape=[None, target_words])
-    return {"encoder_ids": encoder, "decoder_ids": _teacher_forcing(labels),
-            "labels": labels, "line": tf.range(n, dtype=tf.int64)}
-
-
-def _teacher_forcing(labels: tf.Tensor) -> tf.Tensor:
-    """The decoder reads the gold previous word, [START] first."""
-    start = tf.fill([tf.shape(labels)[0], 1], tf.constant(START_ID, tf.int32))
-    return tf.concat([start, labels[:, :-1]], axis=1)
-
-
-def prompt_encoder_ids(ids: tf.RaggedTensor, context_words: int,
-                       keep: str = "last") -> tf.Tensor:
-    """Ragged prompt word ids [B, (n)] -> encoder ids [B, context_words] (TF ops).
-
-    Mirrors the training windows: ``[START] + prompt``, then the last (continuation) or
-    first (pairs) ``context_words`` tokens, right-padded with 0.
-    """
-    ids = tf.cast(ids, tf.int32)
-    start = tf.fill([ids.nrows(), 1], tf.constant(START_ID, tf.int32))
-    ext = tf.concat([tf.RaggedTensor.from_tensor(start), ids], axis=1)
-    ext = ext[:, -context_words:] if keep == "last" else ext[:, :context_words]
-    return ext.to_tensor(default_value=PAD_ID, shape=[None, context_words])
 
 
 # --------------------------------------------------------------------------- the splits
@@ -334,19 +174,6 @@ def resolve_demo(cfg: GeneratorDataConfig) -> tuple[str, str, str]:
     return train, validation, test
 
 
-def build_vocabulary(texts: list[str] | tf.data.Dataset, vocab_size: int) -> list[str]:
-    """``TextVectorization.adapt`` on cleaned texts (a list, or a dataset of text
-    batches: streamed) -> the vocabulary with specials first.
-
-    Ids: 0 padding, 1 [UNK], 2 [START], 3 [END], then words by falling frequency.
-    """
-    counter = tf.keras.layers.TextVectorization(
-        max_tokens=vocab_size, standardize=None, split="whitespace")
-    if isinstance(texts, list):
-        texts = tf.data.Dataset.from_tensor_slices(tf.constant(texts, tf.string)).batch(1024)
-    counter.adapt(texts)
-    words = [str(w) for w in counter.get_vocabulary()[2:] if w not in SPECIAL_TOKENS]
-    return list(SPECIAL_TOKENS) + words[: max(0, vocab_size - len(SPECIAL_TOKENS))]
 
 
 def _split_lines(split: SplitData, cfg: GeneratorDataConfig) -> tf.data.Dataset:
@@ -470,16 +297,6 @@ def build_generator_data(cfg: GeneratorDataConfig, *, seed: int, vocab_path: Pat
     return data
 
 
-#: what a length bucket cuts: the decoder's side, where a window's length varies (its
-#: context is full past a line's first words) and most of a step's work is (the [tokens,
-#: vocabulary] logits). The padding past a window's last target token only reaches the
-#: positions after it (the decoder reads left to right), whose labels the loss ignores.
-DECODER_KEYS = ("decoder_ids", "labels")
-
-
-def label_lengths(batch: dict[str, tf.Tensor]) -> tf.Tensor:
-    """Real target tokens per example (labels are right-padded with ``PAD_ID``)."""
-    return tf.reduce_sum(tf.cast(tf.not_equal(batch["labels"], PAD_ID), tf.int32), axis=1)
 
 
 def target_length_sample(data: GeneratorData, split: SplitData, rows: int = 1 << 16

@@ -1,7 +1,7 @@
 """Build a randomly initialised BERT + WordPiece vocab and export them as TF-Hub modules.
 
 ``build_bert_hub`` is what ``python -m tfapp.hub build-bert`` runs: read a text corpus,
-learn a WordPiece vocabulary from it (``tfapp.data.vocab``), build a native BERT
+learn a WordPiece vocabulary from it (``tfapp.data.text.vocab``), build a native BERT
 encoder of the requested size (``tfapp.models.bert``) and write the pair of TF-Hub
 modules plus metadata (``tfapp.hub.export``)::
 
@@ -86,7 +86,7 @@ def build_bert_hub(corpus: Iterable[str], out_dir: str | os.PathLike,
     module is built in float32). Do not call it inside a distribution strategy scope;
     ``resolve_hub_handle`` builds the builtin module in a subprocess for that reason.
     """
-    from tfapp.data.vocab import build_wordpiece_vocab, write_vocab
+    from tfapp.data.text.vocab import build_wordpiece_vocab, write_vocab
     from tfapp.hub.export import check_out_dir, export_bert_modules, float32_policy
     from tfapp.models.bert import BertEncoder
 

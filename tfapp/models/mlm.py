@@ -1,6 +1,6 @@
 """BERT's masked-LM head on a native ``BertEncoder``, trained with ``fit``.
 
-``BertMaskedLM(encoder)`` takes the features ``tfapp.data.masking.MlmMasker`` makes
+``BertMaskedLM(encoder)`` takes the features ``tfapp.data.text.masking.MlmMasker`` makes
 (the encoder inputs plus ``masked_lm_positions`` [batch, P]) and returns float32 logits
 [batch, P, vocab] at those positions only: the full [batch, seq, vocab] would be ~7x
 larger for nothing. The head is BERT's: dense + activation + LayerNorm, then the

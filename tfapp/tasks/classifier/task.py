@@ -7,7 +7,6 @@ import logging
 from dataclasses import dataclass
 
 from tfapp.atomic import write_bytes, write_text
-from tfapp.data.bert_preprocess import vocab_tokens
 from tfapp.data.classification import (
     ClassificationSplits,
     load_classification_splits,
@@ -19,6 +18,7 @@ from tfapp.data.classification import (
 from tfapp.data.lengths import grouping_for
 from tfapp.data.pipeline import distribute
 from tfapp.data.stream import plan_steps
+from tfapp.data.text.bert_preprocess import vocab_tokens
 from tfapp.model_card import ModelCard, vocabulary_scripts
 from tfapp.models.classifier import build_classifier
 from tfapp.tasks.classifier.export import ClassifierServing, export_classifier

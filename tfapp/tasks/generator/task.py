@@ -24,6 +24,7 @@ from tfapp.data import text_lines
 from tfapp.data.pipeline import distribute
 from tfapp.data.splits import SplitData
 from tfapp.data.stream import plan_steps
+from tfapp.data.text import words
 from tfapp.models import seq2seq
 from tfapp.tasks.generator.card import generator_card
 from tfapp.tasks.generator.export import TextGenerator, export_generator, serving_copy
@@ -74,7 +75,7 @@ class GeneratorTask(Task):
         d, rt, seed = self.cfg.data, self.runtime, self.cfg.runtime.seed
         data = text_lines.build_generator_data(d, seed=seed, vocab_path=self.layout.vocab,
                                                keep_vocab=self.ctx.resuming)
-        text_lines.save_vocabulary(data.vocabulary, self.layout.vocab)
+        words.save_vocabulary(data.vocabulary, self.layout.vocab)
         plan = plan_steps(data.source(data.splits.train),
                           global_batch=rt.global_batch_size(d.batch_size),
                           pipelines=rt.input_pipelines, seed=seed,

@@ -8,7 +8,7 @@ TensorBoard, W&B), then exports the adapted encoder as a new module pair:
    ``pretrain``, or ``builtin:tiny``) is read into a native ``BertEncoder``;
 2. the corpus (``data.train_files``, its ``data.text_column``) goes through tf.data:
    shuffle, repeat, batch, the module's *own* preprocessor (so the ids are exactly those
-   fine-tuning will see), then dynamic masking (``tfapp.data.masking``: ``mlm.mask_rate``,
+   fine-tuning will see), then dynamic masking (``tfapp.data.text.masking``: ``mlm.mask_rate``,
    80/10/10, optional whole-word), new masks every step;
 3. the loop fits the encoder + masked-LM head (``tfapp.models.mlm``) for
    ``trainer.max_steps`` steps, logging ``mlm_loss`` and ``masked_accuracy`` every
@@ -96,15 +96,15 @@ class MaskedLMTask(Task):
 
     def build_inputs(self) -> MlmInputs:
         from tfapp.data import reader, stream
-        from tfapp.data.bert_preprocess import (
+        from tfapp.data.packing import PACK_TEXTS, pack_texts, packed_counts
+        from tfapp.data.pipeline import distribute
+        from tfapp.data.splits import prepared_splits
+        from tfapp.data.text.bert_preprocess import (
             FEATURE_KEYS,
             make_bert_preprocess_fn,
             read_bert_vocab,
         )
-        from tfapp.data.masking import MlmMasker, default_max_predictions
-        from tfapp.data.packing import PACK_TEXTS, pack_texts, packed_counts
-        from tfapp.data.pipeline import distribute
-        from tfapp.data.splits import prepared_splits
+        from tfapp.data.text.masking import MlmMasker, default_max_predictions
         from tfapp.hub.export import check_out_dir
         from tfapp.models.bert import BertConfig
 

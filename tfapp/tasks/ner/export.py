@@ -29,8 +29,8 @@ import os
 from pathlib import Path
 
 from tfapp.data.lengths import trim_to_longest
-from tfapp.data.tags import OUTSIDE, split_tag
-from tfapp.data.token_classification import window_features, windows_per_sentence, word_pieces
+from tfapp.data.text.tags import OUTSIDE, split_tag
+from tfapp.data.text.windows import window_features, windows_per_sentence, word_pieces
 from tfapp.model_card import CARD_FILE
 from tfapp.tasks.ner.serving import FORMAT
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from tfapp.data.bert_preprocess import PackInputs
+from tfapp.data.text.bert_preprocess import PackInputs
 from tfapp.errors import DataError
 
 import tensorflow as tf

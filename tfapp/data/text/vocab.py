@@ -72,7 +72,7 @@ def read_vocab(path: str | os.PathLike) -> list[str]:
     path = str(path)
     if not tf.io.gfile.exists(path):
         raise DataError(f"vocab file not found: {path} (give a BERT vocab.txt, one token "
-                        "per line, or build one with tfapp.data.vocab.build_wordpiece_vocab)")
+                        "per line, or build one with tfapp.data.text.vocab.build_wordpiece_vocab)")
     with tf.io.gfile.GFile(path, "rb") as fh:
         raw = fh.read()
     # Lines end at "\n" only and a BOM is dropped: a BOM kept would rename token 0 (a token

@@ -27,7 +27,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from tfapp.data.vocab import read_vocab
+from tfapp.data.text.vocab import read_vocab
 from tfapp.errors import DataError
 
 import tensorflow as tf
