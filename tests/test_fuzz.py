@@ -42,8 +42,9 @@ from typing import Any
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import TASK_CONFIGS, ConfigError, load_config, to_yaml
 from tfapp.data import prepare as P
-from tfapp.data import rows as R
-from tfapp.data.records import BytesList
+from tfapp.data.rows.bad_rows import SourceLog
+from tfapp.data.rows.columnar import BytesList
+from tfapp.data.rows.read import file_format, python_rows
 
 import pytest
 import yaml
@@ -128,9 +129,9 @@ def _reader_rows(path: str, fmt: str, spec: P.RowSpec, mode: str
                  ) -> tuple[list[tuple[int, dict[str, Any]]], dict[str, int], int]:
     """(rows, label counts, bad rows) as the Python readers give them: what prepared shards
     must hold whichever reader (pyarrow or csv) prepared the file."""
-    log = R.SourceLog(path, mode, "train", "data.on_bad_rows=skip")
+    log = SourceLog(path, mode, "train", "data.on_bad_rows=skip")
     rows = []
-    for batch in R.python_rows(path, fmt, spec, log):
+    for batch in python_rows(path, fmt, spec, log):
         cols = {}
         for name, col in batch.columns.items():
             if isinstance(col, BytesList):
@@ -283,16 +284,6 @@ def data_files(draw: st.DrawFn, classifier: bool = False) -> tuple[str, bytes, P
     return name, body, spec, draw(st.sampled_from(["fail", "skip"]))
 
 
-def _file_format(name: str, spec: P.RowSpec) -> str:
-    if spec.kind == "tagged":
-        from tfapp.data.tagged import _format
-
-        return _format(name, spec.format)
-    from tfapp.data.sources import detect_format
-
-    return detect_format(name, spec.format, "text" if spec.kind == "texts" else None)
-
-
 @fuzz(150)
 @given(data_files())
 def test_prepare_reads_back_every_row_or_fails_in_one_line(case) -> None:
@@ -307,7 +298,7 @@ def test_prepare_reads_back_every_row_or_fails_in_one_line(case) -> None:
         except ConfigError as err:
             _one_line(err)
         else:
-            rows, labels, bad = _reader_rows(str(path), _file_format(name, spec), spec, mode)
+            rows, labels, bad = _reader_rows(str(path), file_format(name, spec), spec, mode)
             assert _prepared_rows(manifest) == rows
             assert manifest.rows == len(rows)
             assert manifest.labels == dict(sorted(labels.items()))

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 from tfapp.config import load_config
 from tfapp.data.ner_splits import load_ner_splits
-from tfapp.data.sources import BadRowReport
-from tfapp.data.tagged import iter_tagged
+from tfapp.data.rows.bad_rows import BadRowPolicy, BadRowReport
+from tfapp.data.rows.read import file_formats, iter_rows
+from tfapp.data.rows.spec import RowSpec
 from tfapp.errors import DataError
 
 import pytest
@@ -21,6 +23,14 @@ CONLL = ("\ufeff-DOCSTART- -X- -X- O\r\n\r\n"
 
 def _cfg(*overrides):
     return load_config(None, ["task=ner", *overrides]).data
+
+
+def iter_tagged(path, data, *, split, mode, report):
+    """The sentences of ``path`` as evaluate reads them: (words, tags), first line."""
+    spec = RowSpec.from_config("tagged", data)
+    rows = iter_rows(file_formats(path, spec), spec, split=split)
+    for row in BadRowPolicy(mode, report, split).good(rows):
+        yield SimpleNamespace(words=row.values[0], tags=row.values[1], origin=(row.file, row.line))
 
 
 def test_conll_iob1_with_docstart_bom_and_crlf(tmp_path):

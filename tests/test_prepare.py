@@ -12,11 +12,12 @@ import shutil
 import time
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-from tfapp.data import arrow_rows as A
 from tfapp.data import prepare as P
-from tfapp.data import rows as R
+from tfapp.data.formats.files import Fallback
 from tfapp.data.manifest import BUCKETS, MANIFEST, held_out_selectors, read_manifest
-from tfapp.data.records import BytesList
+from tfapp.data.rows.bad_rows import SourceLog
+from tfapp.data.rows.columnar import BytesList, fast_rows
+from tfapp.data.rows.read import python_rows
 from tfapp.errors import DataError
 
 import pytest
@@ -61,11 +62,11 @@ def _read_both(path: str, spec: P.RowSpec):
     fast is None when pyarrow hands the file to csv."""
     out = []
     for fast in (True, False):
-        log = R.SourceLog(path, "skip", "train", "data.on_bad_rows=skip")
+        log = SourceLog(path, "skip", "train", "data.on_bad_rows=skip")
         try:
-            rows = _rows(A.arrow_rows(path, ",", spec, log) if fast else
-                         R.python_rows(path, "csv", spec, log))
-        except A.Fallback:
+            rows = _rows(fast_rows(path, "csv", spec, log) if fast else
+                         python_rows(path, "csv", spec, log))
+        except Fallback:
             out.append(None)
             continue
         except DataError as err:

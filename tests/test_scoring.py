@@ -37,7 +37,7 @@ def test_rows_of_every_format_in_order_with_kept_columns_and_bad_rows(tmp_path):
     c = tmp_path / "c.parquet"
     pq.write_table(pa.table({"id": [7, 8], "text": ["seven", "eight"], "x": [0.5, 1.5]}), c)
     rows = list(InputRows(f"{a},{b},{c}", ["text"], ["id"]))
-    assert [(r.texts, r.kept) for r in rows if r.problem is None] == [
+    assert [(r.values, r.kept) for r in rows if r.problem is None] == [
         (("one",), {"id": "1"}), (("",), {"id": "2"}), (("three",), {"id": "3"}),
         (("four",), {"id": 4}), (("six",), {"id": 6}),
         (("seven",), {"id": 7}), (("eight",), {"id": 8})]
@@ -46,7 +46,7 @@ def test_rows_of_every_format_in_order_with_kept_columns_and_bad_rows(tmp_path):
                    f"{b}:3: not valid JSON (Expecting value at column 1)"]
     text = tmp_path / "t.txt"
     text.write_text("first line\n\n second \n")
-    assert [r.texts for r in InputRows(str(text), ["text"], [])] == [("first line",),
+    assert [r.values for r in InputRows(str(text), ["text"], [])] == [("first line",),
                                                                       (" second ",)]
     with pytest.raises(DataError, match="plain text lines, which have no columns to keep"):
         InputRows(str(text), ["text"], ["id"])
@@ -210,7 +210,7 @@ def test_rows_of_a_prepared_folder_carry_text_and_id(tmp_path):
     prepare([str(source)], str(tmp_path / "prep"), RowSpec.from_config(
         "labelled", ClassifierDataConfig()))
     rows = list(InputRows(str(tmp_path / "prep"), ["text"], ["id"]))
-    assert sorted(r.texts[0] for r in rows) == [f"t{i}" for i in range(5)]
+    assert sorted(r.values[0] for r in rows) == [f"t{i}" for i in range(5)]
     assert all(type(r.kept["id"]) is int for r in rows)
     json.dumps([r.kept for r in rows])
     with pytest.raises(DataError, match="a prepared folder's rows hold only text, text_pair "

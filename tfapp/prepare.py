@@ -62,7 +62,7 @@ def _check(args: SimpleNamespace) -> None:  # --print-config checks them too
                    "workers divide among themselves.")
 def command(cfg: ExperimentConfig, args: SimpleNamespace) -> int:
     shard = _shard(args.shard)
-    from tfapp.data import sources
+    from tfapp.data.formats.files import resolve_files
     from tfapp.data.prepare import prepare
 
     task = get_task(cfg.task)
@@ -83,7 +83,7 @@ def command(cfg: ExperimentConfig, args: SimpleNamespace) -> int:
     for split, pattern in files.items():
         what = f"data.{split}_files"
         paths = [pattern] if cfg.data.format == "tfds" else \
-            sources.resolve_files(pattern, what)
+            resolve_files(pattern, what)
         started = time.time()
         manifest = prepare(paths, f"{out}/{split}", held_out if split == "train" else spec,
                            mode=cfg.data.on_bad_rows,

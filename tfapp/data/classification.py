@@ -23,21 +23,15 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tfapp.config import ClassifierDataConfig
 from tfapp.data import lengths, reader, stream
-from tfapp.data.manifest import BUCKETS, origin_order
+from tfapp.data.manifest import BUCKETS
 from tfapp.data.prepare import RowSpec
-from tfapp.data.sources import (
-    BadRow,
-    BadRowReport,
-    LabelVocab,
-    demo_file,
-    read_label_vocab,
-    write_label_vocab,
-)
+from tfapp.data.rows.bad_rows import BadRowReport
+from tfapp.data.rows.names import KnownNames, LabelVocab, read_label_vocab, write_label_vocab
 from tfapp.data.splits import PreparedSplits, SplitData, prepared_splits
+from tfapp.demo import DEMO_DIR
 from tfapp.errors import DataError
 
 import numpy as np
@@ -92,6 +86,11 @@ class ClassificationSplits:
 
     def source(self, split: SplitData) -> stream.Source:
         return split.source(self.counts[split.name])
+
+
+def demo_file(split: str) -> str:
+    """Path of the classification demo CSV shipped inside the package (train/validation/test)."""
+    return str(DEMO_DIR / f"reviews_{split}.csv")
 
 
 def resolve_demo(data_cfg: ClassifierDataConfig) -> tuple[str, str, str]:
@@ -169,8 +168,9 @@ def load_classification_splits(data_cfg: ClassifierDataConfig, seed: int,
                                          for n in vocab.names], np.int64),
                                report=report, label_vocab_path=path)
     prepared.check_held_out(data_cfg)
+    known = KnownNames(tuple(vocab.names), known_from)
     for split in prepared.splits():
-        out.counts[split.name] = _split_counts(out, split, data_cfg, known_from)
+        out.counts[split.name] = _split_counts(out, split, data_cfg, known)
     for split in prepared.splits():
         if not out.size(split) and split.name == "train":
             raise DataError(f"data.train_files: no usable examples in '{split.spec}' "
@@ -185,40 +185,20 @@ def load_classification_splits(data_cfg: ClassifierDataConfig, seed: int,
 
 
 def _split_counts(splits: ClassificationSplits, split: SplitData, data_cfg: ClassifierDataConfig,
-                  known_from: str) -> list[int]:
+                  known: KnownNames) -> list[int]:
     """Examples of ``split`` per file: its rows, less those with labels outside the
     vocabulary (a DataError naming the first under on_bad_rows=fail; under skip they are
     counted by a pass over the split's labels)."""
-    unknown = [n for n in split.manifest.labels if n not in set(splits.label_names)]
+    unknown, bad = split.unknown_names(known, data_cfg.on_bad_rows)
     if not unknown:
         return split.counts()
-    names = splits.label_names
-    shown = ", ".join(names[:10]) + (" ..." if len(names) > 10 else "")
-    origin = min((split.manifest.first_seen[n] for n in unknown), key=origin_order)
-    label = next(n for n in unknown if split.manifest.first_seen[n] == origin)
-    where, _, line = origin.rpartition(":")
-    from_what = "the training data" if split.name != "train" else known_from
-    problem = (f"unknown label {_show(label)} (not among the labels of {from_what}: "
-               f"{shown})")
-    if data_cfg.on_bad_rows == "fail":
-        raise DataError(f"{BadRow(where, line, problem)} (fix the data, or set "
-                        "data.on_bad_rows=skip to drop such rows)")
     counts = []
     examples = _examples_fn(split, splits, with_text=False)
     for j, path in enumerate(split.files()):
         counts.append(int(examples(tf.constant(path), tf.constant(j, tf.int64)).reduce(
             np.int64(0), lambda n, chunk: n + stream.rows(chunk))))
-    dropped = split.rows - sum(counts)
-    splits.report.count += dropped
-    splits.report.per_split[split.name] = splits.report.per_split.get(split.name, 0) + dropped
-    if len(splits.report.examples) < 5:
-        splits.report.examples.append(BadRow(where, line, problem))
+    splits.report.add(split.name, bad, split.rows - sum(counts))
     return counts
-
-
-def _show(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 4] + "...'"
 
 
 def _examples_fn(split: SplitData, splits: ClassificationSplits, *,

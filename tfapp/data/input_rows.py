@@ -1,61 +1,31 @@
 """Rows to score, streamed: the input of ``predict --data`` (and of the scoring API), read
 in file and row order, each row with the place it came from.
 
-The rows come through the readers training uses (``tfapp.data.sources``: csv, tsv, jsonl,
-text lines, tfrecord; ``.gz`` and ``gs://`` too), from Parquet files (pyarrow, a record
-batch at a time) and from prepared folders (``tfapp prepare``'s TFRecord shards, in the
-manifest's order). Nothing is held but the row being read: a file of any size streams at
-flat memory.
+The rows come through the one reader every command uses (``tfapp.data.rows.read``: csv,
+tsv, jsonl, parquet, text lines, tfrecord; ``.gz`` and ``gs://`` too), or from prepared
+folders (``tfapp prepare``'s TFRecord shards, in the manifest's order). Nothing is held
+but the row being read: a file of any size streams at flat memory.
 
-A ``Record`` is one row: its file and line (``record N`` / ``row N`` where a format has no
-lines), the model's input texts and the columns to carry through (``--keep``), or the
-problem that makes it a bad row. Whole-file problems (a missing file, a missing column,
-an unreadable file) raise ``DataError`` as training's readers do.
+Each is a ``Row`` of kind ``inputs``: its file and line (``record N`` where a format has
+no lines), the model's input texts (a blank one is scored as it is) and the columns to
+carry through (``--keep``), or the problem that makes it a bad row. Whole-file problems
+(a missing file, a missing column, an unreadable file) raise ``DataError`` as training's
+readers do.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
-from tfapp.data import parquet
+from tfapp.data.formats.read import estimated_rows
 from tfapp.data.manifest import find_manifest, read_manifest
-from tfapp.data.sources import detect_format, kept_value, resolve_files, stream_rows
+from tfapp.data.rows.read import file_formats, iter_rows
+from tfapp.data.rows.spec import Row, RowSpec, convert, kept_value
 from tfapp.errors import DataError
-from tfapp.textio import has_undecodable
 
-__all__ = ["InputRows", "Record", "describe_files", "describe_input"]
-
-
-
-@dataclass
-class Record:
-    """One input row: where it is, its texts (``texts[0]`` the text, ``texts[1]`` the
-    pair's second text if the model reads pairs) and kept columns, or its ``problem``."""
-
-    file: str
-    line: int | str
-    texts: tuple[str, ...] = ()
-    kept: dict[str, Any] = field(default_factory=dict)
-    problem: str | None = None
-
-
-def _text(value: Any, column: str) -> tuple[str | None, str | None]:
-    """(text, problem) of a model input field. A blank text is scored as it is (a row of
-    the output for every row of the input); only what is no text is a bad row."""
-    if isinstance(value, list):
-        value = value[0] if len(value) == 1 else None
-    if value is None:
-        return None, f"column '{column}' is null"
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", errors="surrogateescape")
-    if not isinstance(value, str):
-        value = str(value)
-    if has_undecodable(value):
-        return None, f"column '{column}' is not valid UTF-8 (re-save the file as UTF-8)"
-    return value, None
+__all__ = ["InputRows", "describe_files", "describe_input"]
 
 
 class InputRows:
@@ -69,6 +39,8 @@ class InputRows:
     def __init__(self, spec: str, columns: list[str], keep: list[str], *,
                  fmt: str = "auto", what: str = "--data"):
         self.spec, self.columns, self.keep, self.fmt, self.what = spec, columns, keep, fmt, what
+        self.rows = RowSpec(kind="inputs", format=fmt, text_column=columns[0],
+                            text_pair_column=columns[1] if len(columns) > 1 else "")
         self.manifest = None
         named = find_manifest(spec)
         if named is not None:
@@ -84,15 +56,13 @@ class InputRows:
                                 "files")
             self.files = self.manifest.files()
         else:
-            self.files = resolve_files(spec, what)
-            for path in self.files:
-                if self._kind(path) == "text" and keep:
+            self.sources = file_formats(spec, self.rows, what)
+            self.files = [path for path, _ in self.sources]
+            for path, fmt in self.sources:
+                if fmt == "text" and keep:
                     raise DataError(f"--keep {','.join(keep)}: {path} is plain text lines, "
                                     "which have no columns to keep; give csv, tsv, jsonl or "
                                     "parquet rows")
-
-    def _kind(self, path: str) -> str:
-        return detect_format(path, self.fmt)
 
     def estimated_rows(self) -> int | None:
         """About how many rows there are, read without parsing (for a progress bar's ETA):
@@ -100,51 +70,16 @@ class InputRows:
         uncompressed files less their header lines; None when it cannot be told cheaply."""
         if self.manifest is not None:
             return self.manifest.rows
-        total = 0
-        for path in self.files:
-            kind = self._kind(path)
-            if kind == "parquet":
-                with parquet.open_parquet(path) as handle:
-                    total += handle.metadata.num_rows
-                continue
-            if "://" in path or path.endswith(".gz") or kind == "tfrecord":
-                return None
-            lines = 0
-            with open(path, "rb") as fh:
-                for block in iter(lambda fh=fh: fh.read(1 << 22), b""):
-                    lines += block.count(b"\n")
-            total += max(0, lines - (kind in ("csv", "tsv")))
-        return total
+        counts = [estimated_rows(path, fmt) for path, fmt in self.sources]
+        return None if None in counts else sum(counts)
 
-    def __iter__(self) -> Iterator[Record]:
-        wanted = [*self.columns, *(c for c in self.keep if c not in self.columns)]
+    def __iter__(self) -> Iterator[Row]:
         if self.manifest is not None:
             yield from self._prepared()
             return
-        for path in self.files:
-            kind = self._kind(path)
-            if kind == "parquet":
-                rows = _parquet_rows(path, wanted)
-            else:
-                rows = stream_rows(path, wanted, fmt=kind, what=self.what,
-                                   text_column=self.columns[0] if len(self.columns) == 1
-                                   else None)
-            for line, fields, problem in rows:
-                yield self._record(path, line, fields, problem)
+        yield from iter_rows(self.sources, self.rows, split="test", kept=self.keep)
 
-    def _record(self, path: str, line: int | str, fields: dict[str, Any] | None,
-                problem: str | None) -> Record:
-        if problem is not None:
-            return Record(path, line, problem=problem)
-        texts = []
-        for column in self.columns:
-            text, problem = _text(fields.get(column), column)
-            if problem is not None:
-                return Record(path, line, problem=problem)
-            texts.append(text)
-        return Record(path, line, tuple(texts), {c: kept_value(fields.get(c)) for c in self.keep})
-
-    def _prepared(self) -> Iterator[Record]:
+    def _prepared(self) -> Iterator[Row]:
         """The rows of a prepared folder, shard by shard (``record N`` of each shard)."""
         import tensorflow as tf
 
@@ -164,25 +99,12 @@ class InputRows:
                 for i in range(len(batch["id"])):
                     number += 1
                     fields = {k: v[i] for k, v in batch.items()}
-                    yield self._record(path, f"record {number}", fields, None)
-
-
-def _parquet_rows(path: str, columns: list[str]
-                  ) -> Iterator[tuple[int | str, dict[str, Any] | None, str | None]]:
-    """The rows of one Parquet file, a record batch at a time (``tfapp.data.parquet``), as
-    ``row N`` (1-based). Kept columns may be of any type (an integer id), so only the
-    columns' presence is checked here; the texts are checked row by row."""
-    with parquet.open_parquet(path) as handle:
-        names = handle.schema_arrow.names
-        for column in columns:
-            if column not in names:
-                raise DataError(f"{path}: no column '{column}' in the Parquet schema (has: "
-                                f"{', '.join(names) or 'nothing'}); set --text-column / --keep")
-        number = 0
-        for number, row in parquet.rows(handle, path, columns):
-            yield f"row {number}", row, None
-        if number == 0:
-            yield "row 1", None, "empty file (no rows)"
+                    problem, values = convert(fields, self.rows)
+                    if problem is not None:
+                        yield Row(path, f"record {number}", problem=problem)
+                    else:
+                        yield Row(path, f"record {number}", values,
+                                  {c: kept_value(fields.get(c)) for c in self.keep})
 
 
 def describe_files(files: list[str]) -> list[list[Any]]:

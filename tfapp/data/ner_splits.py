@@ -1,7 +1,7 @@
 """A tagged (NER) dataset's prepared splits and its tag vocabulary.
 
 ``load_ner_splits`` prepares (or reuses) the train / validation / test sentences that
-``tfapp.data.tagged`` reads, settles the tag vocabulary and leaves out (or refuses) the
+``tfapp.data.rows.read`` reads, settles the tag vocabulary and leaves out (or refuses) the
 sentences holding a tag outside it.
 """
 
@@ -12,17 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.config import NerDataConfig
-from tfapp.data.manifest import origin_order
 from tfapp.data.prepare import RowSpec
-from tfapp.data.sources import BadRow, BadRowPolicy, BadRowReport
+from tfapp.data.rows.bad_rows import BadRowReport
+from tfapp.data.rows.names import KnownNames, read_tag_vocab, write_tag_vocab
+from tfapp.data.rows.read import log_entity_counts
 from tfapp.data.splits import prepared_splits
-from tfapp.data.tagged import (
-    demo_ner_file,
-    log_entity_counts,
-    read_tag_vocab,
-    write_tag_vocab,
-)
 from tfapp.data.text.tags import OUTSIDE, split_tag, tag_names
+from tfapp.demo import DEMO_DIR
 from tfapp.errors import DataError
 
 __all__ = ["NerSplits", "load_ner_splits"]
@@ -51,6 +47,10 @@ class NerSplits:
         return sorted({split_tag(t)[1] for t in self.tag_names if t != OUTSIDE})
 
 
+def demo_ner_file(split: str) -> str:
+    """Path of the NER demo CoNLL file shipped inside the package (train/validation/test)."""
+    return str(DEMO_DIR / f"ner_{split}.conll")
+
 
 def load_ner_splits(data_cfg: NerDataConfig, seed: int, tag_vocab_path: Path | str | None = None,
                     *, keep_vocab: bool = True) -> NerSplits:
@@ -73,13 +73,13 @@ def load_ner_splits(data_cfg: NerDataConfig, seed: int, tag_vocab_path: Path | s
                                RowSpec.from_config("tagged", data_cfg), data_cfg, seed=seed)
     path = Path(tag_vocab_path) if tag_vocab_path else None
     if path is not None and keep_vocab and path.exists():
-        names, known_from = read_tag_vocab(path), f"{path}'s"
+        names, known_from = read_tag_vocab(path), str(path)
     else:
         types = [split_tag(t)[1] for t in prepared.train.manifest.labels if t != OUTSIDE]
         if not types:
             raise DataError(f"data.train_files: '{train_spec}' tags no entity at all (every "
                             f"tag is O); check data.tag_column and data.tag_scheme")
-        names, known_from = tag_names(types), "the training data's"
+        names, known_from = tag_names(types), "the training data"
         if path is not None:
             write_tag_vocab(names, path)
     # every run, prepared now or read from the cache: what the data it trains on holds
@@ -89,18 +89,10 @@ def load_ner_splits(data_cfg: NerDataConfig, seed: int, tag_vocab_path: Path | s
                 log_entity_counts(source.path, source.entities, data_cfg.tag_scheme)
     prepared.check_held_out(data_cfg, "sentences")
     out = NerSplits(prepared, names, prepared.report)
-    types = ", ".join(sorted({split_tag(t)[1] for t in names if t != OUTSIDE}))
+    known = KnownNames(tuple(names), known_from, tags=True)
     for split in prepared.splits():
-        unknown = [t for t in split.manifest.labels if t not in set(names)]
-        if not unknown:
-            continue
-        first = min(unknown, key=lambda t: origin_order(split.manifest.first_seen[t]))
-        where, _, line = split.manifest.first_seen[first].rpartition(":")
-        among = known_from if split.name == "train" else "the training data's"
-        problem = (f"tag '{first}' in this sentence: entity type '{split_tag(first)[1]}' "
-                   f"is not among {among} ({types})")
-        BadRowPolicy(data_cfg.on_bad_rows, BadRowReport(), split.name)(where, line, problem)
-        out.unknown[split.name] = unknown
-        if len(out.report.examples) < 5:
-            out.report.examples.append(BadRow(where, line, problem))
+        unknown, bad = split.unknown_names(known, data_cfg.on_bad_rows)
+        if unknown:
+            out.unknown[split.name] = unknown
+            out.report.add(split.name, bad, 0)  # its sentences are counted with the windows
     return out

@@ -8,17 +8,16 @@ identity (path, size, modification time), and reuses that next time;
 ``python -m tfapp.prepare`` does it ahead of time into a folder of your choice, in
 parallel over hosts with ``--shard i/N``.
 
-How rows are read, per format (``RowSpec`` says what a row is, ``data/rows.py``):
+How rows are read (``RowSpec`` says what a row is; ``tfapp.data.rows``):
 
 * CSV and TSV: pyarrow's streaming C++ parser, and NumPy/Arrow over whole batches for the
-  checks (``data/arrow_rows.py``); a file pyarrow cannot parse (a malformed quote, say)
-  is read again by Python's csv module, which names the exact line;
+  checks (``rows.columnar.fast_rows``); a file pyarrow cannot parse (a malformed quote,
+  say) is read again by Python's csv module, which names the exact line;
 * Parquet files of plain string columns: pyarrow, a batch of rows at a time, with the
-  checks of CSV's Arrow path (``data/parquet_rows.py``); other column types (numbers,
-  binary, lists) row by row, as below;
-* JSONL, text lines (fastText labels), TFRecord, TFDS and CoNLL: the readers of
-  ``tfapp.data.sources`` / ``tfapp.data.tagged``, streaming row by row
-  (``rows.python_rows``).
+  checks of CSV's Arrow path; other column types (numbers, binary, lists) row by row, as
+  below;
+* JSONL, text lines (fastText labels), TFRecord, TFDS and CoNLL: each format's reader
+  (``tfapp.data.formats``), row by row (``rows.read.python_rows``).
 
 Either way a bad row is reported as ``FILE:LINE: problem`` under ``data.on_bad_rows``
 (fail: the first one stops; skip: counted and listed in the manifest), exactly as the
@@ -49,8 +48,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfapp.data import sources
-from tfapp.data.arrow_rows import Fallback, arrow_rows
+from tfapp.data.formats.files import Fallback
 from tfapp.data.manifest import (
     FORMAT_VERSION,
     MANIFEST,
@@ -61,9 +59,11 @@ from tfapp.data.manifest import (
     read_manifest,
     row_buckets,
 )
-from tfapp.data.parquet_rows import parquet_rows
 from tfapp.data.records import encode_examples
-from tfapp.data.rows import KINDS, Rows, RowSpec, SourceLog, python_rows
+from tfapp.data.rows.bad_rows import SKIP_OPTION, BadRowPolicy, BadRowReport, SourceLog
+from tfapp.data.rows.columnar import RowBatch, fast_rows
+from tfapp.data.rows.read import file_format, python_rows
+from tfapp.data.rows.spec import KINDS, RowSpec
 from tfapp.data.shards import SHARD_BYTES, SplitWriters
 from tfapp.data.text.tags import EntityCounts
 from tfapp.errors import DataError
@@ -80,7 +80,7 @@ PARTS = ".parts"
 _SOURCE_SHIFT = 40
 
 
-def _prefetch(rows: Iterator[Rows], depth: int = 2) -> Iterator[Rows]:
+def _prefetch(rows: Iterator[RowBatch], depth: int = 2) -> Iterator[RowBatch]:
     """``rows`` read ahead in a thread: parsing (which releases the GIL in pyarrow)
     overlaps the encoding and writing of the previous batch."""
     q: queue.Queue = queue.Queue(depth)
@@ -122,13 +122,12 @@ def _prepare_source(index: int, path: str, spec: RowSpec, out: str, *, mode: str
                     shard_bytes: int = SHARD_BYTES) -> dict[str, Any]:
     """Read one source into shards; its part (see the module docstring)."""
     info = _identity(path, spec.format)
-    fmt = sources.detect_format(path, spec.format, "text" if spec.kind == "texts" else None) \
-        if spec.kind != "tagged" else spec.format
+    fmt = file_format(path, spec)
     token = uuid.uuid4().hex[:8]
     writer = SplitWriters(out, index, token, shard_bytes, spec.held_out)
     log_ = SourceLog(path, mode, split, skip_option)
 
-    def run(rows: Iterator[Rows]) -> None:
+    def run(rows: Iterator[RowBatch]) -> None:
         for batch in _prefetch(rows):
             ids = (np.int64(index) << _SOURCE_SHIFT) | batch.lines
             buckets = row_buckets(path, batch.lines)
@@ -136,16 +135,12 @@ def _prepare_source(index: int, path: str, spec: RowSpec, out: str, *, mode: str
             writer.write(records, buckets)
 
     try:
-        if fmt in ("csv", "tsv", "parquet") and spec.kind != "tagged":
-            try:
-                run(parquet_rows(path, spec, log_) if fmt == "parquet" else
-                    arrow_rows(path, "," if fmt == "csv" else "\t", spec, log_))
-            except Fallback as why:
-                log.debug("data: %s: read row by row (%s)", path, why)
-                writer.abandon()
-                log_ = SourceLog(path, mode, split, skip_option)
-                run(python_rows(path, fmt, spec, log_))
-        else:
+        try:
+            run(fast_rows(path, fmt, spec, log_))
+        except Fallback as why:
+            log.debug("data: %s: read row by row (%s)", path, why)
+            writer.abandon()
+            log_ = SourceLog(path, mode, split, skip_option)
             run(python_rows(path, fmt, spec, log_))
         shards = writer.finish()
     except BaseException:
@@ -198,7 +193,7 @@ def _check_part(part: dict[str, Any], path: str, spec: RowSpec, out: str) -> boo
 
 def prepare(files: list[str], out: str, spec: RowSpec, *, mode: str = "fail",
             split: str = "train", shard: tuple[int, int] = (0, 1), workers: int = 0,
-            skip_option: str | None = sources.SKIP_OPTION,
+            skip_option: str | None = SKIP_OPTION,
             progress: Callable[[str], None] | None = None,
             shard_bytes: int = SHARD_BYTES) -> Manifest | None:
     """Prepare ``files`` (resolved paths, in order) into ``out``; the manifest once every
@@ -253,18 +248,12 @@ def merge(files: list[str], out: str, spec: RowSpec, *, split: str = "train"
     parts = [_read_part(out, i) for i in range(len(files))]
     if any(p is None for p in parts):
         return None
-    report = sources.BadRowReport()
+    report = BadRowReport()
     labels: dict[str, int] = {}
     first_seen: dict[str, str] = {}
     first_bad = None
     for part in parts:
-        for bad in part["bad_rows"]["examples"]:
-            if len(report.examples) < sources.MAX_REPORTED:
-                report.examples.append(sources.BadRow(**bad))
-        report.count += part["bad_rows"]["count"]
-        if part["bad_rows"]["count"]:
-            report.per_split[split] = report.per_split.get(split, 0) + \
-                part["bad_rows"]["count"]
+        report.merge(part["bad_rows"], split)
         first_bad = first_bad or part["bad_rows"].get("first")
         for name, count in part["labels"].items():
             labels[name] = labels.get(name, 0) + count
@@ -298,7 +287,7 @@ class Prepared:
 
 
 def prepared(files: list[str], spec: RowSpec, *, cache: str, mode: str, split: str,
-             skip_option: str | None = sources.SKIP_OPTION) -> Prepared:
+             skip_option: str | None = SKIP_OPTION) -> Prepared:
     """The manifest of ``files`` prepared into ``cache`` (one folder per ``cache_key``):
     reused when complete, else prepared now (under a lock: one process prepares, others
     wait). Bad rows recorded by a run with ``skip`` fail a run with ``fail``."""
@@ -326,9 +315,7 @@ def prepared(files: list[str], spec: RowSpec, *, cache: str, mode: str, split: s
         manifest = read_manifest(path)
     if mode == "fail" and manifest.bad_rows.get("count"):
         first = manifest.bad_rows.get("first") or manifest.bad_rows["examples"][0]
-        fix = (f"fix the data, or set {skip_option} to drop such rows" if skip_option
-               else "fix the data")
-        raise DataError(f"{first} ({fix})")
+        raise BadRowPolicy(mode, BadRowReport(), split, skip_option).error(first)
     return Prepared(manifest, now, time.time() - started)
 
 

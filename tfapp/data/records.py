@@ -20,59 +20,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from tfapp.data.rows.columnar import BytesList, large_binary
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["BytesList", "encode_examples", "large_binary"]
+__all__ = ["encode_examples"]
 
 _BIN = pa.large_binary()
 
 
-class BytesList:
-    """A feature of several byte strings per row: row ``i`` holds ``values`` ``offsets[i]``
-    to ``offsets[i + 1]`` (as an Arrow list array keeps them)."""
-
-    def __init__(self, offsets: np.ndarray, values: pa.Array):
-        self.offsets = np.asarray(offsets, np.int64)
-        self.values = large_binary(values)
-
-    @classmethod
-    def from_lists(cls, rows: list[list[bytes]]) -> BytesList:
-        lengths = np.fromiter((len(r) for r in rows), np.int64, len(rows))
-        offsets = np.concatenate([[0], np.cumsum(lengths)])
-        return cls(offsets, pa.array([v for r in rows for v in r], _BIN))
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def take(self, rows: np.ndarray) -> BytesList:
-        """The lists of ``rows``, in that order."""
-        rows = np.asarray(rows, np.int64)
-        sizes = np.diff(self.offsets)[rows]
-        offsets = np.concatenate([[0], np.cumsum(sizes)])
-        index = np.repeat(self.offsets[:-1][rows] - offsets[:-1], sizes) + np.arange(offsets[-1])
-        return BytesList(offsets, self.values.take(pa.array(index, pa.int64())))
-
-
 Column = pa.Array | np.ndarray | BytesList
-
-
-def large_binary(values: pa.Array | pa.ChunkedArray | list) -> pa.Array:
-    """``values`` as one ``large_binary`` array starting at its buffers' row 0 (strings
-    keep their UTF-8 bytes)."""
-    if isinstance(values, list):
-        return pa.array(values, _BIN)
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    if pa.types.is_string(values.type):
-        values = values.view(pa.binary())
-    elif pa.types.is_large_string(values.type):
-        values = values.view(_BIN)
-    values = values.cast(_BIN)
-    if values.offset:
-        values = pa.concat_arrays([values])
-    return values
 
 
 def _varint_sizes(values: np.ndarray) -> np.ndarray:

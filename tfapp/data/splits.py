@@ -10,21 +10,25 @@ fraction of the training rows (``tfapp.data.manifest.held_out_selectors``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass, field
 
 from tfapp.cachedir import usable_cache_dir
-from tfapp.data import sources
+from tfapp.data.formats.files import resolve_files
 from tfapp.data.manifest import (
     Manifest,
     SplitSelector,
     damaged_shard,
     find_manifest,
     held_out_selectors,
+    origin_order,
     read_manifest,
 )
 from tfapp.data.prepare import Prepared, RowSpec, prepared
+from tfapp.data.rows.bad_rows import BadRow, BadRowPolicy, BadRowReport
+from tfapp.data.rows.names import KnownNames
 from tfapp.data.stream import Source
 from tfapp.errors import DataError
 
@@ -79,6 +83,23 @@ class SplitData:
         return Source(self.name, tuple(self.files()),
                       tuple(counts if counts is not None else self.counts()))
 
+    def unknown_names(self, known: KnownNames, mode: str
+                      ) -> tuple[list[str], BadRow | None]:
+        """The labels (tags) of this split's rows that ``known`` lacks, and the first row
+        holding one (by file and line), a bad row: under ``mode`` fail it stops the run;
+        under skip the caller counts the rows left out (``BadRowReport.add``)."""
+        unknown = [n for n in self.manifest.labels if n not in set(known.names)]
+        if not unknown:
+            return [], None
+        first = min(unknown, key=lambda n: origin_order(self.manifest.first_seen[n]))
+        where, _, line = self.manifest.first_seen[first].rpartition(":")
+        if self.name != "train":  # held-out rows are checked against the training data's
+            known = dataclasses.replace(known, source="the training data")
+        bad = BadRow(where, line, known.problem(first))
+        if mode == "fail":
+            raise BadRowPolicy(mode, BadRowReport(), self.name).error(bad)
+        return unknown, bad
+
     def chunks(self, chunk: int) -> list[int]:
         """Chunks of ``chunk`` rows in each of ``files()`` (what a store keeps per file)."""
         return [math.ceil(self.manifest.shards[j].count / chunk) for j in self.shards()]
@@ -91,7 +112,7 @@ class PreparedSplits:
     train: SplitData
     validation: SplitData | None
     test: SplitData | None
-    report: sources.BadRowReport = field(default_factory=sources.BadRowReport)
+    report: BadRowReport = field(default_factory=BadRowReport)
 
     def splits(self) -> list[SplitData]:
         return [s for s in (self.train, self.validation, self.test) if s is not None]
@@ -131,7 +152,7 @@ def _manifest(spec: str, row: RowSpec, data_cfg, split: str, what: str
     if data_cfg.format == "tfds":
         files = [spec]
     else:
-        files = sources.resolve_files(spec, what)
+        files = resolve_files(spec, what)
     done = prepared(files, row, cache=prepared_cache(), mode=data_cfg.on_bad_rows, split=split)
     return done.manifest, done
 
@@ -175,13 +196,7 @@ def prepared_splits(train: str, validation: str, test: str, row: RowSpec, data_c
         elif fraction > 0:
             setattr(out, split, SplitData(split, train_m, selectors[split], train))
     for manifest_split in {id(s.manifest): s for s in out.splits()}.values():
-        bad = manifest_split.manifest.bad_rows
-        for example in bad.get("examples", []):
-            if len(out.report.examples) < sources.MAX_REPORTED:
-                out.report.examples.append(sources.BadRow(**example))
-        for name, count in bad.get("per_split", {}).items():
-            out.report.per_split[name] = out.report.per_split.get(name, 0) + count
-        out.report.count += bad.get("count", 0)
+        out.report.merge(manifest_split.manifest.bad_rows)
     for done in made:
         m = done.manifest
         if done.prepared_now:

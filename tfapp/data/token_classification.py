@@ -116,7 +116,7 @@ class NerData:
     """The tagger's splits and how many windows each shard file gives.
 
     Attributes:
-      splits: the prepared splits and tag vocabulary (``tfapp.data.tagged``).
+      splits: the prepared splits and tag vocabulary (``tfapp.data.ner_splits``).
       counts: split -> windows of it in each shard file.
       sentences: split -> its sentences (whose tags are known).
     """
@@ -178,11 +178,8 @@ def build_ner_data(splits: NerSplits, preprocess_fn: Any, seq_length: int) -> Ne
             write_text(path, json.dumps(cached) + "\n")
         data.counts[split.name] = cached["counts"]
         data.sentences[split.name] = cached["sentences"]
-        dropped = split.rows - cached["sentences"]
-        if dropped and split.name in splits.unknown:
-            splits.report.count += dropped
-            splits.report.per_split[split.name] = \
-                splits.report.per_split.get(split.name, 0) + dropped
+        if split.name in splits.unknown:
+            splits.report.add(split.name, None, split.rows - cached["sentences"])
     if not data.sentences.get("train"):
         raise DataError(f"data.train_files: no usable sentences ({splits.report.count} bad "
                         f"row(s) skipped: {splits.report.summary()})")

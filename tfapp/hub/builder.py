@@ -61,7 +61,7 @@ class BuildParams:
 
 def read_corpus(files: Sequence[str | os.PathLike], text_column: str = "text", *,
                 on_bad_rows: str | None = None) -> list[str]:
-    """The texts of the ``--corpus`` files, read by ``tfapp.data.sources.read_texts`` (the
+    """The texts of the ``--corpus`` files, read by ``tfapp.data.rows.read.read_texts`` (the
     reader every task uses): local paths, globs or ``gs://``, ``.gz``; text files one text
     per line, csv/tsv/jsonl/tfrecord rows their ``text_column``.
 
@@ -69,7 +69,8 @@ def read_corpus(files: Sequence[str | os.PathLike], text_column: str = "text", *
     (``pretrain``); ``None`` fails at a malformed row with no skip switch to offer
     (``build-bert``). Raises ``ConfigError`` (a ``DataError``) naming the file.
     """
-    from tfapp.data.sources import SKIP_OPTION, read_texts  # TensorFlow: only when reading
+    from tfapp.data.rows.bad_rows import SKIP_OPTION  # TensorFlow: only when reading
+    from tfapp.data.rows.read import read_texts
 
     return read_texts(list(files), text_column=text_column, mode=on_bad_rows or "fail",
                       what="--corpus", column_hint="pass --text-column",

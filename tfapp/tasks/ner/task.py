@@ -8,11 +8,10 @@ from dataclasses import dataclass, field
 
 from tfapp.atomic import write_text
 from tfapp.data.lengths import grouping_for
-from tfapp.data.ner_splits import load_ner_splits
+from tfapp.data.ner_splits import demo_ner_file, load_ner_splits
 from tfapp.data.pipeline import distribute
 from tfapp.data.prepare import RowSpec
 from tfapp.data.stream import plan_steps
-from tfapp.data.tagged import demo_ner_file
 from tfapp.data.token_classification import (
     KeptWindows,
     NerData,

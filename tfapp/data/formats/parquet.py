@@ -1,30 +1,29 @@
 """Parquet files, read through pyarrow a batch of rows at a time
 (``ParquetFile.iter_batches``: a row group is the most held in memory, never the whole file).
 
-``sources._read_parquet`` turns them into the readers' rows, which the whole of tfapp reads
-through (training, ``prepare``, ``evaluate``, ``predict``); ``prepare`` reads files of plain
-string columns column-wise instead (``parquet_rows.py``), with the same checks.
+``rows`` gives them as every reader's rows (training, ``prepare``, ``evaluate``,
+``predict``); ``prepare`` checks files of plain string columns column-wise instead, a
+batch at a time (``batches``, ``tfapp.data.rows.columnar``), with the same checks.
 Rows are numbered from 1 in file order, so a bad row reads ``FILE:ROW: problem``. A file
-that is no readable Parquet file (truncated, or another format) and a column of the wrong
-type are one line each: the whole file is wrong, not a row.
+that is no readable Parquet file (truncated, or another format), a missing column and a
+column of the wrong type are one line each: the whole file is wrong, not a row.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+from tfapp.data.formats.files import Hint, Parsed, check_columns
 from tfapp.errors import DataError
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import tensorflow as tf
 
-__all__ = ["EXTENSIONS", "BATCH_ROWS", "batches", "open_parquet", "rows", "type_problem"]
+__all__ = ["BATCH_ROWS", "batches", "check_schema", "open_parquet", "rows", "type_problem"]
 
-#: file extensions read as Parquet (``data.format=auto``)
-EXTENSIONS = (".parquet", ".pq")
 #: rows converted to Python values at a time
 BATCH_ROWS = 4096
 
@@ -107,11 +106,31 @@ def batches(parquet: pq.ParquetFile, path: str, columns: list[str]
         yield batch
 
 
-def rows(parquet: pq.ParquetFile, path: str, columns: list[str]
-         ) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(row number from 1, {column: value}) of every row, ``columns`` only."""
-    number = 0
-    for batch in batches(parquet, path, columns):
-        for values in batch.to_pylist():
-            number += 1
-            yield number, {k: _python(v) for k, v in values.items()}
+def check_schema(path: str, schema: pa.Schema, columns: list[str], hint: Hint,
+                 label_column: str | None, kept: Sequence[str] = ()) -> None:
+    """Each of ``columns`` is in a Parquet file's schema once, of a type that holds text
+    (``label_column``: or labels; a ``kept`` column, carried through as it is, may hold any
+    type); else one line: the whole file is wrong, not a row."""
+    for column in columns:
+        check_columns(path, [column], schema.names, "Parquet schema", hint)
+        if column in kept:
+            continue
+        problem = type_problem(schema.field(column), label=column == label_column)
+        if problem:
+            raise DataError(f"{path}: {problem}; write the column as strings, or name "
+                            "another -- ", *((hint,) if isinstance(hint, str) else hint))
+
+
+def rows(path: str, columns: list[str], hint: Hint, label_column: str | None = None,
+         kept: Sequence[str] = ()) -> Iterator[Parsed]:
+    """The ``columns`` of every row, numbered from 1 (see ``check_schema``)."""
+    with open_parquet(path) as pf:
+        check_schema(path, pf.schema_arrow, columns, hint, label_column, kept)
+        if pf.metadata.num_rows == 0:
+            yield 1, None, "empty file (no rows)"
+            return
+        number = 0
+        for batch in batches(pf, path, columns):
+            for values in batch.to_pylist():
+                number += 1
+                yield number, {k: _python(v) for k, v in values.items()}, None
