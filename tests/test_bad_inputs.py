@@ -721,7 +721,7 @@ def test_a_run_that_starts_over_takes_its_data_labels_not_an_old_labels_json(tmp
     """labels.json keeps a resumed run's label ids; a run that starts over (no backup, or
     --overwrite) must not refuse its data's labels because an earlier run left that file."""
     from tfapp.config import ClassifierDataConfig
-    from tfapp.data.classification import load_classification_splits
+    from tfapp.data.examples.classification import load_classification_splits
     from tfapp.errors import DataError
 
     (tmp_path / "labels.json").write_text('{"labels": ["neg", "pos"], "multi_label": false}')

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import ClassifierDataConfig, ConfigError
-from tfapp.data.classification import load_classification_splits, raw_batches, resolve_demo
+from tfapp.data.examples.classification import demo_files, load_classification_splits, raw_batches
 from tfapp.errors import DataError
 
 import numpy as np
@@ -177,7 +177,7 @@ def test_seeded_test_split_is_carved_before_validation(tmp_path):
 
 
 def test_demo_resolves_to_shipped_files(tmp_path):
-    train, val, test = resolve_demo(ClassifierDataConfig())
+    train, val, test = demo_files(ClassifierDataConfig())
     assert all(Path(p).is_file() for p in (train, val, test))
     splits = load_classification_splits(ClassifierDataConfig(), seed=42)
     assert [splits.size(s) for s in (splits.train, splits.validation, splits.test)] == [

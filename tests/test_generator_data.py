@@ -5,14 +5,15 @@ import json
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import load_config
-from tfapp.data import text_lines as tl
+from tfapp.data.examples import generator as tl
+from tfapp.data.input.reader import read_batches
 from tfapp.data.text import words
 from tfapp.errors import DataError
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import prepared_rows
+from conftest import clean_lines, prepared_rows
 
 S, E = words.START_ID, words.END_ID
 
@@ -27,9 +28,9 @@ def test_standardize_and_clean_lines():
     kept = words.standardize(tf.constant(["Hi, there."]), strip_punctuation=False)
     assert kept.numpy()[0].decode() == "hi, there."
     lines = ["# header", "A line.", "   ", "!!!", "Chapter 2", "Another LINE"]
-    assert words.clean_lines(lines, drop_regex=r"^(#|Chapter)") == ["a line", "another line"]
+    assert clean_lines(lines, drop_regex=r"^(#|Chapter)") == ["a line", "another line"]
     with pytest.raises(DataError, match="data.drop_regex"):
-        words.clean_lines(lines, drop_regex="(unclosed")
+        clean_lines(lines, drop_regex="(unclosed")
 
 
 def test_vocabulary_specials_and_frequency(tmp_path):
@@ -89,8 +90,8 @@ def test_prompt_encoder_ids_match_training_windows():
 
 
 def dataset(data, split, cfg, *, batch: int, training: bool):
-    return tl.make_generator_dataset(data, getattr(data.splits, split), cfg, batch_size=batch,
-                                     training=training, seed=0)
+    examples = tl.generator_examples(data, getattr(data.splits, split), cfg)
+    return read_batches(examples, cfg, batch_size=batch, training=training, seed=0)
 
 
 def test_masks_and_batches_from_a_corpus(tmp_path):
@@ -154,7 +155,7 @@ def test_corpus_through_the_shared_readers(tmp_path):
     cfg = gen_cfg("data.drop_regex=^#").data
     texts = [r["text"] for r in prepared_rows([tmp_path / "c.txt.gz"], tl.generator_rows(cfg),
                                               tmp_path)]
-    assert words.clean_lines(texts, cfg.drop_regex) == ["the cat sat", "a dog ran"]
+    assert clean_lines(texts, cfg.drop_regex) == ["the cat sat", "a dog ran"]
     (tmp_path / "c.csv").write_text('id,body\n1,"Hello, world"\n2,Bye\n')
     body = tl.generator_rows(gen_cfg("data.text_column=body").data)
     assert prepared_rows([tmp_path / "c.csv"], body, tmp_path) == [

@@ -18,7 +18,7 @@ from tfapp.training.context import RunContext
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import run_python, subprocess_env
+from conftest import clean_lines, run_python, subprocess_env
 
 CORPUS = [
     "the red fox jumps over the lazy dog",
@@ -473,7 +473,6 @@ def test_evaluate_streams_the_sums_of_the_in_memory_scores(predictor, tmp_path):
     summed), and its --output rows (one per text, its own sums) add up to the report."""
     from collections import Counter
 
-    from tfapp.data.text.words import clean_lines
     from tfapp.tasks.generator.scores import generator_report
     from tfapp.tasks.generator.serving import score_in_batches
 

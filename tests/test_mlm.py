@@ -282,7 +282,7 @@ def test_shipped_unlabelled_corpus_is_reproducible_and_shares_polarity(tmp_path)
 
 
 def test_packing_fills_sequences_with_consecutive_texts():
-    from tfapp.data.packing import pack_texts
+    from tfapp.data.text.packing import pack_texts
 
     def tokenize(texts):  # one piece per word: its length (ids 3..)
         words = tf.strings.split(texts)

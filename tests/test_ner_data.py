@@ -6,7 +6,7 @@ import json
 from types import SimpleNamespace
 
 from tfapp.config import load_config
-from tfapp.data.ner_splits import load_ner_splits
+from tfapp.data.examples.ner import load_ner_splits
 from tfapp.data.rows.bad_rows import BadRowPolicy, BadRowReport
 from tfapp.data.rows.read import file_formats, iter_rows
 from tfapp.data.rows.spec import RowSpec
@@ -91,13 +91,13 @@ def test_splits_vocab_and_unseen_validation_tag(tmp_path):
     assert splits.tag_names == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
     assert json.loads(vocab.read_text())["tags"] == splits.tag_names
     assert splits.unknown == {"validation": ["B-ORG"]}
-    from tfapp.data.token_classification import gold_tags
+    from tfapp.data.examples.ner import gold_tags
     assert gold_tags(_data(splits), splits.prepared.validation) == [["B-PER"]]
     assert splits.entity_types == ["LOC", "PER"]
 
 
 def _data(splits):
-    from tfapp.data.token_classification import NerData
+    from tfapp.data.examples.ner import NerData
 
     return NerData(splits)
 
@@ -265,7 +265,7 @@ Bonn NNP I-NP I-LOC
 def test_iob1_data_with_the_default_iob2_config_loses_no_entity(tmp_path, caplog):
     """The real-world case: CoNLL-2003's IOB1 files trained with data.tag_scheme=iob2 (the
     default) read every entity that begins with I- as O; now all are read, and said."""
-    from tfapp.data.token_classification import gold_tags
+    from tfapp.data.examples.ner import gold_tags
 
     train = tmp_path / "eng.train"
     train.write_text(CONLL2003_IOB1)

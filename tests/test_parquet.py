@@ -9,8 +9,8 @@ from pathlib import Path
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import load_config
-from tfapp.data import prepare as P
 from tfapp.data.formats import parquet
+from tfapp.data.prepare import builder as P
 from tfapp.data.rows.bad_rows import BadRowPolicy, BadRowReport, SourceLog
 from tfapp.data.rows.columnar import fast_rows
 from tfapp.data.rows.read import file_formats, iter_rows, python_rows, read_texts
@@ -44,13 +44,13 @@ def _write_both(tmp_path: Path, texts: list, labels: list, **parquet_kwargs) -> 
 
 
 def test_parquet_prepares_the_rows_of_the_same_csv(tmp_path, monkeypatch):
-    monkeypatch.setattr(parquet, "BATCH_ROWS", 7)  # batches across row groups: 40 rows each
+    monkeypatch.setattr(parquet, "READ_ROWS", 7)  # batches across row groups: 40 rows each
     texts, labels = list(TEXTS), list(LABELS)
     texts[50], labels[83] = "   ", None  # rows 51 and 84: bad (a null label in Parquet)
     as_csv, as_parquet = _write_both(tmp_path, texts, labels, compression="zstd")
     got = {}
     for name, path in (("csv", as_csv), ("parquet", as_parquet)):
-        manifest = P.prepare([path], str(tmp_path / name), P.RowSpec(kind="labelled"),
+        manifest = P.prepare([path], str(tmp_path / name), RowSpec(kind="labelled"),
                              mode="skip")
         got[name] = (manifest, sorted((r["text"], r["labels"]) for r in read_rows(manifest)))
     (m_csv, rows_csv), (m_pq, rows_pq) = got["csv"], got["parquet"]
@@ -61,12 +61,12 @@ def test_parquet_prepares_the_rows_of_the_same_csv(tmp_path, monkeypatch):
         (51, "empty text in column 'text'"), (84, "column 'label' (label) is null")]
     assert [b["line"] for b in m_csv.bad_rows["examples"]] == [52, 85]
     with pytest.raises(DataError, match=r"rows.parquet:51: empty text in column 'text'"):
-        P.prepare([as_parquet], str(tmp_path / "fail"), P.RowSpec(kind="labelled"))
+        P.prepare([as_parquet], str(tmp_path / "fail"), RowSpec(kind="labelled"))
 
 
 def test_parquet_is_read_a_batch_at_a_time_with_rows_numbered_across_batches(tmp_path,
                                                                             monkeypatch):
-    monkeypatch.setattr(parquet, "BATCH_ROWS", 5)
+    monkeypatch.setattr(parquet, "READ_ROWS", 5)
     _, path = _write_both(tmp_path, TEXTS, LABELS)
     batches = []
     real = pq.ParquetFile.iter_batches
@@ -95,7 +95,7 @@ def test_the_columnar_path_gives_the_rows_and_messages_of_the_python_readers(tmp
                                                                            monkeypatch, kind):
     """prepare reads string columns column-wise (``fast_rows``); rows with nulls, blank
     texts, blank rows and labels of every shape must come out as the readers give them."""
-    monkeypatch.setattr(parquet, "BATCH_ROWS", 7)
+    monkeypatch.setattr(parquet, "READ_ROWS", 7)
     odd = [("", ""), ("  ", " "), ("", None), (None, "pos"), ("x", None), ("x", ""),
            ("", "pos"), ("x", "pos|neg"), ("\u00e9t\u00e9", "a\tb"), (None, None),
            (" x ", " pos | | neg ")]
@@ -105,7 +105,7 @@ def test_the_columnar_path_gives_the_rows_and_messages_of_the_python_readers(tmp
     pq.write_table(pa.table({"text": texts, "label": labels}), tmp_path / "odd.parquet",
                    row_group_size=11)
     path = str(tmp_path / "odd.parquet")
-    spec = P.RowSpec(kind=kind, multi_label=True, source_column="text", target_column="label")
+    spec = RowSpec(kind=kind, multi_label=True, source_column="text", target_column="label")
     logs = [SourceLog(path, "skip", "train", "data.on_bad_rows=skip") for _ in range(2)]
     fast = _rows(fast_rows(path, "parquet", spec, logs[0]))
     slow = _rows(python_rows(path, "parquet", spec, logs[1]))

@@ -18,8 +18,8 @@ import sys
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp import cli, generate, predict
 from tfapp.config import ClassifierDataConfig, ConfigError, load_config
-from tfapp.data import text_lines as tl
-from tfapp.data.classification import load_classification_splits, raw_batches
+from tfapp.data.examples import generator as tl
+from tfapp.data.examples.classification import load_classification_splits, raw_batches
 from tfapp.data.rows.bad_rows import BadRowReport
 from tfapp.data.rows.read import read_texts
 from tfapp.data.text.vocab import read_vocab

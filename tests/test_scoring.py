@@ -1,5 +1,5 @@
 """The streaming parts of ``predict --data``, without a model: input rows read in order with
-their file:line (``tfapp.data.input_rows``), cut into batches that never straddle a part
+their file:line (``tfapp.data.input.input_rows``), cut into batches that never straddle a part
 (``tfapp.scoring.Batches``), and part files written whole, joined, resumed and refused
 (``tfapp.parts``). The command end to end, with a trained classifier, is in
 test_classifier.py."""
@@ -10,7 +10,7 @@ import csv
 import json
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-from tfapp.data.input_rows import InputRows
+from tfapp.data.input.input_rows import InputRows
 from tfapp.errors import ConfigError, DataError
 from tfapp.parts import MARKER, SUCCESS, Output, RowParts
 from tfapp.progress import Progress
@@ -203,7 +203,8 @@ def test_rows_of_a_prepared_folder_carry_text_and_id(tmp_path):
     """A folder written by ``tfapp prepare`` is read shard by shard; its ids are plain
     ints (JSON can hold them)."""
     from tfapp.config import ClassifierDataConfig
-    from tfapp.data.prepare import RowSpec, prepare
+    from tfapp.data.prepare.builder import prepare
+    from tfapp.data.rows.spec import RowSpec
 
     source = _csv(tmp_path / "in.csv", [(f"t{i}", "pos" if i % 2 else "neg") for i in range(5)],
                   header=("text", "label"))

@@ -7,7 +7,7 @@ its ops are in the SavedModel), takes the rows in batches Beam cuts (``BatchElem
 the function ``predict --data`` writes with, so both write the same values. Each
 ``PredictionResult`` holds the input ``Row`` and the output row (kept columns, then
 the prediction). ``read_file`` reads one input file as predict does
-(``tfapp.data.input_rows``), applying ``--on-bad-rows``.
+(``tfapp.data.input.input_rows``), applying ``--on-bad-rows``.
 
 apache-beam is the ``[beam]`` extra, installed in a venv of its own (it needs protobuf<7
 and pyarrow<26; docs/scale_out.md): importing this module without it is one line.
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from tfapp.data.input_rows import InputRows
+from tfapp.data.input.input_rows import InputRows
 from tfapp.data.rows.bad_rows import BadRowPolicy, BadRowReport
 from tfapp.data.rows.spec import Row
 from tfapp.errors import ConfigError, DataError

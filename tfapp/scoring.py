@@ -1,6 +1,6 @@
 """Score input rows with an export, streaming: ``predict --data FILES --output OUT``.
 
-The rows (``tfapp.data.input_rows``) are read on a tf.data thread, in batches that never
+The rows (``tfapp.data.input.input_rows``) are read on a tf.data thread, in batches that never
 straddle a part, prefetched while the model scores the batch before; the model's
 predictions (``ExportedModel.predict_rows``) and the kept columns are written part by
 part (``tfapp.parts``) as they come. Memory holds a few batches and one part, whatever the
@@ -36,7 +36,7 @@ from typing import Any
 
 from tfapp.config import load_config
 from tfapp.data.formats.files import resolve_files
-from tfapp.data.input_rows import InputRows, describe_files, describe_input
+from tfapp.data.input.input_rows import InputRows, describe_files, describe_input
 from tfapp.data.rows.bad_rows import BadRowPolicy, BadRowReport
 from tfapp.data.rows.spec import Row
 from tfapp.errors import ConfigError, Setting

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from tfapp.config import ConfigError
+from tfapp.data.rows.bad_rows import SKIP_OPTION
 from tfapp.models.bert_config import BertConfig
 
 __all__ = ["BuildParams", "build_bert_hub", "read_corpus"]
@@ -69,8 +70,7 @@ def read_corpus(files: Sequence[str | os.PathLike], text_column: str = "text", *
     (``pretrain``); ``None`` fails at a malformed row with no skip switch to offer
     (``build-bert``). Raises ``ConfigError`` (a ``DataError``) naming the file.
     """
-    from tfapp.data.rows.bad_rows import SKIP_OPTION  # TensorFlow: only when reading
-    from tfapp.data.rows.read import read_texts
+    from tfapp.data.rows.read import read_texts  # TensorFlow: only when reading
 
     return read_texts(list(files), text_column=text_column, mode=on_bad_rows or "fail",
                       what="--corpus", column_hint="pass --text-column",

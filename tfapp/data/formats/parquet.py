@@ -22,10 +22,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import tensorflow as tf
 
-__all__ = ["BATCH_ROWS", "batches", "check_schema", "open_parquet", "rows", "type_problem"]
+__all__ = ["READ_ROWS", "batches", "check_schema", "open_parquet", "rows", "type_problem"]
 
 #: rows converted to Python values at a time
-BATCH_ROWS = 4096
+READ_ROWS = 4096
 
 
 def _first_line(err: BaseException) -> str:
@@ -91,10 +91,10 @@ def _python(value: Any) -> Any:
 
 def batches(parquet: pq.ParquetFile, path: str, columns: list[str]
             ) -> Iterator[pa.RecordBatch]:
-    """``columns`` of every row, ``BATCH_ROWS`` rows at a time; a row group that cannot be
+    """``columns`` of every row, ``READ_ROWS`` rows at a time; a row group that cannot be
     read (a damaged page) is one line naming the first row not read."""
     number = 0
-    reader = parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns, use_threads=False)
+    reader = parquet.iter_batches(batch_size=READ_ROWS, columns=columns, use_threads=False)
     while True:
         try:
             batch = next(reader)

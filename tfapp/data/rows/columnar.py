@@ -17,7 +17,7 @@ from typing import Any
 from tfapp.data.formats import delimited, parquet
 from tfapp.data.formats.files import Fallback
 from tfapp.data.rows.bad_rows import SourceLog
-from tfapp.data.rows.spec import BATCH_ROWS, RowSpec, clean_labels, convert
+from tfapp.data.rows.spec import RowSpec, clean_labels, convert
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +25,8 @@ import pyarrow.compute as pc
 
 __all__ = ["Batcher", "BytesList", "RowBatch", "fast_rows", "large_binary"]
 
+#: rows per encoded batch (and per pyarrow block of short rows)
+BATCH_ROWS = 16384
 _BIN = pa.large_binary()
 # Python's str.strip() removes exactly these: a blank text is one made of them only.
 _PY_WHITESPACE = "".join(chr(c) for c in range(0x110000) if chr(c).isspace())

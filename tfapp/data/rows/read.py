@@ -65,10 +65,11 @@ def _checked(path: str, fmt: str, spec: RowSpec, counts: EntityCounts,
         return
     extra = [c for c in kept if c not in spec.columns]
     text_column, label_column, verbatim = spec.text_lines()
-    for line, fields, problem in parsed_rows(
-            path, fmt, spec.columns + extra, spec.hint, text_column=None if kept
-            else text_column, label_column=label_column, verbatim=verbatim, kept=extra,
-            split=split):
+    if kept:  # a text line has no columns to keep
+        text_column = None
+    rows = parsed_rows(path, fmt, spec.columns + extra, spec.hint, text_column=text_column,
+                       label_column=label_column, verbatim=verbatim, kept=extra, split=split)
+    for line, fields, problem in rows:
         values = None
         if problem is None:
             problem, values = convert(fields, spec)
@@ -120,7 +121,7 @@ def tagged_rows(path: str, fmt: str, tag_column: int, scheme: str, counts: Entit
         found: list = []
         if problem is None:
             lines = where(start, tags)
-            why = next(((i, w) for i, w in enumerate(map(tag_problem, tags)) if w), None)
+            why = _first_tag_problem(tags)
             if why is None:
                 found, why = read_entities(tags, counts.scheme)
             if why is not None:
@@ -132,6 +133,14 @@ def tagged_rows(path: str, fmt: str, tag_column: int, scheme: str, counts: Entit
             yield start, words, tags, problem
             continue
         yield start, words, from_spans(found, len(tags)), None
+
+
+def _first_tag_problem(tags: list[str]) -> tuple[int, str] | None:
+    for i, tag in enumerate(tags):
+        why = tag_problem(tag)
+        if why:
+            return i, why
+    return None
 
 
 def log_entity_counts(name: str, counts: EntityCounts | dict, configured: str) -> None:

@@ -17,13 +17,7 @@ from typing import Any
 from tfapp.errors import Setting
 from tfapp.textio import has_undecodable
 
-__all__ = ["BATCH_ROWS", "KINDS", "Row", "RowSpec", "clean_labels", "clean_text", "convert",
-           "kept_value", "show"]
-
-#: what a prepared row can be (``inputs``, the rows a model scores, are read, not prepared)
-KINDS = ("labelled", "texts", "pairs", "tagged")
-#: rows per encoded batch (and per pyarrow block of short rows)
-BATCH_ROWS = 16384
+__all__ = ["Row", "RowSpec", "clean_labels", "clean_text", "convert", "kept_value", "show"]
 
 # How the classifier names its columns; other kinds name their own settings.
 COLUMNS_HINT = ("set ", Setting("data.text_column"), " / ", Setting("data.text_pair_column"),

@@ -76,20 +76,6 @@ def drop_matcher(drop_regex: str) -> Callable[[tf.Tensor], tf.Tensor] | None:
     return lambda texts: tf.strings.regex_full_match(texts, pattern)
 
 
-def clean_lines(lines: list[str], drop_regex: str = "",
-                strip_punctuation: bool = True) -> list[str]:
-    """Drop lines matching ``drop_regex`` (on the raw text), standardize, drop empties:
-    what the input pipeline does to each corpus line, for a list."""
-    drop = drop_matcher(drop_regex)
-    if not lines:
-        return []
-    texts = tf.constant(lines)
-    if drop is not None:
-        texts = tf.boolean_mask(texts, ~drop(texts))
-    cleaned = standardize(texts, strip_punctuation).numpy()
-    return [c.decode("utf-8") for c in cleaned if c]
-
-
 # --------------------------------------------------------------------------- vocabulary
 
 

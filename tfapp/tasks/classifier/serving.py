@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.config import ClassifierDataConfig, ConfigError, ExperimentConfig, load_config
+from tfapp.data.rows.bad_rows import BadRowPolicy, BadRowReport
+from tfapp.data.rows.names import KnownNames
+from tfapp.data.rows.spec import RowSpec
 from tfapp.errors import DataError, Setting
 from tfapp.hub.hf_checkpoint import SEQUENCE_CLASSIFICATION, binary_as_two_logits
 from tfapp.serving import (
@@ -107,10 +110,7 @@ class LoadedClassifier(ExportedModel):
         ``keep`` columns, the texts, the prediction as ``predict_rows`` gives it and
         ``gold_label`` (a multi-label row's labels joined by '|', as its predicted
         ``label``)."""
-        from tfapp.data.rows.bad_rows import BadRowPolicy, BadRowReport
-        from tfapp.data.rows.names import KnownNames
         from tfapp.data.rows.read import file_formats, iter_rows
-        from tfapp.data.rows.spec import RowSpec
         from tfapp.training.metrics import format_report
         from tfapp.training.report_counts import ClassificationCounts
 

@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.config import ConfigError, load_config
+from tfapp.data.rows.bad_rows import BadRowPolicy, BadRowReport
+from tfapp.data.rows.names import KnownNames
+from tfapp.data.rows.spec import RowSpec
 from tfapp.errors import DataError, Setting
 from tfapp.hub.hf_checkpoint import TOKEN_CLASSIFICATION
 from tfapp.serving import (
@@ -125,10 +128,7 @@ class LoadedTagger(ExportedModel):
         tagged by the model (``tag_words``), scored by ``tfapp.tasks.ner.scores``.
         ``rows`` gets each batch's sentences: ``words``, predicted ``tags`` and
         ``gold_tags``."""
-        from tfapp.data.rows.bad_rows import BadRowPolicy, BadRowReport
-        from tfapp.data.rows.names import KnownNames
         from tfapp.data.rows.read import file_formats, iter_rows
-        from tfapp.data.rows.spec import RowSpec
 
         self.refuse_keep(keep, "an NER export evaluates sentences of tagged words")
         for key, flag in (("text_column", "--text-column"),

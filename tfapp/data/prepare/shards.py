@@ -1,6 +1,6 @@
 """Prepared records into TFRecord shards: each shard's rows gathered in memory, permuted,
 written under a temporary name and renamed when complete, with its size, checksum and
-bucket counts for the manifest (``tfapp.data.manifest``); the rows of held-out splits in
+bucket counts for the manifest (``tfapp.data.prepare.manifest``); the rows of held-out splits in
 shards of their own when a spec says so.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 
-from tfapp.data.manifest import BUCKETS, ShardInfo, file_checksum, held_out_selectors
+from tfapp.data.prepare.manifest import BUCKETS, ShardInfo, file_checksum, held_out_selectors
 
 import numpy as np
 import pyarrow as pa

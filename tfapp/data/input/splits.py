@@ -1,11 +1,12 @@
 """A task's splits as prepared data: which files, prepared where, which rows each split
 takes.
 
-Every task's inputs start here. ``prepared_splits`` turns ``data.train_files`` /
+Every task's inputs start here. ``resolve_demo`` maps ``demo`` to the files shipped with
+the package, and ``prepared_splits`` turns ``data.train_files`` /
 ``validation_files`` / ``test_files`` (raw files, or folders written by ``python -m
-tfapp.prepare``) into manifests (``tfapp.data.prepare.prepared``: reused from tfapp's
+tfapp.prepare``) into manifests (``tfapp.data.prepare.builder.prepared``: reused from tfapp's
 cache, or prepared once now), and a missing validation or test split into a held-out
-fraction of the training rows (``tfapp.data.manifest.held_out_selectors``).
+fraction of the training rows (``tfapp.data.prepare.manifest.held_out_selectors``).
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from tfapp.cachedir import usable_cache_dir
 from tfapp.data.formats.files import resolve_files
-from tfapp.data.manifest import (
+from tfapp.data.input.plan import Source
+from tfapp.data.prepare.builder import Prepared, prepared
+from tfapp.data.prepare.manifest import (
     Manifest,
     SplitSelector,
     damaged_shard,
@@ -26,15 +31,31 @@ from tfapp.data.manifest import (
     origin_order,
     read_manifest,
 )
-from tfapp.data.prepare import Prepared, RowSpec, prepared
 from tfapp.data.rows.bad_rows import BadRow, BadRowPolicy, BadRowReport
 from tfapp.data.rows.names import KnownNames
-from tfapp.data.stream import Source
+from tfapp.data.rows.spec import RowSpec
 from tfapp.errors import DataError
 
-__all__ = ["SplitData", "PreparedSplits", "prepared_splits", "prepared_cache"]
+__all__ = ["SplitCounts", "SplitData", "PreparedSplits", "prepared_splits", "prepared_cache",
+           "resolve_demo"]
 
 log = logging.getLogger("tfapp.data")
+SPLITS = ("train", "validation", "test")
+
+
+def resolve_demo(data_cfg: Any, demo: Callable[[str], str], *, fill: bool = True
+                 ) -> tuple[str, str, str]:
+    """(train, validation, test) data specs of ``data_cfg``, ``demo`` mapped to the files
+    shipped inside the package (``demo(split)``). With ``fill``, ``train_files: demo`` also
+    fills empty validation and test specs with the demo's own, so the default run
+    evaluates on held-out data."""
+    specs = [getattr(data_cfg, f"{split}_files") for split in SPLITS]
+    if fill and specs[0].strip() == "demo":
+        specs = [spec or "demo" for spec in specs]
+    train, validation, test = (demo(split) if spec.strip() == "demo" else spec
+                               for split, spec in zip(SPLITS, specs, strict=True))
+    return train, validation, test
+
 
 def prepared_cache() -> str:
     """Where runs prepare raw files: ``$TFAPP_CACHE_DIR/prepared``."""
@@ -63,7 +84,7 @@ class SplitData:
 
     def shards(self) -> list[int]:
         """The manifest's shards that hold rows of this split, by index: a held-out split
-        prepared into shards of its own (``tfapp.data.prepare``) reads only those, and
+        prepared into shards of its own (``tfapp.data.prepare.builder``) reads only those, and
         training skips them."""
         return [j for j, n in enumerate(self.manifest.counts(self.selector)) if n]
 
@@ -93,7 +114,7 @@ class SplitData:
             return [], None
         first = min(unknown, key=lambda n: origin_order(self.manifest.first_seen[n]))
         where, _, line = self.manifest.first_seen[first].rpartition(":")
-        if self.name != "train":  # held-out rows are checked against the training data's
+        if self.name != "train":  # another split's rows: against the training data's
             known = dataclasses.replace(known, source="the training data")
         bad = BadRow(where, line, known.problem(first))
         if mode == "fail":
@@ -103,6 +124,20 @@ class SplitData:
     def chunks(self, chunk: int) -> list[int]:
         """Chunks of ``chunk`` rows in each of ``files()`` (what a store keeps per file)."""
         return [math.ceil(self.manifest.shards[j].count / chunk) for j in self.shards()]
+
+
+class SplitCounts:
+    """A task's examples of each split per shard file (``counts``: split name -> them), where
+    a row is not one example (windows, packed sequences, rows left out), as the stream
+    reads them (``source``)."""
+
+    counts: dict[str, list[int]]
+
+    def size(self, split: SplitData | None) -> int:
+        return sum(self.counts[split.name]) if split is not None else 0
+
+    def source(self, split: SplitData) -> Source:
+        return split.source(self.counts[split.name])
 
 
 @dataclass

@@ -1,22 +1,18 @@
-"""Input streams over prepared shards: sharding by file, the order of each pass, exact
-resume, evaluation passes.
+"""Input streams over prepared shards: the order of each pass, exact resume, evaluation
+passes.
 
 Every task's training input is one infinite stream per input pipeline, a sequence of
 *passes* over that pipeline's examples. What a pass reads is decided here, once for all
-tasks; what an example is (a parsed row, a window of a sentence...) is the task's
-``examples(file, file_index)`` function.
+tasks (which files each pipeline reads and how many steps a pass has: ``plan.py``); what
+an example is (a parsed row, a window of a sentence...) is the task's ``examples(file,
+file_index)`` function.
 
-* **Sharding.** Files are the unit: the shard list is permuted once with the run's seed
-  (the same permutation on every worker) and pipeline ``i`` of ``N`` reads files ``i::N``
-  of it, as Model Garden's input reader does. With fewer files than pipelines every
-  pipeline reads every file and keeps elements ``i::N`` (said once in the log).
 * **A pass.** Pass ``e`` merges all the pipeline's files (``_merged``): runs of
   ``merge_unit(block)`` examples of each file, taken in an order drawn from ``(seed, e)``,
   so a sorted source or one file per class reaches every block mixed. It cuts the merged
   examples into consecutive blocks of ``data.shuffle_buffer`` and permutes each block
-  with a seed of ``(seed, e, block)``. Every pipeline takes the same number of examples
-  per pass (``examples_per_pass``: whole global batches of the smallest part), so all
-  workers run the same steps. Block 0 reads the files one after another, in order.
+  with a seed of ``(seed, e, block)``. Block 0 reads the files one after another, in
+  order.
 * **Exact resume.** Because the order is a function of the position, a stream can start
   anywhere: at example ``p`` of pass ``e`` it draws the pass's merge order again, finds
   the runs wholly before the block of ``p`` and each file's share of them, skips those
@@ -35,140 +31,22 @@ machine; the same pass over chunks at several hundred thousand).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from tfapp.data import pipeline as stages
+from tfapp.data.input import pipeline as stages
+from tfapp.data.input.plan import Part, Source, Start, StepPlan, partition
 from tfapp.errors import DataError
 
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["Source", "Part", "partition", "steps_per_pass", "training_stream", "eval_stream",
-           "Start", "start_at", "service_stream", "batches"]
-
-log = logging.getLogger("tfapp.data")
+__all__ = ["ExamplesFn", "batches", "eval_stream", "in_order", "rows", "service_stream",
+           "skip_rows", "take_rows", "training_stream"]
 
 ExamplesFn = Callable[[tf.Tensor, tf.Tensor], tf.data.Dataset]
 #: the most examples a merged pass takes from one file at a time
 MAX_UNIT = 64
-_warned: set[str] = set()
-
-
-@dataclass(frozen=True)
-class Source:
-    """One split as pipelines read it: its shard files and how many examples each gives.
-
-    Attributes:
-      name: the split (train/validation/test), for messages.
-      files: shard paths, in manifest order.
-      counts: examples of this split in each file (after the task's filters).
-    """
-
-    name: str
-    files: tuple[str, ...]
-    counts: tuple[int, ...]
-
-    @property
-    def size(self) -> int:
-        return int(sum(self.counts))
-
-
-@dataclass(frozen=True)
-class Part:
-    """What one input pipeline reads of a ``Source``.
-
-    Attributes:
-      files: indices (into ``Source.files``) of the files it reads, in a fixed order.
-      element_shard: ``(index, count)`` when it reads every file and keeps elements
-        ``index::count`` (fewer files than pipelines), else None.
-      size: examples it gets per full pass.
-    """
-
-    files: tuple[int, ...]
-    element_shard: tuple[int, int] | None
-    size: int
-
-
-@dataclass(frozen=True)
-class Start:
-    """Where a training stream begins: ``consumed`` examples into pass ``epoch``."""
-
-    epoch: int = 0
-    consumed: int = 0
-
-
-def start_at(batches: int, steps: int, examples_per_step: int) -> Start:
-    """Where a pipeline resumes after ``batches`` global batches (``steps`` per pass,
-    ``examples_per_step`` of them from this pipeline per step)."""
-    return Start(batches // steps, batches % steps * examples_per_step) if steps else Start()
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    """A training input's step arithmetic, the one copy every task uses (``plan_steps``).
-
-    Attributes:
-      global_batch: examples per optimizer step, over all replicas.
-      pipelines: input pipelines (one per input worker).
-      steps: steps in one pass over the training split.
-      start: where a resumed run's stream begins.
-    """
-
-    global_batch: int
-    pipelines: int
-    steps: int
-    start: Start
-
-    @property
-    def per_step(self) -> int:
-        """Examples each input pipeline gives one step."""
-        return self.global_batch // self.pipelines
-
-    def first_batch(self, local_batch: int) -> int:
-        """The stream's batch number (of ``local_batch`` examples) at ``start``."""
-        return (self.start.epoch * self.steps * self.per_step + self.start.consumed) \
-            // local_batch
-
-    def eval_steps(self, examples: int) -> int | None:
-        """Steps of an evaluation pass over ``examples`` (fit needs the count: a
-        distributed dataset has no known size); None without examples."""
-        return -(-examples // self.global_batch) if examples else None
-
-
-def plan_steps(source: Source, *, global_batch: int, pipelines: int, seed: int,
-               resumed_batches: int = 0) -> StepPlan:
-    """The ``StepPlan`` of training on ``source``: whole steps of the smallest pipeline's
-    part per pass, resumed after ``resumed_batches`` global batches."""
-    per_step = global_batch // pipelines
-    steps = steps_per_pass(source, pipelines, per_step, seed)
-    return StepPlan(global_batch, pipelines, steps, start_at(resumed_batches, steps, per_step))
-
-
-def partition(source: Source, index: int, count: int, seed: int) -> Part:
-    """The part pipeline ``index`` of ``count`` reads (see the module docstring)."""
-    n = len(source.files)
-    if count <= 1:
-        return Part(tuple(range(n)), None, source.size)
-    if n >= count:
-        order = np.random.default_rng(seed).permutation(n)
-        mine = tuple(int(j) for j in order[index::count])
-        return Part(mine, None, int(sum(source.counts[j] for j in mine)))
-    if source.name not in _warned:
-        _warned.add(source.name)
-        log.warning("data: the %s split has %d file(s) for %d input pipelines; each reads "
-                    "every file and keeps every %d-th example (prepare more shards to shard "
-                    "by file)", source.name, n, count, count)
-    return Part(tuple(range(n)), (index, count), len(range(index, source.size, count)))
-
-
-def steps_per_pass(source: Source, pipelines: int, examples_per_step: int, seed: int) -> int:
-    """Training steps in one pass: whole steps of the smallest pipeline's part (every
-    pipeline takes part in every step)."""
-    return min(partition(source, i, pipelines, seed).size for i in range(pipelines)) \
-        // examples_per_step
 
 
 def _files(source: Source, part: Part) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -299,7 +177,7 @@ def _permute_blocks(dataset: tf.data.Dataset, block: int, first_block: tf.Tensor
 
 
 def training_stream(source: Source, part: Part, examples: ExamplesFn, *, seed: int,
-                    block: int, examples_per_pass: int, start: Start = Start(),
+                    block: int, examples_per_pass: int, start: Start | None = None,
                     read_to_end: bool = False) -> tf.data.Dataset:
     """The endless chunked example stream of one pipeline: pass after pass from ``start``.
 
@@ -307,9 +185,10 @@ def training_stream(source: Source, part: Part, examples: ExamplesFn, *, seed: i
     ``examples_per_pass`` examples. ``examples(file, file_index)`` gives the examples of
     one shard file in chunks, in file order, the same on every call. ``read_to_end``
     reads the rest of each pass's files (what a pass does not use, less than a global
-    batch on one pipeline) instead of stopping: a store (``tfapp.data.store``) then
+    batch on one pipeline) instead of stopping: a store (``tfapp.data.input.store``) then
     completes every file in the first pass.
     """
+    start = start or Start()
     files, index, counts = _files(source, part)
     shuffle = block > 0
     span = block if shuffle else 1
@@ -371,6 +250,12 @@ def eval_stream(source: Source, part: Part, examples: ExamplesFn) -> tf.data.Dat
     return dataset
 
 
+def in_order(source: Source, examples: ExamplesFn) -> tf.data.Dataset:
+    """Every example of ``source`` in file order, in chunks, on one pipeline (reports and
+    counts: what a split holds, not a training stream)."""
+    return eval_stream(source, partition(source, 0, 1, 0), examples)
+
+
 def service_stream(source: Source, examples: ExamplesFn, *, seed: int, block: int,
                    training: bool, deterministic: bool = False) -> tf.data.Dataset:
     """One pass of ``source`` in the shape the tf.data service shards: a dataset of shard
@@ -400,42 +285,43 @@ def service_stream(source: Source, examples: ExamplesFn, *, seed: int, block: in
     return dataset
 
 
-def batches(source: Source, examples: ExamplesFn, data_cfg: Any, *, training: bool,
-            seed: int, batch_size: int, input_context: tf.distribute.InputContext | None,
-            start: Start | None = None, store: Any = None, what: str = "example",
-            grouping: Any = None) -> tf.data.Dataset:
-    """Batches of one pipeline of ``source``: the training stream from ``start`` (whole
-    per-replica batches) or an evaluation pass (every example), or the tf.data service's
-    shape of them when ``data.service.address`` is set. ``batch_size`` is the global
-    batch; ``store`` (``tfapp.data.store``), when ``examples`` reads through one, makes
-    the first pass read its files to the end so the store completes. A DataError when a
-    training pipeline's part holds less than one step (``what``: its unit, for it).
+def batches(source: Source, examples: ExamplesFn, data_cfg: Any, *, plan: StepPlan,
+            training: bool, input_context: tf.distribute.InputContext | None,
+            store: Any = None, what: str = "example", grouping: Any = None) -> tf.data.Dataset:
+    """Batches of one pipeline of ``source``: the training stream from ``plan.start``
+    (whole per-replica batches of ``plan.global_batch``, ``plan.steps`` a pass) or an
+    evaluation pass (every example), or the tf.data service's shape of them when
+    ``data.service.address`` is set. ``store`` (``tfapp.data.input.store``), when
+    ``examples`` reads through one, makes the first pass read its files to the end so the
+    store completes. A DataError when a training pipeline's part holds less than one step
+    (``what``: its unit, for it).
 
-    With a ``grouping`` (``tfapp.data.lengths.Grouping``) batches are grouped by length
-    (windows of whole batches, aligned to the stream's batch count so a resume rebuilds
-    its window and skips the batches already done)."""
-    start = start or Start()
-    pipelines, index, local_batch, replicas = 1, 0, batch_size, 1
+    With a ``grouping`` (``tfapp.data.input.lengths.Grouping``) batches are grouped by
+    length (windows of whole batches, aligned to the stream's batch count so a resume
+    rebuilds its window and skips the batches already done)."""
+    seed, start = plan.seed, plan.start
+    pipelines, index, local_batch, replicas = 1, 0, plan.global_batch, 1
     if input_context is not None:
         pipelines, index = input_context.num_input_pipelines, input_context.input_pipeline_id
-        local_batch = input_context.get_per_replica_batch_size(batch_size)
+        local_batch = input_context.get_per_replica_batch_size(plan.global_batch)
         replicas = input_context.num_replicas_in_sync // pipelines
-    plan = grouping.plan(local_batch, replicas) if grouping is not None else None
+    length_plan = grouping.plan(local_batch, replicas) if grouping is not None else None
     if data_cfg.service.address:
         dataset = service_stream(source, examples, seed=seed, block=data_cfg.shuffle_buffer,
                                  training=training, deterministic=data_cfg.deterministic)
-        if plan is not None:
-            return grouping(dataset.rebatch(plan.window_examples, drop_remainder=training),
-                            plan, training=training)
+        if length_plan is not None:
+            return grouping(dataset.rebatch(length_plan.window_examples,
+                                            drop_remainder=training),
+                            length_plan, training=training)
         return dataset.rebatch(local_batch, drop_remainder=training)
     part = partition(source, index, pipelines, seed)
     if not training:
         dataset = eval_stream(source, part, examples)
-        if plan is not None:
-            return grouping(dataset.rebatch(plan.window_examples), plan, training=False)
+        if length_plan is not None:
+            return grouping(dataset.rebatch(length_plan.window_examples), length_plan,
+                            training=False)
         return dataset.rebatch(local_batch)
-    per_step = batch_size // pipelines
-    steps = steps_per_pass(source, pipelines, per_step, seed)
+    steps, per_step = plan.steps, plan.per_step
     if steps < 1:
         raise DataError(
             f"the {source.name} split has {source.size} {what}(s)"
@@ -443,8 +329,8 @@ def batches(source: Source, examples: ExamplesFn, data_cfg: Any, *, training: bo
                else "")
             + f", fewer than one batch of {per_step}; training drops incomplete batches, "
             "so lower data.batch_size or add data")
-    first = (start.epoch * steps * per_step + start.consumed) // local_batch
-    aligned = first - first % plan.window_batches if plan is not None else first
+    first = plan.first_batch(local_batch)
+    aligned = first - first % length_plan.window_batches if length_plan is not None else first
     if aligned != first:
         done = aligned * local_batch
         start = Start(done // (steps * per_step), done % (steps * per_step))
@@ -454,10 +340,11 @@ def batches(source: Source, examples: ExamplesFn, data_cfg: Any, *, training: bo
     # Own buffers: rebatching chunks that were cut at a pass's end (slices aliasing their
     # chunk) makes TensorFlow log a 'RefCount not reliable' error line for each.
     dataset = dataset.map(_own_buffers)
-    if plan is None:
+    if length_plan is None:
         dataset = dataset.rebatch(local_batch, drop_remainder=True)
     else:
-        dataset = grouping(dataset.rebatch(plan.window_examples, drop_remainder=True), plan,
-                           training=True, first_window=aligned // plan.window_batches)
+        dataset = grouping(dataset.rebatch(length_plan.window_examples, drop_remainder=True),
+                           length_plan, training=True,
+                           first_window=aligned // length_plan.window_batches)
         dataset = dataset.skip(first - aligned)
     return stages.log_ids(dataset, first_batch=first, pipeline=index)

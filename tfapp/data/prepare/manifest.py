@@ -1,6 +1,6 @@
 """The manifest of prepared data: which shards, how many rows each, and what they hold.
 
-A prepared folder (``tfapp.data.prepare``) holds TFRecord shards of ``tf.train.Example``
+A prepared folder (``tfapp.data.prepare.builder``) holds TFRecord shards of ``tf.train.Example``
 rows and ``tfapp_manifest.json``. The manifest is what lets every later step work without
 a pass over the data, as TFDS's dataset info does:
 

@@ -20,7 +20,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from tfapp.data.formats.read import estimated_rows
-from tfapp.data.manifest import find_manifest, read_manifest
+from tfapp.data.input.parse import split_rows
+from tfapp.data.input.splits import SplitData
+from tfapp.data.prepare.manifest import find_manifest, read_manifest
 from tfapp.data.rows.read import file_formats, iter_rows
 from tfapp.data.rows.spec import Row, RowSpec, convert, kept_value
 from tfapp.errors import DataError
@@ -87,13 +89,11 @@ class InputRows:
         if pair and not self.manifest.settings.get("text_pair_column"):
             raise DataError(f"{self.what} {self.spec}: this model reads sentence pairs; the "
                             "prepared rows hold one text")
-        spec = {"text": tf.io.FixedLenFeature([], tf.string),
-                "id": tf.io.FixedLenFeature([], tf.int64)}
-        if pair:
-            spec["text_pair"] = tf.io.FixedLenFeature([], tf.string)
-        for path in self.files:
-            dataset = tf.data.TFRecordDataset(path).batch(1024).map(
-                lambda r: tf.io.parse_example(r, spec))
+        texts = ["text", "text_pair"] if pair else ["text"]
+        rows = split_rows(SplitData("input", self.manifest),
+                          {k: tf.io.FixedLenFeature([], tf.string) for k in texts}, 1024)
+        for j, path in enumerate(self.files):
+            dataset = rows(tf.constant(path), tf.constant(j, tf.int64))
             number = 0
             for batch in dataset.as_numpy_iterator():
                 for i in range(len(batch["id"])):

@@ -9,26 +9,18 @@ rows of ``seq_length - 2`` pieces, each row framed as ``[CLS] ... [SEP]``; only 
 last row is padded.
 
 Because chunks are packed independently, the number of sequences of a file is fixed by
-its texts, the tokeniser and ``seq_length``; ``packed_counts`` counts them once (cached),
-so the stream knows each file's size, and steps per pass and exact resume work as for
-examples read one per row.
+its texts, the tokeniser and ``seq_length``; the masked-LM examples
+(``tfapp.data.examples.mlm``) count them once (cached), so the stream knows each file's
+size, and steps per pass and exact resume work as for examples read one per row.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable
-from typing import Any
 
-from tfapp.atomic import read_state, write_text
-from tfapp.cachedir import usable_cache_dir
-from tfapp.data.splits import SplitData
-
-import numpy as np
 import tensorflow as tf
 
-__all__ = ["PACK_TEXTS", "pack_texts", "packed_counts"]
+__all__ = ["PACK_TEXTS", "pack_texts"]
 
 # Texts packed together: a chunk's last row is padded, so larger chunks pad less (at 512
 # short texts, well under 1% of the pieces).
@@ -61,26 +53,3 @@ def pack_texts(tokenize: Callable[[tf.Tensor], tf.RaggedTensor], texts: tf.Tenso
     return {"input_word_ids": tf.ensure_shape(ids, [None, seq_length]),
             "input_mask": tf.ensure_shape(mask, [None, seq_length]),
             "input_type_ids": tf.zeros_like(ids)}
-
-
-def packed_counts(split: SplitData, texts: Callable[[tf.Tensor, tf.Tensor], tf.data.Dataset],
-                  pack: Callable[[dict[str, tf.Tensor]], dict[str, tf.Tensor]],
-                  key: Any) -> list[int]:
-    """Packed sequences per file of ``split`` (``texts(file, index)``: its chunks of
-    ``PACK_TEXTS`` texts; ``pack``: a chunk -> its sequences): one tokenising pass, cached
-    under the cache folder by the prepared data and ``key`` (tokeniser, length)."""
-    digest = hashlib.sha256(repr(("mlm-packed", 1, split.manifest.root,
-                                  split.manifest.to_json(), split.selector, PACK_TEXTS,
-                                  key)).encode()).hexdigest()[:16]
-    path = usable_cache_dir() / "counts" / f"mlm-{split.name}-{digest}.json"
-    cached = read_state(path, "packed sequence counts") if path.is_file() else None
-    if cached is None:
-        counts = []
-        for j, file in enumerate(split.files()):
-            chunks = texts(tf.constant(file), tf.constant(j, tf.int64)).map(
-                lambda chunk: tf.shape(pack(chunk)["input_word_ids"])[0],
-                num_parallel_calls=tf.data.AUTOTUNE)
-            counts.append(int(np.sum(list(chunks.as_numpy_iterator()), dtype=np.int64)))
-        cached = {"counts": counts}
-        write_text(path, json.dumps(cached) + "\n")
-    return [int(c) for c in cached["counts"]]

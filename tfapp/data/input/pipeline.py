@@ -3,31 +3,26 @@
 * ``finalize``: ``data.service.address`` (hand the pipeline to a tf.data service
   dispatcher, ``apply_service``), ``data.prefetch`` (``AUTOTUNE``) and the
   ``tf.data.Options`` (autotune on, map parallelisation, determinism, sharding policy).
-* ``distribute``: one pipeline per input worker (``distribute_datasets_from_function``).
 * ``log_ids``: a diagnostic of which examples each training batch holds.
 
-How the examples are read (files, order, resume) is ``tfapp.data.stream``; where they
-are stored preprocessed (``data.snapshot``, ``data.cache``) is ``tfapp.data.store``.
+How the examples are read (files, order, resume) is ``tfapp.data.input.stream``; where they
+are stored preprocessed (``data.snapshot``, ``data.cache``) is ``tfapp.data.input.store``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
-from typing import Any
 
 from tfapp.config import DataConfig, DataServiceConfig
 
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["make_options", "apply_service", "finalize", "distribute", "log_ids",
+__all__ = ["make_options", "apply_service", "finalize", "log_ids",
            "serialized_graph_bytes", "SERVICE_MODES", "INPUT_LOG"]
 
 log = logging.getLogger("tfapp.data")
-
-
 
 
 def make_options(data_cfg: DataConfig, *, sharded_by_context: bool,
@@ -124,18 +119,3 @@ def log_ids(dataset: tf.data.Dataset, *, first_batch: int = 0, pipeline: int = 0
             return tf.nest.map_structure(tf.identity, batch)
 
     return dataset.enumerate(start=first_batch).map(record)
-
-
-def distribute(strategy: tf.distribute.Strategy,
-               dataset_fn: Callable[[tf.distribute.InputContext], tf.data.Dataset]) -> Any:
-    """One input pipeline per input worker, sharded by its ``InputContext``.
-
-    ``dataset_fn(input_context)`` must shard by ``input_context.input_pipeline_id`` and
-    batch to ``input_context.get_per_replica_batch_size(global_batch)`` --
-    ``make_classification_dataset(..., input_context=ctx)`` does both. The result feeds
-    ``model.fit`` directly; each step gets one per-replica batch per replica, i.e. one
-    global batch in total.
-    """
-    return strategy.distribute_datasets_from_function(dataset_fn)
-
-

@@ -1,19 +1,14 @@
-"""Text-classification inputs: labelled rows streamed from prepared shards into BERT batches.
+"""Text-classification examples: labelled rows streamed from prepared shards into BERT
+batches.
 
-The classifier task calls, in order::
-
-    splits = load_classification_splits(cfg.data, seed=..., label_vocab_path=...)
-    preprocess = make_bert_preprocess_fn(hub_preprocessor=..., seq_length=...)
-    train = distribute(strategy, lambda ctx: make_classification_dataset(
-        splits, splits.train, preprocess, cfg.data, batch_size=global_batch, training=True,
-        seed=seed, input_context=ctx, start=start))
-
-The rows come from prepared shards (``tfapp.data.splits``); they are parsed, selected
-(held-out splits), label-encoded and tokenised in tf.data, in chunks, by the one input
-reader (``tfapp.data.reader``), and never held in memory or in the graph. Elements
-are ``(features, labels)``: ``features`` a dict of int32 ``[batch, seq_length]``
-``input_word_ids`` / ``input_mask`` / ``input_type_ids``; ``labels`` int32 ``[batch]``
-or, for multi-label data, float32 multi-hot ``[batch, num_classes]``.
+The rows come from prepared shards (``tfapp.data.input.splits``); they are parsed,
+selected (held-out splits), label-encoded and tokenised in tf.data, in chunks, by the one
+input reader (``tfapp.data.input.reader``), and never held in memory or in the graph.
+``load_classification_splits`` settles the label vocabulary; ``classification_examples``
+says what an example of a split is. Elements are ``(features, labels)``: ``features`` a
+dict of int32 ``[batch, seq_length]`` ``input_word_ids`` / ``input_mask`` /
+``input_type_ids``; ``labels`` int32 ``[batch]`` or, for multi-label data, float32
+multi-hot ``[batch, num_classes]``.
 """
 
 from __future__ import annotations
@@ -25,30 +20,38 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfapp.config import ClassifierDataConfig
-from tfapp.data import lengths, reader, stream
-from tfapp.data.manifest import BUCKETS
-from tfapp.data.prepare import RowSpec
+from tfapp.data.input import reader, stream
+from tfapp.data.input.lengths import Lengths, mask_lengths
+from tfapp.data.input.parse import cached_counts, split_rows
+from tfapp.data.input.splits import (
+    PreparedSplits,
+    SplitCounts,
+    SplitData,
+    prepared_splits,
+    resolve_demo,
+)
 from tfapp.data.rows.bad_rows import BadRowReport
 from tfapp.data.rows.names import KnownNames, LabelVocab, read_label_vocab, write_label_vocab
-from tfapp.data.splits import PreparedSplits, SplitData, prepared_splits
+from tfapp.data.rows.spec import RowSpec
+from tfapp.data.text.bert_preprocess import FEATURE_KEYS
 from tfapp.demo import DEMO_DIR
 from tfapp.errors import DataError
 
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["ClassificationSplits", "load_classification_splits", "make_classification_dataset",
-           "resolve_demo", "raw_batches"]
+__all__ = ["ClassificationSplits", "classification_examples", "demo_files",
+           "load_classification_splits", "raw_batches", "token_lengths"]
 
 log = logging.getLogger("tfapp.data")
 
 
 @dataclass
-class ClassificationSplits:
+class ClassificationSplits(SplitCounts):
     """The splits of a classification dataset and facts about its labels.
 
     Attributes:
-      prepared: the prepared data of each split (``tfapp.data.splits``).
+      prepared: the prepared data of each split (``tfapp.data.input.splits``).
       label_names: label names in id order (also in labels.json).
       multi_label: labels are multi-hot rows (sigmoid per class) instead of class ids.
       class_counts: rows carrying each label in the training files (class weights).
@@ -81,32 +84,10 @@ class ClassificationSplits:
     def test(self) -> SplitData | None:
         return self.prepared.test
 
-    def size(self, split: SplitData | None) -> int:
-        return sum(self.counts[split.name]) if split is not None else 0
 
-    def source(self, split: SplitData) -> stream.Source:
-        return split.source(self.counts[split.name])
-
-
-def demo_file(split: str) -> str:
-    """Path of the classification demo CSV shipped inside the package (train/validation/test)."""
-    return str(DEMO_DIR / f"reviews_{split}.csv")
-
-
-def resolve_demo(data_cfg: ClassifierDataConfig) -> tuple[str, str, str]:
-    """(train, validation, test) file specs with ``demo`` mapped to the shipped CSVs.
-
-    ``train_files: demo`` also fills empty validation/test specs with the demo's own
-    validation and test files, so the default run evaluates on held-out data.
-    """
-    train, validation, test = data_cfg.train_files, data_cfg.validation_files, data_cfg.test_files
-    if train.strip() == "demo":
-        train = demo_file("train")
-        validation = validation or demo_file("validation")
-        test = test or demo_file("test")
-    validation = demo_file("validation") if validation.strip() == "demo" else validation
-    test = demo_file("test") if test.strip() == "demo" else test
-    return train, validation, test
+def demo_files(data_cfg: ClassifierDataConfig) -> tuple[str, str, str]:
+    """(train, validation, test) file specs, ``demo`` mapped to the shipped CSVs."""
+    return resolve_demo(data_cfg, lambda split: str(DEMO_DIR / f"reviews_{split}.csv"))
 
 
 def _vocab(data_cfg: ClassifierDataConfig, train: SplitData, path: Path | None, keep: bool
@@ -150,7 +131,7 @@ def load_classification_splits(data_cfg: ClassifierDataConfig, seed: int,
     """
     if data_cfg.format == "tfds" and data_cfg.train_files == "demo":
         raise DataError("data.format=tfds needs data.train_files=NAME[:SPLIT], not 'demo'")
-    train_spec, val_spec, test_spec = resolve_demo(data_cfg)
+    train_spec, val_spec, test_spec = demo_files(data_cfg)
     if data_cfg.format == "tfds":
         train_spec = train_spec if ":" in train_spec else f"{train_spec}:train"
         name = train_spec.split(":")[0]
@@ -192,59 +173,37 @@ def _split_counts(splits: ClassificationSplits, split: SplitData, data_cfg: Clas
     unknown, bad = split.unknown_names(known, data_cfg.on_bad_rows)
     if not unknown:
         return split.counts()
-    counts = []
-    examples = _examples_fn(split, splits, with_text=False)
-    for j, path in enumerate(split.files()):
-        counts.append(int(examples(tf.constant(path), tf.constant(j, tf.int64)).reduce(
-            np.int64(0), lambda n, chunk: n + stream.rows(chunk))))
+    counts = cached_counts("classifier", split, (splits.label_names, splits.multi_label),
+                           _examples_fn(split, splits, with_text=False),
+                           lambda chunk: tf.stack([stream.rows(chunk)]))[:, 0].tolist()
     splits.report.add(split.name, bad, split.rows - sum(counts))
     return counts
 
 
 def _examples_fn(split: SplitData, splits: ClassificationSplits, *,
-                 with_text: bool = True, chunk: int = reader.READ_CHUNK
-                 ) -> Callable[[tf.Tensor, tf.Tensor], tf.data.Dataset]:
+                 with_text: bool = True, chunk: int = reader.READ_CHUNK) -> stream.ExamplesFn:
     """``examples(file, index)``: the rows of one shard file that belong to ``split`` and
     whose labels are known, as ``{"text"[, "text_pair"], "label", "id"}``, in chunks (the
     rows of each parsed batch of ``chunk`` records)."""
     pair = bool(splits.train.manifest.settings.get("text_pair_column"))
-    spec = {"labels": tf.io.RaggedFeature(tf.string, row_splits_dtype=tf.int64),
-            "id": tf.io.FixedLenFeature([], tf.int64),
-            "bucket": tf.io.FixedLenFeature([], tf.int64)}
-    if with_text:
-        spec["text"] = tf.io.FixedLenFeature([], tf.string)
-        if pair:
-            spec["text_pair"] = tf.io.FixedLenFeature([], tf.string)
+    texts = (["text"] + (["text_pair"] if pair else [])) if with_text else []
+    features = {"labels": tf.io.RaggedFeature(tf.string, row_splits_dtype=tf.int64),
+                **{name: tf.io.FixedLenFeature([], tf.string) for name in texts}}
     names = splits.label_names
     table = tf.lookup.StaticHashTable(
         tf.lookup.KeyValueTensorInitializer(tf.constant(names), tf.range(len(names))), -1)
-    selector = split.selector
     multi, classes = splits.multi_label, len(names)
 
-    def parse(records: tf.Tensor) -> dict[str, tf.Tensor]:
-        rows = tf.io.parse_example(records, spec)
+    def select(rows: dict[str, tf.Tensor]) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
         ids = tf.ragged.map_flat_values(table.lookup, rows["labels"])
-        keep = tf.reduce_all(ids >= 0, axis=1)
-        if not selector.everything:
-            rotated = (rows["bucket"] + selector.rotation) % BUCKETS
-            keep &= (rotated >= selector.low) & (rotated < selector.high)
         if multi:
             label = tf.reduce_sum(tf.one_hot(ids, classes, dtype=tf.float32), axis=1)
         else:
             label = tf.cast(ids[:, :1].to_tensor(default_value=0)[:, 0], tf.int32)
-        out = {"label": label, "id": rows["id"]}
-        if with_text:
-            out["text"] = rows["text"]
-            if pair:
-                out["text_pair"] = rows["text_pair"]
-        return {k: tf.boolean_mask(v, keep) for k, v in out.items()}
+        return ({"label": label, "id": rows["id"], **{name: rows[name] for name in texts}},
+                tf.reduce_all(ids >= 0, axis=1))
 
-    def examples(file: tf.Tensor, index: tf.Tensor) -> tf.data.Dataset:
-        del index
-        return tf.data.TFRecordDataset(file).batch(chunk).map(
-            parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-
-    return examples
+    return split_rows(split, features, chunk, select)
 
 
 def _tokenize(preprocess_fn: Callable, seq_length: int) -> Callable:
@@ -268,9 +227,9 @@ def _model_inputs(batch: dict[str, tf.Tensor]) -> tuple[dict[str, tf.Tensor], tf
 
 def classification_examples(splits: ClassificationSplits, split: SplitData,
                             preprocess_fn: Callable, seq_length: int) -> reader.Examples:
-    """How ``split``'s rows are read and tokenised (``tfapp.data.reader``)."""
-    spec = {k: tf.TensorSpec([None, seq_length], tf.int32)
-            for k in ("input_word_ids", "input_mask", "input_type_ids")}
+    """How ``split``'s rows are read and tokenised (``tfapp.data.input.reader``); length
+    buckets place their boundaries by the training texts' token lengths."""
+    spec = {k: tf.TensorSpec([None, seq_length], tf.int32) for k in FEATURE_KEYS}
     spec["label"] = (tf.TensorSpec([None, splits.num_classes], tf.float32)
                      if splits.multi_label else tf.TensorSpec([None], tf.int32))
     spec["id"] = tf.TensorSpec([None], tf.int64)
@@ -285,7 +244,8 @@ def classification_examples(splits: ClassificationSplits, split: SplitData,
                  "input_mask": tf.uint8, "input_type_ids": tf.uint8, "label": label,
                  "id": tf.int64},
         key=(splits.label_names, splits.multi_label, _fingerprint(preprocess_fn), seq_length),
-        describe={"seq_length": seq_length, "labels": splits.label_names})
+        describe={"seq_length": seq_length, "labels": splits.label_names},
+        lengths=Lengths(lambda: token_lengths(splits, preprocess_fn), seq_length))
 
 
 def _fingerprint(preprocess_fn: Callable) -> str:
@@ -298,21 +258,6 @@ def _fingerprint(preprocess_fn: Callable) -> str:
     return f"{module}.{getattr(preprocess_fn, '__qualname__', repr(preprocess_fn))}"
 
 
-def make_classification_dataset(splits: ClassificationSplits, split: SplitData,
-                                preprocess_fn: Callable[..., dict],
-                                data_cfg: ClassifierDataConfig, *,
-                                batch_size: int, training: bool, seed: int,
-                                input_context: tf.distribute.InputContext | None = None,
-                                start: stream.Start | None = None,
-                                grouping: lengths.Grouping | None = None) -> tf.data.Dataset:
-    """The tf.data pipeline of one split: ``(features, labels)`` batches
-    (``tfapp.data.reader.read_batches``: ``batch_size`` is the global batch)."""
-    return reader.read_batches(
-        classification_examples(splits, split, preprocess_fn, data_cfg.seq_length), data_cfg,
-        batch_size=batch_size, training=training, seed=seed, input_context=input_context,
-        start=start, grouping=grouping)
-
-
 def token_lengths(splits: ClassificationSplits, preprocess_fn: Callable[..., dict],
                   rows: int = 4096) -> np.ndarray:
     """Token lengths of the first ``rows`` training examples (in file order, the same on
@@ -322,7 +267,7 @@ def token_lengths(splits: ClassificationSplits, preprocess_fn: Callable[..., dic
         texts = [tf.constant(batch["text"])]
         if "text_pair" in batch:
             texts.append(tf.constant(batch["text_pair"]))
-        out.append(lengths.mask_lengths(preprocess_fn(*texts)).numpy())
+        out.append(mask_lengths(preprocess_fn(*texts)).numpy())
         if sum(len(o) for o in out) >= rows:
             break
     return np.concatenate(out)[:rows] if out else np.zeros([0], np.int32)
@@ -332,7 +277,5 @@ def raw_batches(splits: ClassificationSplits, split: SplitData, batch: int = 256
                 ) -> Iterator[dict[str, np.ndarray]]:
     """The examples of ``split`` in order, as NumPy batches of text(s), label and id (for
     reports: no tokenising, one pipeline)."""
-    source = splits.source(split)
-    part = stream.partition(source, 0, 1, 0)
-    dataset = stream.eval_stream(source, part, _examples_fn(split, splits))
+    dataset = stream.in_order(splits.source(split), _examples_fn(split, splits))
     yield from dataset.rebatch(batch).prefetch(2).as_numpy_iterator()

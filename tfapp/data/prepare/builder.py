@@ -1,8 +1,8 @@
 """Prepare input files once: rows -> TFRecord shards of ``tf.train.Example`` + a manifest.
 
-Training streams prepared shards (``tfapp.data.stream``): nothing is parsed in Python or
+Training streams prepared shards (``tfapp.data.input.stream``): nothing is parsed in Python or
 held in memory at run time, workers read their own shards, and the manifest
-(``tfapp.data.manifest``) gives every count without a pass over the data. A run given raw
+(``tfapp.data.prepare.manifest``) gives every count without a pass over the data. A run given raw
 files prepares them into tfapp's cache on first use (``prepared``), keyed by the files'
 identity (path, size, modification time), and reuses that next time;
 ``python -m tfapp.prepare`` does it ahead of time into a folder of your choice, in
@@ -21,7 +21,7 @@ How rows are read (``RowSpec`` says what a row is; ``tfapp.data.rows``):
 
 Either way a bad row is reported as ``FILE:LINE: problem`` under ``data.on_bad_rows``
 (fail: the first one stops; skip: counted and listed in the manifest), exactly as the
-readers report it. Rows become records column-wise (``tfapp.data.records``).
+readers report it. Rows become records column-wise (``tfapp.data.prepare.records``).
 
 Each source is prepared on its own (sources run in parallel threads): its shards
 (``data/shards.py``) are written under temporary names and renamed when complete, then a
@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfapp.data.formats.files import Fallback
-from tfapp.data.manifest import (
+from tfapp.data.prepare.manifest import (
     FORMAT_VERSION,
     MANIFEST,
     Manifest,
@@ -59,25 +59,25 @@ from tfapp.data.manifest import (
     read_manifest,
     row_buckets,
 )
-from tfapp.data.records import encode_examples
+from tfapp.data.prepare.records import encode_examples
+from tfapp.data.prepare.shards import SHARD_BYTES, SplitWriters
 from tfapp.data.rows.bad_rows import SKIP_OPTION, BadRowPolicy, BadRowReport, SourceLog
 from tfapp.data.rows.columnar import RowBatch, fast_rows
 from tfapp.data.rows.read import file_format, python_rows
-from tfapp.data.rows.spec import KINDS, RowSpec
-from tfapp.data.shards import SHARD_BYTES, SplitWriters
+from tfapp.data.rows.spec import RowSpec
 from tfapp.data.text.tags import EntityCounts
 from tfapp.errors import DataError
 
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["RowSpec", "prepare", "prepared", "KINDS", "Prepared", "merge", "cache_key"]
+__all__ = ["SOURCE_SHIFT", "Prepared", "cache_key", "merge", "prepare", "prepared"]
 
 log = logging.getLogger("tfapp.data")
 
 PARTS = ".parts"
 # A row number is unique within its source; the source's index goes above it.
-_SOURCE_SHIFT = 40
+SOURCE_SHIFT = 40
 
 
 def _prefetch(rows: Iterator[RowBatch], depth: int = 2) -> Iterator[RowBatch]:
@@ -129,7 +129,7 @@ def _prepare_source(index: int, path: str, spec: RowSpec, out: str, *, mode: str
 
     def run(rows: Iterator[RowBatch]) -> None:
         for batch in _prefetch(rows):
-            ids = (np.int64(index) << _SOURCE_SHIFT) | batch.lines
+            ids = (np.int64(index) << SOURCE_SHIFT) | batch.lines
             buckets = row_buckets(path, batch.lines)
             records = encode_examples({**batch.columns, "id": ids, "bucket": buckets})
             writer.write(records, buckets)

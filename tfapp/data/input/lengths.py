@@ -35,8 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["LengthPlan", "Grouping", "boundaries", "group", "WINDOW_BATCHES", "multiple_for",
-           "padding_efficiency", "mask_lengths", "trim_to_longest"]
+__all__ = ["LengthPlan", "Grouping", "Lengths", "boundaries", "group", "WINDOW_BATCHES",
+           "grouping_for", "multiple_for", "padding_efficiency", "mask_lengths",
+           "trim_to_longest"]
 
 #: batches sorted together (Hugging Face's LengthGroupedSampler uses megabatches of 50)
 WINDOW_BATCHES = 50
@@ -207,14 +208,30 @@ class Grouping:
                      first_window=first_window, length_fn=self.length_fn, keys=self.keys)
 
 
-def grouping_for(buckets: int, seq_length: int, seed: int, sample: np.ndarray, *,
-                 device_kind: str, input_pipelines: int, steps_per_execution: int | None = 1,
-                 length_fn: Callable[[dict], tf.Tensor] = mask_lengths,
-                 keys: tuple[str, ...] | None = None, length_name: str = "seq_length"
+@dataclass(frozen=True)
+class Lengths:
+    """What a task's length buckets group its examples by (``grouping_for``'s arguments).
+
+    Attributes:
+      sample: the lengths of some training examples, read only when buckets are on.
+      seq_length: the length examples arrive padded to; ``name`` its config key.
+      length_fn, keys: the ``Grouping``'s.
+    """
+
+    sample: Callable[[], np.ndarray]
+    seq_length: int
+    length_fn: Callable[[dict], tf.Tensor] = mask_lengths
+    keys: tuple[str, ...] | None = None
+    name: str = "seq_length"
+
+
+def grouping_for(buckets: int, lengths: Lengths, seed: int, *, device_kind: str,
+                 input_pipelines: int, steps_per_execution: int | None = 1
                  ) -> tuple[Grouping | None, str]:
     """The run's ``Grouping`` for ``data.length_buckets`` (None: every batch padded to
-    ``seq_length``) and a line saying what was chosen and why. ``length_fn`` and ``keys``
-    are the ``Grouping``'s; ``length_name`` names the config key of ``seq_length``."""
+    ``lengths.seq_length``) and a line saying what was chosen and why; ``lengths.sample``
+    is read only when buckets are possible."""
+    seq_length, length_name = lengths.seq_length, lengths.name
     if buckets <= 1:
         return None, f"every batch padded to {length_name} {seq_length} (data.length_buckets=" \
             f"{buckets})"
@@ -226,6 +243,7 @@ def grouping_for(buckets: int, seq_length: int, seed: int, sample: np.ndarray, *
         return None, (f"every batch padded to {length_name} {seq_length}: length buckets need "
                       f"one input pipeline (this run has {input_pipelines}; workers would "
                       "pad one step to different lengths)")
+    sample = lengths.sample()
     edges = boundaries(sample, buckets, seq_length, multiple_for(device_kind))
     if device_kind == "TPU" and steps_per_execution != 1 and len(edges) > 1:
         # Keras runs an execution's steps in one loop, compiled once for the TPU: the
@@ -238,7 +256,7 @@ def grouping_for(buckets: int, seq_length: int, seed: int, sample: np.ndarray, *
     if len(edges) == 1:
         return None, (f"every batch padded to {length_name} {seq_length}: the training texts' "
                       f"lengths leave one bucket at a multiple of {multiple_for(device_kind)}")
-    grouping = Grouping(edges, seq_length, seed, length_fn, keys)
+    grouping = Grouping(edges, seq_length, seed, lengths.length_fn, lengths.keys)
     plan = LengthPlan(edges, 32, 1, seq_length)
     return grouping, (f"{len(edges)} length buckets ({', '.join(map(str, edges))} tokens); "
                       f"{padding_efficiency(sample, None, seq_length):.0%} of a fixed-length "
