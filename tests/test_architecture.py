@@ -187,9 +187,10 @@ def test_the_cycle_check_sees_a_cycle_hidden_in_a_function():
     assert _cycles(_import_graph(sources)) == []
 
 
-def test_the_layers_contracts_name_every_module_of_tfapp_and_of_its_config():
+def test_the_layers_contracts_name_every_module_of_tfapp_its_config_and_its_data():
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
-    for container, folder in (("tfapp", PACKAGE), ("tfapp.config", PACKAGE / "config")):
+    for container, folder in (("tfapp", PACKAGE), ("tfapp.config", PACKAGE / "config"),
+                              ("tfapp.data", PACKAGE / "data")):
         (layers,) = [c for c in config["contracts"]
                      if c["type"] == "layers" and c["containers"] == [container]]
         named = {m.strip() for layer in layers["layers"] for part in layer.split("|")

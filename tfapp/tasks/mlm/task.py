@@ -133,8 +133,8 @@ class MaskedLMTask(Task):
         preprocess = make_bert_preprocess_fn(hub_preprocessor=str(preprocessor),
                                              seq_length=seq_length)
         examples = mlm_examples(texts, preprocess, seq_length, pack=m.pack, vocab=vocab)
-        log.info("masked LM: %d texts -> %d %s(s) of %d tokens", texts.rows,
-                 examples.source.size, examples.what, seq_length)
+        log.info("masked LM: %d texts -> %d %s of %d tokens", texts.rows, examples.source.size,
+                 "packed sequences" if m.pack else "texts", seq_length)
 
         def masked(ds: tf.data.Dataset, ctx: tf.distribute.InputContext, plan) -> Any:
             # The batch index seeds the masks: new masks every step, the same run for the
