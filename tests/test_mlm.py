@@ -125,7 +125,7 @@ def test_tensorflow_text_masks_are_not_reproducible():
     """Why MlmMasker is not tensorflow_text.mask_language_model (the same 80/10/10 rule):
     its RandomItemSelector and MaskValuesChooser draw with unseeded stateful ops, so the
     same seed gives other masks on a second pass. If this starts failing, the library
-    has become reproducible and can replace MlmMasker (tfapp/data/masking.py)."""
+    has become reproducible and can replace MlmMasker (tfapp/data/text/masking.py)."""
     import tensorflow_text as text
 
     def library_mask(step, features):

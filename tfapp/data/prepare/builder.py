@@ -24,7 +24,7 @@ Either way a bad row is reported as ``FILE:LINE: problem`` under ``data.on_bad_r
 readers report it. Rows become records column-wise (``tfapp.data.prepare.records``).
 
 Each source is prepared on its own (sources run in parallel threads): its shards
-(``data/shards.py``) are written under temporary names and renamed when complete, then a
+(``data/prepare/shards.py``) are written under temporary names and renamed when complete, then a
 part file records them (``.parts/source-NNNNN.json``). A rerun after a kill redoes only
 the sources without a part, and refuses a source whose size or modification time changed
 since its part was written. The manifest is written when every source has its part.
