@@ -134,16 +134,17 @@ import sys, time, dataclasses
 sys.path.insert(0, {repo!r})
 import tfapp
 from tfapp.config import load_config
-from tfapp.data.bert_preprocess import make_bert_preprocess_fn
-from tfapp.data.classification import load_classification_splits, make_classification_dataset
+from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
+from tfapp.data.examples.classification import classification_examples, load_classification_splits
+from tfapp.data.input.reader import read_batches
 from tfapp.hub.handles import resolve_hub_handle
 cfg = load_config({config!r}, [f"data.train_files={{sys.argv[1]}}", "data.validation_split=0",
                                *sys.argv[2:]])
 _, pre = resolve_hub_handle(cfg.model.hub_handle)
 pre = make_bert_preprocess_fn(hub_preprocessor=pre, seq_length=cfg.data.seq_length)
 splits = load_classification_splits(cfg.data, 0)
-ds = make_classification_dataset(splits, splits.train, pre, cfg.data, batch_size={batch},
-                                 training=True, seed=0)
+ds = read_batches(classification_examples(splits, splits.train, pre, cfg.data.seq_length),
+                  cfg.data, batch_size={batch}, training=True, seed=0)
 it = iter(ds)
 t = time.monotonic(); next(it); print("first batch", time.monotonic() - t, flush=True)
 for _ in range({warm}): next(it)

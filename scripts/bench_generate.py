@@ -41,7 +41,7 @@ sys.path.insert(0, str(SCRIPTS))
 
 import bench_common as bc  # noqa: E402
 
-PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3  # tfapp.data.text_lines' special ids
+PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3  # tfapp.data.text.words' special ids
 SUPPRESS = (PAD_ID, UNK_ID, START_ID, END_ID)  # [END] too: every row writes --words tokens
 PROMPTS = ["the baker", "the old fisherman", "in the morning", "the little girl"]
 TOP_K, TEMPERATURE = 5, 0.8
@@ -52,12 +52,12 @@ def load_model(run_dir: Path):
     sys.path.insert(0, str(REPO))
     import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
     from tfapp.config import load_config
-    from tfapp.data import text_lines as tl
+    from tfapp.data.text import words
     from tfapp.models import seq2seq
     from tfapp.run_layout import RunLayout
 
     cfg = load_config(run_dir / "params.yaml")
-    vocab = tl.load_vocabulary(run_dir / "vocab.txt")
+    vocab = words.load_vocabulary(run_dir / "vocab.txt")
     model = seq2seq.build_seq2seq(cfg.model, len(vocab), fused_lstm=False)  # XLA-friendly
     model.build_for(cfg.data.context_words, cfg.data.target_words)
     best = RunLayout(run_dir).best_checkpoint
@@ -314,15 +314,15 @@ def main(argv: list[str] | None = None) -> int:
               "python -m tfapp.train --config configs/generator.yaml", file=sys.stderr)
         return 2
     cfg, vocab, model = load_model(run_dir)  # imports tfapp first (tf-keras)
-    from tfapp.data import text_lines as tl
+    from tfapp.data.text import words
 
     import tensorflow as tf
 
     work = Path(a.work_dir or tempfile.mkdtemp(prefix="tfapp-bench-generate-"))
     work.mkdir(parents=True, exist_ok=True)
     export_weights(model, cfg, work / "weights.npz")
-    vec = tl.make_vectorizer(vocab)
-    enc = tl.prompt_encoder_ids(vec(tl.standardize(tf.constant(PROMPTS))),
+    vec = words.make_vectorizer(vocab)
+    enc = words.prompt_encoder_ids(vec(words.standardize(tf.constant(PROMPTS))),
                                 cfg.data.context_words).numpy()
     np.save(work / "prompts.npy", np.repeat(enc, 16, axis=0))  # 64 prompts
     print(f"model: {run_dir} ({cfg.model.units} units, {cfg.model.attention} attention, "

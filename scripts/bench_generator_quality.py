@@ -168,14 +168,15 @@ def run_lines(run: Path) -> tuple[list[str], list[str], list[str]]:
     """(training lines, test lines, vocabulary) of a finished run, read as it read them:
     its params.yaml (files, split seed, cleaning) and vocab.txt."""
     from tfapp.config import load_config
-    from tfapp.data import text_lines
+    from tfapp.data.examples import generator
+    from tfapp.data.text import words
 
     cfg = load_config(run / "params.yaml")
-    vocabulary = text_lines.load_vocabulary(run / "vocab.txt")
-    data = text_lines.build_generator_data(cfg.data, seed=cfg.runtime.seed,
+    vocabulary = words.load_vocabulary(run / "vocab.txt")
+    data = generator.build_generator_data(cfg.data, seed=cfg.runtime.seed,
                                            vocab_path=run / "vocab.txt", keep_vocab=True)
-    train, _ = text_lines.split_texts(data.splits.train, cfg.data)
-    test, _ = text_lines.split_texts(data.splits.test, cfg.data)
+    train, test = ([text for texts, _ in generator.iter_split_texts(split, cfg.data)
+                    for text in texts] for split in (data.splits.train, data.splits.test))
     if not test:
         raise SystemExit(f"{run}: the run has no test split (set data.test_files or "
                          "data.test_split)")

@@ -74,10 +74,15 @@ def measure(texts: Sequence[Sequence[str]]) -> dict:
 def held_out(lines: Sequence[str], texts: int, prompt_words: int) -> list[tuple[str, list]]:
     """(opening, the rest's words) of the first ``texts`` cleaned lines longer than
     ``prompt_words`` words."""
-    from tfapp.data.text_lines import clean_lines
+    from tfapp.data.text.words import standardize
 
+    import tensorflow as tf
+
+    if not lines:
+        return []
+    cleaned = [c.decode("utf-8") for c in standardize(tf.constant(list(lines)), True).numpy()]
     out = []
-    for line in clean_lines(list(lines)):
+    for line in filter(None, cleaned):
         words = line.split()
         if len(words) > prompt_words:
             out.append((" ".join(words[:prompt_words]), words[prompt_words:]))

@@ -19,7 +19,7 @@ seq_length]`` plus labels for one shuffled epoch (drop_last):
   tokenizer's own Rust threads (``TOKENIZERS_PARALLELISM=true``). Ratios are against the
   faster of the two;
 * **tfapp cold**: tfapp's training stream over the corpus written as a CSV and prepared
-  (``tfapp.data.stream``: the pass's seeded order, shuffle blocks, batch, tensorflow-text
+  (``tfapp.data.input.stream``: the pass's seeded order, shuffle blocks, batch, tensorflow-text
   tokenisation in a parallel map, prefetch), no snapshot or cache, one pass per
   repetition of one iterator over the endless stream, pulled by a compiled loop (as
   ``model.fit`` pulls; it keeps one iterator for the whole run);
@@ -177,8 +177,12 @@ def worker_tfapp(a: argparse.Namespace, texts: list[str], labels: np.ndarray, re
 
     import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
     from tfapp.config import ClassifierDataConfig
-    from tfapp.data.bert_preprocess import make_bert_preprocess_fn
-    from tfapp.data.classification import load_classification_splits, make_classification_dataset
+    from tfapp.data.examples.classification import (
+        classification_examples,
+        load_classification_splits,
+    )
+    from tfapp.data.input.reader import read_batches
+    from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
 
     import tensorflow as tf
 
@@ -206,8 +210,8 @@ def worker_tfapp(a: argparse.Namespace, texts: list[str], labels: np.ndarray, re
         cfg = dataclasses.replace(cfg, snapshot=str(work / f"snapshot-{a.corpus}"))
     start = time.perf_counter()
     splits = load_classification_splits(cfg, a.seed)
-    dataset = make_classification_dataset(splits, splits.train, preprocess, cfg,
-                                          batch_size=a.batch_size, training=True, seed=a.seed)
+    examples = classification_examples(splits, splits.train, preprocess, cfg.seq_length)
+    dataset = read_batches(examples, cfg, batch_size=a.batch_size, training=True, seed=a.seed)
     build_s = time.perf_counter() - start  # preparing the file (first row), building
     n_batches = len(texts) // a.batch_size
 
@@ -229,8 +233,8 @@ def worker_tfapp(a: argparse.Namespace, texts: list[str], labels: np.ndarray, re
     if replay:  # the first pass stores the token ids (untimed: the warm-up's own pass)
         epoch()
         epoch()  # its unused tail is read when the next pass starts: the store completes
-        iterator = iter(make_classification_dataset(
-            splits, splits.train, preprocess, cfg, batch_size=a.batch_size, training=True,
+        iterator = iter(read_batches(
+            examples, cfg, batch_size=a.batch_size, training=True,
             seed=a.seed))  # a new run's stream: it finds the store complete, and replays
     return info, lambda: bc.timed(epoch)
 
@@ -351,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.path.insert(0, str(REPO))
     from tfapp.atomic import write_text
-    from tfapp.data.vocab import build_wordpiece_vocab
+    from tfapp.data.text.vocab import build_wordpiece_vocab
 
     work = Path(a.work_dir or tempfile.mkdtemp(prefix="tfapp-bench-input-"))
     work.mkdir(parents=True, exist_ok=True)

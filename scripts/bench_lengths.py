@@ -135,20 +135,19 @@ def worker_tfapp(a: argparse.Namespace):
     sys.path.insert(0, str(REPO))
     import tfapp  # noqa: F401  (tf-keras before TensorFlow)
     from tfapp.config import ClassifierDataConfig, ClassifierModelConfig, OptimizerConfig
-    from tfapp.data.bert_preprocess import make_bert_preprocess_fn
-    from tfapp.data.classification import (
+    from tfapp.data.examples.classification import (
+        classification_examples,
         load_classification_splits,
-        make_classification_dataset,
-        token_lengths,
     )
-    from tfapp.data.lengths import grouping_for
+    from tfapp.data.input.lengths import grouping_for
+    from tfapp.data.input.reader import read_batches
+    from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
     from tfapp.hub.export import export_encoder, float32_policy
     from tfapp.models.bert import BertConfig, BertEncoder
     from tfapp.models.classifier import build_classifier
     from tfapp.training.metrics import build_loss, build_metrics
     from tfapp.training.optimizers import build_optimizer
 
-    import numpy as np
     import tensorflow as tf
     from bench_train import ExecutionEnds
 
@@ -159,11 +158,11 @@ def worker_tfapp(a: argparse.Namespace):
                              batch_size=a.batch, length_buckets=a.buckets)
     splits = load_classification_splits(d, 0)
     preprocess = make_bert_preprocess_fn(vocab_file=str(work / "vocab.txt"), seq_length=SEQ)
-    sample = token_lengths(splits, preprocess) if a.buckets > 1 else np.zeros([0])
-    grouping, why = grouping_for(a.buckets, SEQ, 0, sample, device_kind="CPU",
+    examples = classification_examples(splits, splits.train, preprocess, SEQ)
+    grouping, why = grouping_for(a.buckets, examples.lengths, 0, device_kind="CPU",
                                  input_pipelines=1)
-    ds = make_classification_dataset(splits, splits.train, preprocess, d, batch_size=a.batch,
-                                     training=True, seed=0, grouping=grouping)
+    ds = read_batches(examples, d, batch_size=a.batch, training=True, seed=0,
+                      grouping=grouping)
     real = computed = 0
     for features, _ in ds.take(a.steps):
         mask = features["input_mask"].numpy()

@@ -30,8 +30,8 @@ REPO = Path(__file__).resolve().parent.parent
 def efficiency(corpus: Path, hub: str, seq_length: int) -> dict[str, dict[str, float]]:
     sys.path.insert(0, str(REPO))
     import tfapp  # noqa: F401  (tf-keras first)
-    from tfapp.data.bert_preprocess import make_bert_preprocess_fn, read_bert_vocab
-    from tfapp.data.packing import PACK_TEXTS, pack_texts
+    from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn, read_bert_vocab
+    from tfapp.data.text.packing import PACK_TEXTS, pack_texts
     from tfapp.tasks.mlm.task import hub_module_dir
 
     import numpy as np

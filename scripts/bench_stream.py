@@ -1,5 +1,5 @@
 """Training-stream benchmark: examples/s of one pass that merges 1, 4 or 8 shard files at
-once (``tfapp.data.stream``: runs of ``merge_unit(block)`` rows from every file in a seeded
+once (``tfapp.data.input.stream``: runs of ``merge_unit(block)`` rows from every file in a seeded
 order, then shuffle blocks), against the same files read one after another in order
 (``shuffle_buffer: 0``), the shape of the stream before passes merged their files.
 
@@ -55,8 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default="")
     a = p.parse_args(argv)
 
-    from tfapp.data import stream
-    from tfapp.data.prepare import RowSpec, prepare
+    from tfapp.data.input import stream
+    from tfapp.data.input.plan import Source, partition
+    from tfapp.data.prepare.builder import prepare
+    from tfapp.data.rows.spec import RowSpec
 
     import tensorflow as tf
 
@@ -79,9 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         manifest = prepare(sources, f"{tmp}/prepared", RowSpec("labelled"))
         rows = []
         for n in counts:
-            source = stream.Source("train", tuple(manifest.files()[:n]),
+            source = Source("train", tuple(manifest.files()[:n]),
                                    tuple(manifest.counts()[:n]))
-            part = stream.partition(source, 0, 1, 0)
+            part = partition(source, 0, 1, 0)
             for block in [0, *blocks]:
                 name = (f"{n} file(s), in order (block 0)" if block == 0 else
                         f"{n} file(s), merged in runs of {stream.merge_unit(block)}, "

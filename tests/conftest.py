@@ -249,12 +249,40 @@ def repo() -> Path:
     return REPO
 
 
+def clean_lines(lines: list[str], drop_regex: str = "",
+                strip_punctuation: bool = True) -> list[str]:
+    """Drop lines matching ``drop_regex`` (on the raw text), standardize, drop empties:
+    what the generator's input pipeline does to each corpus line, for a list."""
+    from tfapp.data.text.words import drop_matcher, standardize
+
+    import tensorflow as tf
+
+    drop = drop_matcher(drop_regex)
+    if not lines:
+        return []
+    texts = tf.constant(lines)
+    if drop is not None:
+        texts = tf.boolean_mask(texts, ~drop(texts))
+    cleaned = standardize(texts, strip_punctuation).numpy()
+    return [c.decode("utf-8") for c in cleaned if c]
+
+
+def classification_batches(splits, split, preprocess, data_cfg, **kw):
+    """One split's batches as the classifier reads them: ``read_batches`` of its
+    ``classification_examples`` (``kw``: batch_size, training, seed, input_context...)."""
+    from tfapp.data.examples.classification import classification_examples
+    from tfapp.data.input.reader import read_batches
+
+    return read_batches(classification_examples(splits, split, preprocess,
+                                                data_cfg.seq_length), data_cfg, **kw)
+
+
 def prepared_rows(paths, spec, tmp_path, mode: str = "fail") -> list[dict]:
     """The rows tfapp prepares from ``paths`` read as ``spec`` (a ``RowSpec``): each row's
     features as Python values (strings decoded, lists kept), in file order."""
     import uuid
 
-    from tfapp.data.prepare import prepare
+    from tfapp.data.prepare.builder import prepare
 
     import tensorflow as tf
 

@@ -187,9 +187,10 @@ def test_the_cycle_check_sees_a_cycle_hidden_in_a_function():
     assert _cycles(_import_graph(sources)) == []
 
 
-def test_the_layers_contracts_name_every_module_of_tfapp_and_of_its_config():
+def test_the_layers_contracts_name_every_module_of_tfapp_its_config_and_its_data():
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
-    for container, folder in (("tfapp", PACKAGE), ("tfapp.config", PACKAGE / "config")):
+    for container, folder in (("tfapp", PACKAGE), ("tfapp.config", PACKAGE / "config"),
+                              ("tfapp.data", PACKAGE / "data")):
         (layers,) = [c for c in config["contracts"]
                      if c["type"] == "layers" and c["containers"] == [container]]
         named = {m.strip() for layer in layers["layers"] for part in layer.split("|")
@@ -200,42 +201,106 @@ def test_the_layers_contracts_name_every_module_of_tfapp_and_of_its_config():
         assert named == modules, container
 
 
-
-def test_every_task_takes_its_step_arithmetic_from_the_one_reader():
-    # Global batch, examples per step, steps per pass and the resume point are worked out
-    # once, in tfapp.data.stream.plan_steps; a task that recomputes them drifts from the
-    # stream that cuts its batches (the four copies once disagreed).
-    tasks = sorted((REPO / "tfapp" / "tasks").glob("*/task.py"))
-    assert len(tasks) == 4
-    for path in tasks:
-        calls = {node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
-                 for node in ast.walk(ast.parse(path.read_text()))
-                 if isinstance(node, ast.Call)
-                 and isinstance(node.func, (ast.Attribute, ast.Name))}
-        assert "plan_steps" in calls, path
-        assert not calls & {"steps_per_pass", "start_at", "ceil"}, (path, calls)
+def _calls(path: Path) -> set[str]:
+    """Names of the functions a module calls (``f(...)`` and ``anything.f(...)``)."""
+    return {node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name)}
 
 
-def test_every_task_builds_its_batches_through_the_one_reader():
-    # The chain from a split's files to model batches (stream, batches, finalize) is
-    # built in tfapp/data/reader.py only; the tasks' data modules describe their examples
-    # and call read_batches. A second copy of the chain drifts (the uncached maps were
-    # once parallel for one task and serial for the others).
-    chain = {"training_stream", "batches", "finalize", "service_stream", "eval_stream"}
-    callers: dict[str, set[str]] = {}
-    for path in (REPO / "tfapp").rglob("*.py"):
-        # Calls of tfapp's data modules by their import names (stream.batches, ...).
-        called = {node.func.attr for node in ast.walk(ast.parse(path.read_text()))
-                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                  and isinstance(node.func.value, ast.Name)
-                  and node.func.value.id in {"stream", "stages", "pipeline", "reader"}}
-        rel = str(path.relative_to(REPO / "tfapp"))
-        if called & {"training_stream", "batches", "finalize"}:
-            callers[rel] = called & chain
-        if "read_batches" in called:
-            callers.setdefault(rel, set()).add("read_batches")
-    assert callers.pop("data/reader.py") >= {"batches", "finalize"}
-    assert callers == {"data/classification.py": {"read_batches"},
-                       "data/token_classification.py": {"read_batches"},
-                       "data/text_lines.py": {"read_batches"},
-                       "tasks/mlm/task.py": {"read_batches"}}, callers
+def _input_calls(path: Path) -> set[str]:
+    """The functions of tfapp/data/input/ a module calls, by the names it imports them
+    under (``plan_steps(...)``, ``stream.batches(...)``)."""
+    tree = ast.parse(path.read_text())
+    functions, modules = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "tfapp.data.input"):
+            for a in node.names:
+                is_module = _module_file(f"{node.module}.{a.name}")
+                (modules if is_module else functions).add(a.asname or a.name)
+    return {node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+            for node in ast.walk(tree) if isinstance(node, ast.Call) and (
+                (isinstance(node.func, ast.Name) and node.func.id in functions)
+                or (isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id in modules))}
+
+
+def test_every_task_builds_its_batches_through_the_one_entry_point():
+    # The chain from a split's files to model batches -- the step arithmetic (global
+    # batch, steps per pass, resume point), length buckets, the stream, batches, finalize,
+    # one pipeline per worker -- is put together in tfapp/data/input/reader.py only; a
+    # task says what its examples are and calls training_inputs. A second copy drifts: the
+    # step arithmetic once had four copies that disagreed, and the uncached maps were
+    # parallel for one task only.
+    chain = {"plan_steps", "steps_per_pass", "start_at", "grouping_for", "training_stream",
+             "eval_stream", "service_stream", "batches", "finalize", "read_batches"}
+    callers = {str(path.relative_to(PACKAGE)): _input_calls(path) & chain
+               for path in PACKAGE.rglob("*.py") if _input_calls(path) & chain}
+    assert callers == {"data/input/reader.py": {"plan_steps", "grouping_for", "batches",
+                                                "finalize"}}, callers
+    assert [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+            if "distribute_datasets_from_function" in _calls(p)] == ["data/input/reader.py"]
+    tasks = sorted((PACKAGE / "tasks").glob("*/task.py"))
+    assert len(tasks) == 4 and all("training_inputs" in _input_calls(p) for p in tasks)
+
+
+#: libraries and helpers that parse a file format; user files are parsed in
+#: tfapp/data/formats/ only (one reader per format), and these modules read or write files
+#: tfapp itself wrote (prediction parts, run histories)
+FORMAT_PARSERS = {"csv", "pyarrow.csv", "pyarrow.parquet", "tensorflow_datasets"}
+FORMAT_CALLS = {"iter_lines", "csv_text_stream", "json_line", "open_source", "FromString"}
+OWN_FILES = {"parts.py", "training/callbacks.py", "training/tb_logging.py",
+             "tuning/results.py"}
+
+
+def test_only_the_format_readers_parse_a_file_format():
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = str(path.relative_to(PACKAGE))
+        if rel.startswith("data/formats/") or rel in OWN_FILES | {"textio.py"}:
+            continue
+        tree = ast.parse(path.read_text())
+        imported = {name for _, name in _imports(tree, top_level=True)
+                    + _imports(tree, top_level=False)}
+        found += [f"{rel}: imports {m}" for m in sorted(imported & FORMAT_PARSERS)]
+        found += [f"{rel}: calls {c}" for c in sorted(_calls(path) & FORMAT_CALLS)]
+    assert found == [], found
+
+
+def _private_reaches(source: str) -> list[str]:
+    """``module._name`` and ``from tfapp.x import _name`` of tfapp modules in ``source``."""
+    tree = ast.parse(source)
+    modules, found = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {a.asname or a.name.split(".")[0] for a in node.names
+                        if a.name.startswith("tfapp")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tfapp"):
+            for a in node.names:
+                if a.name.startswith("_"):
+                    found.append(f"from {node.module} import {a.name}")
+                elif _module_file(f"{node.module}.{a.name}"):
+                    modules.add(a.asname or a.name)
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in modules and node.attr.startswith("_")
+                and not node.attr.startswith("__")):
+            found.append(f"{node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_reaches_another_modules_private_names():
+    # A private name is its module's own: rows.py, arrow_rows.py and parquet_rows.py once
+    # read CSV, Parquet and labels through sources._..., copies that drifted apart.
+    found = [f"{path.relative_to(REPO)}: {reach}" for path in sorted(PACKAGE.rglob("*.py"))
+             for reach in _private_reaches(path.read_text())]
+    assert found == [], found
+
+
+def test_the_private_reach_rule_sees_one():
+    assert _private_reaches("from tfapp.data.rows import spec\nspec._clean(1)\n") == \
+        ["spec._clean"]
+    assert _private_reaches("from tfapp.data.rows.spec import _clean\n") == [
+        "from tfapp.data.rows.spec import _clean"]
+    assert _private_reaches("from tfapp.data.rows import spec\nspec.__doc__\n") == []

@@ -717,11 +717,38 @@ def test_bad_input_is_one_line_and_leaves_nothing(row_id, module, argv, fragment
         assert json.loads(status.read_text())["state"] == "failed"
 
 
+def test_a_missing_column_reads_the_same_from_every_command(trained, tmp_path, capsys,
+                                                           monkeypatch):
+    """One reader per format, so one message per defect: a CSV without its text column is
+    reported in the same words by train, prepare, evaluate --data and predict --data; only
+    the hint after ' -- ' names each command's own key or flag."""
+    monkeypatch.chdir(REPO)
+    bad = tmp_path / "no_text.csv"
+    bad.write_text("review,label\nfine,pos\n")
+    run = trained / "runs" / "classifier_local"
+    config = ["--config", "configs/classifier_local.yaml"]
+    commands = {
+        "tfapp.train": [*config, f"output_dir={tmp_path / 'out'}", f"data.train_files={bad}"],
+        "tfapp.prepare": [*config, "--out", str(tmp_path / "prepared"), f"data.train_files={bad}"],
+        "tfapp.evaluate": ["--model", str(run), "--data", str(bad)],
+        "tfapp.predict": ["--model", str(run), "--data", str(bad),
+                          "--output", str(tmp_path / "scores.jsonl")],
+    }
+    defects = {}
+    for module, argv in commands.items():
+        code = importlib.import_module(module).main(argv)
+        err = capsys.readouterr().err
+        assert code == 2, (module, err[-2000:])
+        defects[module] = err.strip().splitlines()[-1].split(" -- ")[0]
+    assert set(defects.values()) == {
+        f"tfapp: error: {bad}: no column 'text' in the header row (has: review, label)"}, defects
+
+
 def test_a_run_that_starts_over_takes_its_data_labels_not_an_old_labels_json(tmp_path):
     """labels.json keeps a resumed run's label ids; a run that starts over (no backup, or
     --overwrite) must not refuse its data's labels because an earlier run left that file."""
     from tfapp.config import ClassifierDataConfig
-    from tfapp.data.classification import load_classification_splits
+    from tfapp.data.examples.classification import load_classification_splits
     from tfapp.errors import DataError
 
     (tmp_path / "labels.json").write_text('{"labels": ["neg", "pos"], "multi_label": false}')

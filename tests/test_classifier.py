@@ -110,7 +110,7 @@ def test_run_directory_holds_everything(trained):
 
 def test_exported_model_reloads_without_tfapp_and_matches_keras(trained, tmp_path):
     """The serving SavedModel on raw strings == the Keras model on preprocessed features."""
-    from tfapp.data.bert_preprocess import make_bert_preprocess_fn
+    from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
     from tfapp.hub.handles import resolve_hub_handle
 
     import tensorflow as tf

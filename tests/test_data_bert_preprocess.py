@@ -3,8 +3,12 @@
 import unicodedata
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-from tfapp.data.bert_preprocess import BertPreprocessor, FastBertPacker, make_bert_preprocess_fn
-from tfapp.data.vocab import build_wordpiece_vocab, read_vocab, write_vocab
+from tfapp.data.text.bert_preprocess import (
+    BertPreprocessor,
+    FastBertPacker,
+    make_bert_preprocess_fn,
+)
+from tfapp.data.text.vocab import build_wordpiece_vocab, read_vocab, write_vocab
 from tfapp.errors import DataError
 
 import numpy as np

@@ -9,16 +9,15 @@ import textwrap
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import ClassifierDataConfig
-from tfapp.data.bert_preprocess import make_bert_preprocess_fn
-from tfapp.data.classification import load_classification_splits, make_classification_dataset
-from tfapp.data.pipeline import distribute
-from tfapp.data.vocab import write_vocab
+from tfapp.data.examples.classification import load_classification_splits
+from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
+from tfapp.data.text.vocab import write_vocab
 from tfapp.errors import DataError
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import run_python
+from conftest import classification_batches, run_python
 
 N = 50
 SEQ = 8
@@ -96,7 +95,7 @@ def take(dataset, n: int) -> list:
 def test_training_batches_have_exact_static_shapes(pre, tmp_path, stored):
     splits, cfg = splits_of(tmp_path / "d", pairs=True, text_pair_column="pair",
                             snapshot=str(tmp_path / "snap") if stored else "")
-    ds = make_classification_dataset(splits, splits.train, pre, cfg, batch_size=16,
+    ds = classification_batches(splits, splits.train, pre, cfg, batch_size=16,
                                      training=True, seed=0)
     spec = ds.element_spec
     for key in ("input_word_ids", "input_mask", "input_type_ids"):
@@ -115,7 +114,7 @@ def test_training_batches_have_exact_static_shapes(pre, tmp_path, stored):
 
 def test_eval_keeps_the_prepared_order_and_remainder_and_multi_label(pre, tmp_path):
     splits, cfg = splits_of(tmp_path / "d", multi=True, multi_label=True)
-    ds = make_classification_dataset(splits, splits.train, pre, cfg, batch_size=16,
+    ds = classification_batches(splits, splits.train, pre, cfg, batch_size=16,
                                      training=False, seed=0)
     assert ds.element_spec[1].shape.as_list() == [None, 4]
     assert ds.element_spec[1].dtype == tf.float32
@@ -132,7 +131,7 @@ def test_eval_keeps_the_prepared_order_and_remainder_and_multi_label(pre, tmp_pa
 
 def test_passes_are_seeded_and_reshuffled(pre, tmp_path):
     splits, cfg = splits_of(tmp_path / "d", shuffle_buffer=20)
-    make = lambda seed: make_classification_dataset(  # noqa: E731
+    make = lambda seed: classification_batches(  # noqa: E731
         splits, splits.train, pre, cfg, batch_size=10, training=True, seed=seed)
     a, b = ids_of(take(make(1), 10)), ids_of(take(make(1), 10))
     assert a == b  # same seed, same order
@@ -143,17 +142,17 @@ def test_passes_are_seeded_and_reshuffled(pre, tmp_path):
 def test_split_smaller_than_a_batch_is_a_clear_error(pre, tmp_path):
     splits, cfg = splits_of(tmp_path / "d")
     with pytest.raises(DataError, match="fewer than one batch of 64; .*lower data.batch_size"):
-        make_classification_dataset(splits, splits.train, pre, cfg, batch_size=64,
+        classification_batches(splits, splits.train, pre, cfg, batch_size=64,
                                     training=True, seed=0)
     # Evaluation keeps partial batches, so the same size is fine there.
-    make_classification_dataset(splits, splits.train, pre, cfg, batch_size=64, training=False,
+    classification_batches(splits, splits.train, pre, cfg, batch_size=64, training=False,
                                 seed=0)
 
 
 def test_snapshot_is_written_as_the_first_pass_reads_then_replayed(pre, vocab_file, tmp_path):
     splits, cfg = splits_of(tmp_path / "d", snapshot=str(tmp_path / "snap"))
     counting = CountingPreprocess(pre)
-    ds = make_classification_dataset(splits, splits.train, counting, cfg, batch_size=10,
+    ds = classification_batches(splits, splits.train, counting, cfg, batch_size=10,
                                      training=True, seed=0)
     first = ids_of(take(ds, 6))  # a pass and a batch of the next
     assert counting.calls == N  # tokenised once, as the first pass read the file
@@ -161,14 +160,14 @@ def test_snapshot_is_written_as_the_first_pass_reads_then_replayed(pre, vocab_fi
     assert store.startswith("train-") and (tmp_path / "snap" / store / "00000.done").exists()
     # A new pipeline (as in a new run) over the same data replays it: no tokenising.
     again = CountingPreprocess(pre)
-    ds2 = make_classification_dataset(splits, splits.train, again, cfg, batch_size=10,
+    ds2 = classification_batches(splits, splits.train, again, cfg, batch_size=10,
                                       training=True, seed=0)
     assert ids_of(take(ds2, 6)) == first and again.calls == 0
     # An evaluation store holds exactly the cold values, rows in order.
-    stored = make_classification_dataset(splits, splits.train, CountingPreprocess(pre), cfg,
+    stored = classification_batches(splits, splits.train, CountingPreprocess(pre), cfg,
                                          batch_size=10, training=False, seed=0)
     list(stored.as_numpy_iterator())
-    plain = make_classification_dataset(splits, splits.train, pre, data_cfg(), batch_size=10,
+    plain = classification_batches(splits, splits.train, pre, data_cfg(), batch_size=10,
                                         training=False, seed=0)
     for (xa, ya), (xb, yb) in zip(stored.as_numpy_iterator(), plain.as_numpy_iterator(),
                                   strict=True):
@@ -178,7 +177,7 @@ def test_snapshot_is_written_as_the_first_pass_reads_then_replayed(pre, vocab_fi
     # Another seq_length is another store.
     longer = CountingPreprocess(make_bert_preprocess_fn(vocab_file=vocab_file,
                                                         seq_length=SEQ + 4))
-    take(make_classification_dataset(splits, splits.train, longer,
+    take(classification_batches(splits, splits.train, longer,
                                      dataclasses.replace(cfg, seq_length=SEQ + 4),
                                      batch_size=10, training=True, seed=0), 1)
     assert longer.calls == N
@@ -190,7 +189,7 @@ def test_memory_and_file_cache_tokenise_once(pre, tmp_path, cache):
     where = "memory" if cache == "memory" else str(tmp_path / "cache" / "c")
     splits, cfg = splits_of(tmp_path / "d", cache=where)
     counting = CountingPreprocess(pre)
-    ds = make_classification_dataset(splits, splits.train, counting, cfg, batch_size=10,
+    ds = classification_batches(splits, splits.train, counting, cfg, batch_size=10,
                                      training=True, seed=0)
     seen = ids_of(take(ds, 15))
     assert counting.calls == N and sorted(seen[:50]) == sorted(seen[50:100]) == list(range(N))
@@ -207,7 +206,7 @@ def test_input_pipelines_read_disjoint_parts_covering_the_data(pre, tmp_path, fi
     for pipeline_id in range(3):
         ctx = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=pipeline_id,
                                          num_replicas_in_sync=6)
-        ds = make_classification_dataset(splits, splits.train, pre, cfg, batch_size=12,
+        ds = classification_batches(splits, splits.train, pre, cfg, batch_size=12,
                                          training=False, seed=0, input_context=ctx)
         batches = list(ds.as_numpy_iterator())
         assert len(batches[0][1]) == 2  # 12 global / 6 replicas
@@ -217,14 +216,14 @@ def test_input_pipelines_read_disjoint_parts_covering_the_data(pre, tmp_path, fi
                                      num_replicas_in_sync=3)
     with pytest.raises(DataError, match=r"in input pipeline \d of 3\), fewer than one batch "
                                         r"of 20"):
-        make_classification_dataset(splits, splits.train, pre, cfg, batch_size=60,
+        classification_batches(splits, splits.train, pre, cfg, batch_size=60,
                                     training=True, seed=0, input_context=ctx)
 
 
 def test_distribute_with_the_default_strategy(pre, tmp_path):
     splits, cfg = splits_of(tmp_path / "d")
     strategy = tf.distribute.get_strategy()
-    dist = distribute(strategy, lambda ctx: make_classification_dataset(
+    dist = strategy.distribute_datasets_from_function(lambda ctx: classification_batches(
         splits, splits.train, pre, cfg, batch_size=10, training=False, seed=0,
         input_context=ctx))
     shapes = [x["input_word_ids"].shape.as_list() for x, _ in dist]
@@ -235,7 +234,7 @@ def test_load_and_feed_the_demo_end_to_end(vocab_file, tmp_path):
     splits = load_classification_splits(ClassifierDataConfig(), seed=42,
                                          label_vocab_path=tmp_path / "labels.json")
     pre = make_bert_preprocess_fn(vocab_file=vocab_file, seq_length=16)
-    ds = make_classification_dataset(splits, splits.validation, pre, data_cfg(seq_length=16),
+    ds = classification_batches(splits, splits.validation, pre, data_cfg(seq_length=16),
                                      batch_size=32, training=False, seed=0)
     assert sum(len(y) for _, y in ds.as_numpy_iterator()) == 300
     assert splits.label_names == ["negative", "positive"]
@@ -254,18 +253,18 @@ def test_mirrored_replicas_each_get_a_per_replica_batch(vocab_file, tmp_path):
         tf.config.set_logical_device_configuration(
             cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
         from tfapp.config import ClassifierDataConfig
-        from tfapp.data.bert_preprocess import make_bert_preprocess_fn
-        from tfapp.data.classification import (load_classification_splits,
-                                               make_classification_dataset)
-        from tfapp.data.pipeline import distribute
+        from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
+        from tfapp.data.examples.classification import (classification_examples,
+                                                        load_classification_splits)
+        from tfapp.data.input.reader import read_batches
         strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         pre = make_bert_preprocess_fn(vocab_file={vocab_file!r}, seq_length=8)
         cfg = dataclasses.replace(ClassifierDataConfig(), seq_length=8, train_files={data!r},
                                   validation_split=0.0)
         splits = load_classification_splits(cfg, 0)
-        dist = distribute(strategy, lambda ctx: make_classification_dataset(
-            splits, splits.train, pre, cfg, batch_size=8, training=True, seed=0,
-            input_context=ctx))
+        dist = strategy.distribute_datasets_from_function(lambda ctx: read_batches(
+            classification_examples(splits, splits.train, pre, cfg.seq_length), cfg,
+            batch_size=8, training=True, seed=0, input_context=ctx))
         seen = []
         for step, (x, y) in enumerate(dist):
             if step == 5:  # one pass: 40 examples, 8 per step
@@ -304,7 +303,7 @@ def test_batches_from_a_label_sorted_source_carry_the_global_label_mix(pre, tmp_
     cfg = data_cfg(train_files=write_sorted(tmp_path / "d", n, per_class_files),
                    shuffle_buffer=block)
     splits = load_classification_splits(cfg, 0)
-    ds = make_classification_dataset(splits, splits.train, pre, cfg, batch_size=batch,
+    ds = classification_batches(splits, splits.train, pre, cfg, batch_size=batch,
                                      training=True, seed=3)
     counts = np.array([np.bincount(y, minlength=2) for _, y in take(ds, 2 * n // batch)])
     # Two passes: each pass holds every example once.
@@ -318,7 +317,7 @@ def test_batches_from_a_label_sorted_source_carry_the_global_label_mix(pre, tmp_
 
 
 def test_held_out_splits_are_prepared_into_shards_of_their_own(pre, tmp_path):
-    from tfapp.data.classification import raw_batches
+    from tfapp.data.examples.classification import raw_batches
 
     def ids(splits, split):
         return sorted(int(i) for b in raw_batches(splits, split) for i in b["id"])
@@ -347,9 +346,15 @@ def test_held_out_splits_are_prepared_into_shards_of_their_own(pre, tmp_path):
     mixed = load_classification_splits(dataclasses.replace(
         cfg, validation_files=path, test_split=0.0, validation_split=0.0), 0)
     assert all(s.split == "" for s in mixed.train.manifest.shards)
-    from tfapp.data.manifest import held_out_selectors
-    from tfapp.data.splits import SplitData
+    from tfapp.data.input.parse import split_rows
+    from tfapp.data.input.splits import SplitData
+    from tfapp.data.prepare.manifest import held_out_selectors
 
     selector = held_out_selectors(0, 0.2, 0.1)["validation"]
     filtered = SplitData("validation", mixed.train.manifest, selector)
     assert sum(filtered.counts()) == splits.validation.rows
+    # ... and the shard parse keeps exactly those rows of each shard (the bucket filter).
+    rows = split_rows(filtered, {}, 64)
+    assert sorted(int(i) for j, file in enumerate(filtered.files())
+                  for chunk in rows(tf.constant(file), tf.constant(j, tf.int64))
+                  .as_numpy_iterator() for i in chunk["id"]) == seen["validation"]

@@ -13,13 +13,13 @@ from collections import Counter
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import ClassifierDataConfig, ConfigError, DataServiceConfig
-from tfapp.data.bert_preprocess import make_bert_preprocess_fn
-from tfapp.data.classification import load_classification_splits, make_classification_dataset
-from tfapp.data.vocab import write_vocab
+from tfapp.data.examples.classification import load_classification_splits
+from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
+from tfapp.data.text.vocab import write_vocab
 from tfapp.data_service import LocalDataService
 
 import pytest
-from conftest import REPO, subprocess_env
+from conftest import REPO, classification_batches, subprocess_env
 
 N = 97  # not a multiple of the batch: the eval pipeline keeps the remainder
 
@@ -56,7 +56,7 @@ def _dataset(splits, preprocess, address: str, mode: str, **kw):
         address=address, processing_mode=mode))
     kw.setdefault("training", False)
     kw.setdefault("batch_size", 4)
-    return make_classification_dataset(splits, splits.train, preprocess, data_cfg, seed=0, **kw)
+    return classification_batches(splits, splits.train, preprocess, data_cfg, seed=0, **kw)
 
 
 def _ids(dataset) -> list[int]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import ClassifierDataConfig, ConfigError
-from tfapp.data.classification import load_classification_splits, raw_batches, resolve_demo
+from tfapp.data.examples.classification import demo_files, load_classification_splits, raw_batches
 from tfapp.errors import DataError
 
 import numpy as np
@@ -177,7 +177,7 @@ def test_seeded_test_split_is_carved_before_validation(tmp_path):
 
 
 def test_demo_resolves_to_shipped_files(tmp_path):
-    train, val, test = resolve_demo(ClassifierDataConfig())
+    train, val, test = demo_files(ClassifierDataConfig())
     assert all(Path(p).is_file() for p in (train, val, test))
     splits = load_classification_splits(ClassifierDataConfig(), seed=42)
     assert [splits.size(s) for s in (splits.train, splits.validation, splits.test)] == [
@@ -342,30 +342,37 @@ def test_errors_name_a_commands_flags_without_rewriting_text(tmp_path):
     """A reader's message holds the config keys it names apart from its words: in config
     terms by default, and in a command's flag terms (``tfapp evaluate``) when the command
     maps the keys to its flags."""
-    from tfapp.data.sources import BadRowReport, LabelVocab, iter_examples, to_example_set
+    from tfapp.data.rows.bad_rows import BadRowPolicy, BadRowReport
+    from tfapp.data.rows.names import KnownNames
+    from tfapp.data.rows.read import file_formats, iter_rows
+    from tfapp.data.rows.spec import RowSpec
+    from tfapp.errors import Setting
+
+    def evaluated(path, data, known=None):
+        """The rows evaluate reads (its files, columns and bad-row policy)."""
+        spec = RowSpec.from_config("labelled", data)
+        rows = iter_rows(file_formats(path, spec, Setting("data.test_files")), spec,
+                         split="test", known=known)
+        return list(BadRowPolicy("fail", BadRowReport(), "test").good(rows))
 
     flags = {"data.test_files": "--data", "data.label_column": "--label-column",
              "data.text_column": "--text-column", "data.on_bad_rows": "--on-bad-rows"}
     path = write_csv(tmp_path / "t.csv", [("fine", "pos"), ("odd", "sideways")])
     with pytest.raises(DataError) as missing:
-        list(iter_examples(str(tmp_path / "none.csv"), cfg(), split="test", mode="fail",
-                      report=BadRowReport()))
+        evaluated(str(tmp_path / "none.csv"), cfg())
     assert str(missing.value).startswith("data.test_files: file not found:")
     assert str(missing.value.in_flag_terms(flags)).startswith("--data: file not found:")
     assert [s.key for s in missing.value.settings] == ["data.test_files"]
 
     with pytest.raises(DataError) as column:
-        list(iter_examples(path, cfg(label_column="stars"), split="test", mode="fail",
-                      report=BadRowReport()))
+        evaluated(path, cfg(label_column="stars"))
     assert str(column.value).endswith(
         "-- set data.text_column / data.text_pair_column / data.label_column")
     assert str(column.value.in_flag_terms(flags)).endswith(
         "-- set --text-column / data.text_pair_column / --label-column")
 
-    raw = list(iter_examples(path, cfg(), split="test", mode="fail", report=BadRowReport()))
     with pytest.raises(DataError) as label:
-        to_example_set(raw, LabelVocab(["neg", "pos"], False), split="test", mode="fail",
-                       report=BadRowReport(), known_from="the model")
+        evaluated(path, cfg(), KnownNames(("neg", "pos"), "the model"))
     assert str(label.value).endswith("(fix the data, or set data.on_bad_rows=skip to drop "
                                      "such rows)")
     renamed = label.value.in_flag_terms(flags)

@@ -54,7 +54,7 @@ def _features(out: Path, texts: list[str], seq_length: int, *, pooler: bool = Tr
     """Token ids of ``texts`` (and their second texts ``pairs``) from the exported vocab
     and casing (read by tfapp's converter, which also checks config.json and every encoder
     weight; only a tagger, which has no pooler, has the pooler initialised)."""
-    from tfapp.data.bert_preprocess import make_bert_preprocess_fn
+    from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
 
     import tensorflow as tf
 

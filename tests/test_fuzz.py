@@ -41,9 +41,11 @@ from typing import Any
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import TASK_CONFIGS, ConfigError, load_config, to_yaml
-from tfapp.data import prepare as P
-from tfapp.data import rows as R
-from tfapp.data.records import BytesList
+from tfapp.data.prepare import builder as P
+from tfapp.data.rows.bad_rows import SourceLog
+from tfapp.data.rows.columnar import BytesList
+from tfapp.data.rows.read import file_format, python_rows
+from tfapp.data.rows.spec import RowSpec
 
 import pytest
 import yaml
@@ -118,19 +120,19 @@ def _prepared_rows(manifest) -> list[tuple[int, dict[str, Any]]]:
     out = []
     for record in _records(manifest.files()):
         feats = tf.train.Example.FromString(record).features.feature
-        line = feats["id"].int64_list.value[0] & ((1 << P._SOURCE_SHIFT) - 1)
+        line = feats["id"].int64_list.value[0] & ((1 << P.SOURCE_SHIFT) - 1)
         out.append((line, {k: list(v.bytes_list.value) for k, v in feats.items()
                            if k not in ("id", "bucket")}))
     return out
 
 
-def _reader_rows(path: str, fmt: str, spec: P.RowSpec, mode: str
+def _reader_rows(path: str, fmt: str, spec: RowSpec, mode: str
                  ) -> tuple[list[tuple[int, dict[str, Any]]], dict[str, int], int]:
     """(rows, label counts, bad rows) as the Python readers give them: what prepared shards
     must hold whichever reader (pyarrow or csv) prepared the file."""
-    log = R.SourceLog(path, mode, "train", "data.on_bad_rows=skip")
+    log = SourceLog(path, mode, "train", "data.on_bad_rows=skip")
     rows = []
-    for batch in R.python_rows(path, fmt, spec, log):
+    for batch in python_rows(path, fmt, spec, log):
         cols = {}
         for name, col in batch.columns.items():
             if isinstance(col, BytesList):
@@ -253,22 +255,22 @@ def mangled(draw: st.DrawFn, body: bytes, huge: int = 9 << 20) -> bytes:
     return body
 
 
-SPECS: dict[str, list[P.RowSpec]] = {
-    "csv": [P.RowSpec(kind="labelled"), P.RowSpec(kind="labelled", multi_label=True),
-            P.RowSpec(kind="labelled", text_pair_column="text_b"), P.RowSpec(kind="texts"),
-            P.RowSpec(kind="pairs")],
-    "txt": [P.RowSpec(kind="labelled"), P.RowSpec(kind="labelled", multi_label=True),
-            P.RowSpec(kind="texts"), P.RowSpec(kind="pairs")],
-    "conll": [P.RowSpec(kind="tagged", tag_scheme=s, tag_column=c)
+SPECS: dict[str, list[RowSpec]] = {
+    "csv": [RowSpec(kind="labelled"), RowSpec(kind="labelled", multi_label=True),
+            RowSpec(kind="labelled", text_pair_column="text_b"), RowSpec(kind="texts"),
+            RowSpec(kind="pairs")],
+    "txt": [RowSpec(kind="labelled"), RowSpec(kind="labelled", multi_label=True),
+            RowSpec(kind="texts"), RowSpec(kind="pairs")],
+    "conll": [RowSpec(kind="tagged", tag_scheme=s, tag_column=c)
               for s in ("iob2", "iob1", "bioes") for c in (-1, 1, 2)],
 }
 SPECS["tsv"] = SPECS["csv"]
-SPECS["jsonl"] = SPECS["csv"] + [P.RowSpec(kind="tagged", tag_scheme=s)
+SPECS["jsonl"] = SPECS["csv"] + [RowSpec(kind="tagged", tag_scheme=s)
                                  for s in ("iob2", "bioes")]
 
 
 @st.composite
-def data_files(draw: st.DrawFn, classifier: bool = False) -> tuple[str, bytes, P.RowSpec, str]:
+def data_files(draw: st.DrawFn, classifier: bool = False) -> tuple[str, bytes, RowSpec, str]:
     """(file name, bytes, how it is read, on_bad_rows mode); ``classifier``: a file for
     the classifier config's reader (text, label)."""
     ext = draw(st.sampled_from(["csv", "jsonl", "tsv", "txt"] if classifier else sorted(BODIES)))
@@ -281,16 +283,6 @@ def data_files(draw: st.DrawFn, classifier: bool = False) -> tuple[str, bytes, P
         name += ".gz"
     spec = SPECS[ext][0] if classifier else draw(st.sampled_from(SPECS[ext]))
     return name, body, spec, draw(st.sampled_from(["fail", "skip"]))
-
-
-def _file_format(name: str, spec: P.RowSpec) -> str:
-    if spec.kind == "tagged":
-        from tfapp.data.tagged import _format
-
-        return _format(name, spec.format)
-    from tfapp.data.sources import detect_format
-
-    return detect_format(name, spec.format, "text" if spec.kind == "texts" else None)
 
 
 @fuzz(150)
@@ -307,7 +299,7 @@ def test_prepare_reads_back_every_row_or_fails_in_one_line(case) -> None:
         except ConfigError as err:
             _one_line(err)
         else:
-            rows, labels, bad = _reader_rows(str(path), _file_format(name, spec), spec, mode)
+            rows, labels, bad = _reader_rows(str(path), file_format(name, spec), spec, mode)
             assert _prepared_rows(manifest) == rows
             assert manifest.rows == len(rows)
             assert manifest.labels == dict(sorted(labels.items()))

@@ -6,11 +6,10 @@ import math
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp import generate
-from tfapp.data.text_lines import clean_lines
 from tfapp.errors import ConfigError
 
 import pytest
-from conftest import REPO, run_tfapp
+from conftest import REPO, clean_lines, run_tfapp
 
 
 def one_line_error(proc, fragment):

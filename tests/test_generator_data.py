@@ -5,15 +5,17 @@ import json
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import load_config
-from tfapp.data import text_lines as tl
+from tfapp.data.examples import generator as tl
+from tfapp.data.input.reader import read_batches
+from tfapp.data.text import words
 from tfapp.errors import DataError
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import prepared_rows
+from conftest import clean_lines, prepared_rows
 
-S, E = tl.START_ID, tl.END_ID
+S, E = words.START_ID, words.END_ID
 
 
 def gen_cfg(*overrides):
@@ -21,31 +23,31 @@ def gen_cfg(*overrides):
 
 
 def test_standardize_and_clean_lines():
-    out = tl.standardize(tf.constant(["  The Old Man's  BOAT, at dawn!  ", "Hi -- there"]))
+    out = words.standardize(tf.constant(["  The Old Man's  BOAT, at dawn!  ", "Hi -- there"]))
     assert [t.decode() for t in out.numpy()] == ["the old man's boat at dawn", "hi there"]
-    kept = tl.standardize(tf.constant(["Hi, there."]), strip_punctuation=False)
+    kept = words.standardize(tf.constant(["Hi, there."]), strip_punctuation=False)
     assert kept.numpy()[0].decode() == "hi, there."
     lines = ["# header", "A line.", "   ", "!!!", "Chapter 2", "Another LINE"]
-    assert tl.clean_lines(lines, drop_regex=r"^(#|Chapter)") == ["a line", "another line"]
+    assert clean_lines(lines, drop_regex=r"^(#|Chapter)") == ["a line", "another line"]
     with pytest.raises(DataError, match="data.drop_regex"):
-        tl.clean_lines(lines, drop_regex="(unclosed")
+        clean_lines(lines, drop_regex="(unclosed")
 
 
 def test_vocabulary_specials_and_frequency(tmp_path):
-    vocab = tl.build_vocabulary(["b a a", "c a b", "[end] a"], vocab_size=6)
+    vocab = words.build_vocabulary(["b a a", "c a b", "[end] a"], vocab_size=6)
     assert vocab[:4] == ["", "[UNK]", "[START]", "[END]"]
     assert vocab[4:] == ["a", "b"]  # by frequency, cut at vocab_size; "[end]" is no special
-    vec = tl.make_vectorizer(vocab)
+    vec = words.make_vectorizer(vocab)
     assert vec(tf.constant(["a b zzz", ""])).to_list() == [[4, 5, 1], []]
-    path = tl.save_vocabulary(vocab, tmp_path / "vocab.txt")
-    assert tl.load_vocabulary(path) == vocab
+    path = words.save_vocabulary(vocab, tmp_path / "vocab.txt")
+    assert words.load_vocabulary(path) == vocab
     (tmp_path / "bad.txt").write_text("a\nb\n")
     with pytest.raises(DataError, match="not a tfapp generator vocabulary"):
-        tl.load_vocabulary(tmp_path / "bad.txt")
+        words.load_vocabulary(tmp_path / "bad.txt")
 
 
 def windows(lines, context_words, target_words):
-    out = tl.continuation_windows(tf.ragged.constant(lines, tf.int64), context_words,
+    out = words.continuation_windows(tf.ragged.constant(lines, tf.int64), context_words,
                                   target_words)
     return {k: v.numpy() for k, v in out.items()}
 
@@ -69,7 +71,7 @@ def test_continuation_windows_exact():
 
 
 def test_pair_examples_exact():
-    ex = tl.pair_windows(tf.ragged.constant([[10, 11, 12], []], tf.int64),
+    ex = words.pair_windows(tf.ragged.constant([[10, 11, 12], []], tf.int64),
                          tf.ragged.constant([[20], [21, 22, 23, 24]], tf.int64),
                          context_words=3, target_words=3)
     np.testing.assert_array_equal(ex["encoder_ids"], [[S, 10, 11], [S, 0, 0]])
@@ -79,17 +81,17 @@ def test_pair_examples_exact():
 
 def test_prompt_encoder_ids_match_training_windows():
     ids = tf.ragged.constant([[], [10], [10, 11, 12, 13, 14]], dtype=tf.int64)
-    out = tl.prompt_encoder_ids(ids, 3).numpy()
+    out = words.prompt_encoder_ids(ids, 3).numpy()
     np.testing.assert_array_equal(out, [[S, 0, 0], [S, 10, 0], [12, 13, 14]])
     line = [10, 11, 12, 13, 14]
     np.testing.assert_array_equal(windows([line], 3, 2)["encoder_ids"][len(line)], out[2])
-    first = tl.prompt_encoder_ids(ids, 3, keep="first").numpy()
+    first = words.prompt_encoder_ids(ids, 3, keep="first").numpy()
     np.testing.assert_array_equal(first[2], [S, 10, 11])
 
 
 def dataset(data, split, cfg, *, batch: int, training: bool):
-    return tl.make_generator_dataset(data, getattr(data.splits, split), cfg, batch_size=batch,
-                                     training=training, seed=0)
+    examples = tl.generator_examples(data, getattr(data.splits, split), cfg)
+    return read_batches(examples, cfg, batch_size=batch, training=training, seed=0)
 
 
 def test_masks_and_batches_from_a_corpus(tmp_path):
@@ -153,7 +155,7 @@ def test_corpus_through_the_shared_readers(tmp_path):
     cfg = gen_cfg("data.drop_regex=^#").data
     texts = [r["text"] for r in prepared_rows([tmp_path / "c.txt.gz"], tl.generator_rows(cfg),
                                               tmp_path)]
-    assert tl.clean_lines(texts, cfg.drop_regex) == ["the cat sat", "a dog ran"]
+    assert clean_lines(texts, cfg.drop_regex) == ["the cat sat", "a dog ran"]
     (tmp_path / "c.csv").write_text('id,body\n1,"Hello, world"\n2,Bye\n')
     body = tl.generator_rows(gen_cfg("data.text_column=body").data)
     assert prepared_rows([tmp_path / "c.csv"], body, tmp_path) == [
@@ -168,7 +170,7 @@ def test_corpus_through_the_shared_readers(tmp_path):
 def test_a_drop_regex_tensorflow_cannot_run_is_one_line():
     with pytest.raises(DataError, match=r"data.drop_regex: '\(\?=x\)' uses syntax "
                                         r"TensorFlow's regular expressions \(RE2\) lack"):
-        tl.drop_matcher("(?=x)")
+        words.drop_matcher("(?=x)")
 
 
 def test_demo_data_both_shapes():

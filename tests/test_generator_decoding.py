@@ -20,7 +20,7 @@ from tfapp.training.context import RunContext
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import run_python, saved_variables, subprocess_env, training_state
+from conftest import clean_lines, run_python, saved_variables, subprocess_env, training_state
 
 CORPUS = [
     "the red fox jumps over the lazy dog",
@@ -493,15 +493,15 @@ def test_serving_copy_follows_the_trained_weights(trained):
 def test_score_pools_tokens_as_the_keras_metrics_do(trained):
     """The export's score function (the test report, evaluate) gives, on the corpus, the
     perplexity and token accuracy Keras's val_* metrics give on the same windows."""
-    from tfapp.data import text_lines
+    from tfapp.data.text import words
     from tfapp.models import seq2seq
     from tfapp.tasks.generator.scores import generator_report
     from tfapp.tasks.generator.serving import score_in_batches
 
     _, model, generator, _ = trained
     report = generator_report(score_in_batches(generator.score, CORPUS))
-    windows = text_lines.continuation_windows(
-        text_lines.word_ids(generator.table, tf.constant(CORPUS)), 4, 6)
+    windows = words.continuation_windows(
+        words.word_ids(generator.table, tf.constant(CORPUS)), 4, 6)
     logits = model({"encoder_ids": windows["encoder_ids"],
                     "decoder_ids": windows["decoder_ids"]}, training=False)
     perplexity, accuracy = seq2seq.Perplexity(), seq2seq.MaskedTokenAccuracy()
@@ -660,7 +660,6 @@ def test_evaluate_streams_the_sums_of_the_in_memory_scores(predictor, tmp_path):
     summed), and its --output rows (one per text, its own sums) add up to the report."""
     from collections import Counter
 
-    from tfapp.data.text_lines import clean_lines
     from tfapp.tasks.generator.scores import generator_report
     from tfapp.tasks.generator.serving import score_in_batches
 

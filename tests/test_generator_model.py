@@ -125,7 +125,7 @@ def test_lm_loss_counts_each_token_of_a_line_once():
     # Line "a b c" -> [START] a b c [END]; context_words 4, target_words 3: the windows at
     # positions 0..3 hold a (once), b (twice), c, [END] (three times each). (Exact while
     # the encoder is not full; past context_words words a token weighs at most too much.)
-    from tfapp.data.text_lines import continuation_windows
+    from tfapp.data.text.words import continuation_windows
 
     windows = continuation_windows(tf.ragged.constant([[4, 5, 6]]), 4, 3)
     weights = seq2seq.lm_token_weights(windows["encoder_ids"], 3).numpy()
@@ -163,7 +163,7 @@ def test_a_window_padded_to_a_shorter_bucket_has_the_same_loss_and_metrics():
     """Length buckets cut a batch's decoder_ids and labels to 8 of target_words 12: the
     loss (lm_loss's weights included: they depend on target_words, not on the width a
     batch arrives with) and the metrics are those of the full width."""
-    from tfapp.data.text_lines import continuation_windows
+    from tfapp.data.text.words import continuation_windows
 
     windows = continuation_windows(tf.ragged.constant([list(range(4, 18))]), 8, 12)
     short = (windows["labels"].numpy() != 0).sum(1) <= 8  # the line's last 8 windows

@@ -10,7 +10,9 @@ from collections import Counter
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import DataServiceConfig, load_config
-from tfapp.data import text_lines as tl
+from tfapp.data.examples import generator as tl
+from tfapp.data.input.lengths import grouping_for
+from tfapp.data.input.reader import read_batches
 from tfapp.data_service import LocalDataService
 from tfapp.errors import DataError
 from tfapp.tasks import get_task
@@ -49,7 +51,8 @@ def make(data, cfg, split="train", **kw):
     kw.setdefault("batch_size", 8)
     kw.setdefault("training", split == "train")
     kw.setdefault("seed", 3)
-    return tl.make_generator_dataset(data, getattr(data.splits, split), cfg, **kw)
+    return read_batches(tl.generator_examples(data, getattr(data.splits, split), cfg), cfg,
+                        **kw)
 
 
 def test_snapshot_is_stored_as_the_first_pass_reads_and_replayed_without_the_source(
@@ -190,12 +193,12 @@ def test_length_buckets_cut_the_decoder_side_to_each_batch_s_target_length(tmp_p
     data = tl.build_generator_data(cfg, seed=0)
     hist = data.target_lengths["train"]
     assert len(hist) == 21 and sum(hist) == data.size(data.splits.train) and hist[0] == 0
-    grouping, why = tl.generator_grouping(data, cfg, 3, device_kind="CPU", input_pipelines=1)
+    by_target = tl.generator_examples(data, data.splits.train, cfg).lengths
+    grouping, why = grouping_for(cfg.length_buckets, by_target, 3, device_kind="CPU",
+                                 input_pipelines=1)
     assert grouping is not None and grouping.boundaries == (8, 16, 20), why
     assert why.startswith("3 length buckets")
-    assert tl.generator_grouping(data, cfg_for(corpus, "data.target_words=20",
-                                               "data.length_buckets=0"), 3,
-                                 device_kind="CPU", input_pipelines=1)[0] is None
+    assert grouping_for(0, by_target, 3, device_kind="CPU", input_pipelines=1)[0] is None
 
     def padded(dataset, batches=None):
         """Rows padded back to target_words, and the decoder widths of the batches."""

@@ -126,7 +126,7 @@ def test_read_corpus_formats(tmp_path):
 
 
 def test_corpus_reader_is_the_shared_one_gz_csv_column_glob_and_bad_rows(tmp_path):
-    """build-bert and pretrain read corpora through tfapp.data.sources: .gz, a custom CSV
+    """build-bert and pretrain read corpora through tfapp.data.rows.read: .gz, a custom CSV
     column, globs, unknown extensions as text lines, and pretrain's data.on_bad_rows."""
     (tmp_path / "lines.txt.gz").write_bytes(gzip.compress(b"first text\nsecond text\n"))
     (tmp_path / "notes").write_text("no extension: text lines\n")

@@ -7,8 +7,8 @@ import textwrap
 
 import tfapp  # noqa: F401
 from tfapp.atomic import atomic_directory
-from tfapp.data.bert_preprocess import BertPreprocessor
-from tfapp.data.vocab import build_wordpiece_vocab, write_vocab
+from tfapp.data.text.bert_preprocess import BertPreprocessor
+from tfapp.data.text.vocab import build_wordpiece_vocab, write_vocab
 from tfapp.hub.export import (
     export_bert_modules,
     export_encoder,

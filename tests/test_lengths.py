@@ -1,4 +1,4 @@
-"""Length-aware batches (tfapp.data.lengths): bucket boundaries, the grouping of a window,
+"""Length-aware batches (tfapp.data.input.lengths): bucket boundaries, the grouping of a window,
 exact resume through ``stream.batches``, and XLA compiling once per bucket."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import ClassifierDataConfig
-from tfapp.data import lengths, stream
+from tfapp.data.input import lengths, stream
+from tfapp.data.input.plan import Source, Start, StepPlan, start_at, steps_per_pass
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ import tensorflow as tf
 SEQ = 32
 COUNTS = (700, 500, 400)
 OFFSETS = np.concatenate([[0], np.cumsum(COUNTS)])
-SOURCE = stream.Source("train", ("a", "b", "c"), COUNTS)
+SOURCE = Source("train", ("a", "b", "c"), COUNTS)
 
 
 def length_of(ids: np.ndarray | tf.Tensor):
@@ -114,8 +115,9 @@ def test_padding_efficiency_counts_real_over_computed_tokens():
 ])
 def test_grouping_is_off_where_one_step_could_get_two_shapes(device, pipelines, spe, grouped):
     sample = np.array([20] * 50 + [300] * 50)
-    grouping, why = lengths.grouping_for(4, 512, 0, sample, device_kind=device,
-                                         input_pipelines=pipelines, steps_per_execution=spe)
+    grouping, why = lengths.grouping_for(4, lengths.Lengths(lambda: sample, 512), 0,
+                                         device_kind=device, input_pipelines=pipelines,
+                                         steps_per_execution=spe)
     assert (grouping is not None) == grouped, why
     if grouped:
         assert grouping.boundaries == ((24, 304, 512) if device == "CPU" else (128, 384, 512))
@@ -138,33 +140,33 @@ def generator_examples(file, index):
 @pytest.mark.parametrize("task", ["classifier", "generator"])
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_a_grouped_stream_resumed_mid_window_gives_the_same_batches(replicas, task, capfd):
-    from tfapp.data import text_lines
+    from tfapp.data.text import words
 
     cfg = ClassifierDataConfig(shuffle_buffer=256)
     grouping = lengths.Grouping((8, 16, SEQ), SEQ, seed=7)
     read, width = examples, "input_mask"
     if task == "generator":  # by target length, the decoder side cut
         grouping = lengths.Grouping((8, 16, SEQ), SEQ, seed=7,
-                                    length_fn=text_lines.label_lengths,
-                                    keys=text_lines.DECODER_KEYS)
+                                    length_fn=words.label_lengths,
+                                    keys=words.DECODER_KEYS)
         read, width = generator_examples, "labels"
     per_step = 8 * replicas
-    steps = stream.steps_per_pass(SOURCE, 1, per_step, 7)
+    steps = steps_per_pass(SOURCE, 1, per_step, 7)
     context = tf.distribute.InputContext(1, 0, replicas)
 
     def run(start, n):
-        return batches_of(stream.batches(SOURCE, read, cfg, training=True, seed=7,
-                                         batch_size=per_step, input_context=context,
-                                         start=start, grouping=grouping), n)
+        plan = StepPlan(per_step, 1, steps, start, seed=7)
+        return batches_of(stream.batches(SOURCE, read, cfg, plan=plan, training=True,
+                                         input_context=context, grouping=grouping), n)
 
-    full = run(stream.Start(), 3 * steps * replicas)
+    full = run(Start(), 3 * steps * replicas)
     assert len({b[width].shape[1] for b in full}) == 3  # every bucket occurs
     if task == "generator":
         assert all(b["encoder_ids"].shape[1] == SEQ for b in full)
         assert all((b["labels"] != 0).sum(1).tolist() == length_of(b["id"]).tolist()
                    for b in full)
     for at in (1, 37, steps - 1, steps + 51):  # inside windows, across a pass's end
-        resumed = run(stream.start_at(at, steps, per_step), 30)
+        resumed = run(start_at(at, steps, per_step), 30)
         first = at * replicas
         for a, b in zip(resumed, full[first:first + 30], strict=True):
             assert (a["id"] == b["id"]).all() and a[width].shape == b[width].shape

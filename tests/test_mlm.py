@@ -7,7 +7,7 @@ import csv
 import json
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-from tfapp.data.masking import MlmMasker, default_max_predictions
+from tfapp.data.text.masking import MlmMasker, default_max_predictions
 from tfapp.demo import DEMO_DIR
 from tfapp.hub.builder import BuildParams, build_bert_hub
 from tfapp.models.bert_config import BertConfig
@@ -125,7 +125,7 @@ def test_tensorflow_text_masks_are_not_reproducible():
     """Why MlmMasker is not tensorflow_text.mask_language_model (the same 80/10/10 rule):
     its RandomItemSelector and MaskValuesChooser draw with unseeded stateful ops, so the
     same seed gives other masks on a second pass. If this starts failing, the library
-    has become reproducible and can replace MlmMasker (tfapp/data/masking.py)."""
+    has become reproducible and can replace MlmMasker (tfapp/data/text/masking.py)."""
     import tensorflow_text as text
 
     def library_mask(step, features):
@@ -283,7 +283,7 @@ def test_shipped_unlabelled_corpus_is_reproducible_and_shares_polarity(tmp_path)
 
 
 def test_packing_fills_sequences_with_consecutive_texts():
-    from tfapp.data.packing import pack_texts
+    from tfapp.data.text.packing import pack_texts
 
     def tokenize(texts):  # one piece per word: its length (ids 3..)
         words = tf.strings.split(texts)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 from tfapp.config import load_config
-from tfapp.data.ner_splits import load_ner_splits
-from tfapp.data.sources import BadRowReport
-from tfapp.data.tagged import iter_tagged
+from tfapp.data.examples.ner import load_ner_splits
+from tfapp.data.rows.bad_rows import BadRowPolicy, BadRowReport
+from tfapp.data.rows.read import file_formats, iter_rows
+from tfapp.data.rows.spec import RowSpec
 from tfapp.errors import DataError
 
 import pytest
@@ -21,6 +23,14 @@ CONLL = ("\ufeff-DOCSTART- -X- -X- O\r\n\r\n"
 
 def _cfg(*overrides):
     return load_config(None, ["task=ner", *overrides]).data
+
+
+def iter_tagged(path, data, *, split, mode, report):
+    """The sentences of ``path`` as evaluate reads them: (words, tags), first line."""
+    spec = RowSpec.from_config("tagged", data)
+    rows = iter_rows(file_formats(path, spec), spec, split=split)
+    for row in BadRowPolicy(mode, report, split).good(rows):
+        yield SimpleNamespace(words=row.values[0], tags=row.values[1], origin=(row.file, row.line))
 
 
 def test_conll_iob1_with_docstart_bom_and_crlf(tmp_path):
@@ -81,13 +91,13 @@ def test_splits_vocab_and_unseen_validation_tag(tmp_path):
     assert splits.tag_names == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
     assert json.loads(vocab.read_text())["tags"] == splits.tag_names
     assert splits.unknown == {"validation": ["B-ORG"]}
-    from tfapp.data.token_classification import gold_tags
+    from tfapp.data.examples.ner import gold_tags
     assert gold_tags(_data(splits), splits.prepared.validation) == [["B-PER"]]
     assert splits.entity_types == ["LOC", "PER"]
 
 
 def _data(splits):
-    from tfapp.data.token_classification import NerData
+    from tfapp.data.examples.ner import NerData
 
     return NerData(splits)
 
@@ -255,7 +265,7 @@ Bonn NNP I-NP I-LOC
 def test_iob1_data_with_the_default_iob2_config_loses_no_entity(tmp_path, caplog):
     """The real-world case: CoNLL-2003's IOB1 files trained with data.tag_scheme=iob2 (the
     default) read every entity that begins with I- as O; now all are read, and said."""
-    from tfapp.data.token_classification import gold_tags
+    from tfapp.data.examples.ner import gold_tags
 
     train = tmp_path / "eng.train"
     train.write_text(CONLL2003_IOB1)

@@ -43,7 +43,7 @@ EXPECTED = [[("PER", "Zoë Müller", 0, 10), ("LOC", "Oslo", 18, 22)],
 
 @pytest.mark.parametrize("seq_length", [16, 4])  # 4: two pieces a window, so 2-3 windows
 def test_entities_and_character_offsets(vocab_file, seq_length, tmp_path):
-    from tfapp.data.bert_preprocess import FastBertPacker
+    from tfapp.data.text.bert_preprocess import FastBertPacker
     from tfapp.tasks.ner.export import NerServing, export_ner
     from tfapp.tasks.ner.serving import entities_of as entities
 

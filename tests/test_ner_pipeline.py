@@ -26,14 +26,13 @@ def vocab(tmp_path_factory) -> str:
 def preprocess(vocab):
     """One preprocessor per length for the module: the windowing traced for it (the
     tokenizer included, seconds a trace) is cached per preprocessor, so tests share it."""
-    from tfapp.data.bert_preprocess import make_bert_preprocess_fn
+    from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
 
     return functools.cache(lambda n: make_bert_preprocess_fn(vocab_file=vocab, seq_length=n))
 
 
 def ner_data(tmp_path, pre, seq_length, *overrides):
-    from tfapp.data.ner_splits import load_ner_splits
-    from tfapp.data.token_classification import build_ner_data
+    from tfapp.data.examples.ner import build_ner_data, load_ner_splits
 
     path = tmp_path / "train.conll"
     if not path.exists():  # rewritten, it would be other data (a new modification time)
@@ -46,13 +45,14 @@ def ner_data(tmp_path, pre, seq_length, *overrides):
 
 
 def _batches(tmp_path, preprocess, seq_length, *overrides):
-    from tfapp.data.token_classification import make_ner_dataset
+    from tfapp.data.examples.ner import ner_examples
+    from tfapp.data.input.reader import read_batches
 
     pre = preprocess(seq_length)
     data, cfg = ner_data(tmp_path, pre, seq_length, *overrides)
     assert data.tag_names == TAGS
-    ds = make_ner_dataset(data, data.split("train"), pre, cfg, batch_size=8, training=False,
-                          seed=0)
+    ds = read_batches(ner_examples(data, data.split("train"), pre, seq_length), cfg,
+                      batch_size=8, training=False, seed=0)
     (features, labels), = list(ds.as_numpy_iterator())
     return data, features, labels
 
@@ -69,7 +69,8 @@ def test_tags_go_to_first_pieces(tmp_path, preprocess):
 
 
 def test_long_sentence_windows_and_rejoin(tmp_path, preprocess):
-    from tfapp.data.token_classification import eval_windows, gold_tags, predict_tags
+    from tfapp.data.examples.ner import eval_windows, gold_tags
+    from tfapp.tasks.ner.task import predict_tags
 
     data, features, labels = _batches(tmp_path, preprocess, 4)  # 2 pieces per window
     assert data.counts["train"] == [4]  # 3 windows, then 1
@@ -95,12 +96,8 @@ def test_kept_windows_are_read_once_and_give_the_same_tags(tmp_path, preprocess)
     """KeptWindows (the run's evaluations) holds the windows after the first pass, so a
     later evaluation reads the kept batches, not the dataset; above its byte limit it
     keeps nothing and reads the dataset again. Every pass re-joins to the gold tags."""
-    from tfapp.data.token_classification import (
-        KeptWindows,
-        eval_windows,
-        gold_tags,
-        predict_tags,
-    )
+    from tfapp.data.examples.ner import eval_windows, gold_tags
+    from tfapp.tasks.ner.task import KeptWindows, predict_tags
 
     data, _, labels = _batches(tmp_path, preprocess, 4)  # 4 windows of 2 sentences
     gold = gold_tags(data, data.split("train"))
@@ -148,18 +145,20 @@ def test_datasets_that_cut_alike_share_one_trace(tmp_path, vocab):
     """The windowing (tokenizer included: seconds to trace) is traced once per kind of
     cut, not once per dataset: training and validation batches share one trace, the
     validation and test reports' windows another; both give the hand-worked windows."""
-    from tfapp.data.bert_preprocess import make_bert_preprocess_fn
-    from tfapp.data.token_classification import _cut, eval_windows, make_ner_dataset
+    from tfapp.data.examples.ner import cut_sentences, eval_windows, ner_examples
+    from tfapp.data.input.reader import read_batches
+    from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
 
     # A preprocessor of its own: the module's shared one is traced by the tests before.
     pre = make_bert_preprocess_fn(vocab_file=vocab, seq_length=4)
     data, cfg = ner_data(tmp_path, pre, 4)
     split = data.split("train")
     for training in (True, False):
-        make_ner_dataset(data, split, pre, cfg, batch_size=2, training=training, seed=0)
+        read_batches(ner_examples(data, split, pre, 4), cfg, batch_size=2, training=training,
+                     seed=0)
     reports = [eval_windows(data, split, pre, 4, 8) for _ in range(2)]
-    assert _cut(pre.module, 4).experimental_get_tracing_count() == 1
-    assert _cut(pre.module, 4, eval_fields=True).experimental_get_tracing_count() == 1
+    assert cut_sentences(pre.module, 4).experimental_get_tracing_count() == 1
+    assert cut_sentences(pre.module, 4, eval_fields=True).experimental_get_tracing_count() == 1
     for windows in reports:
         (batch,) = list(windows.as_numpy_iterator())
         np.testing.assert_array_equal(batch["input_word_ids"], [[2, 5, 6, 3], [2, 7, 8, 3],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tfapp.data.tags import (
+from tfapp.data.text.tags import (
     EntityCounts,
     SchemeEvidence,
     begun,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import textwrap
 
-from tfapp.data.tags import tag_names, to_iob2
+from tfapp.data.text.tags import tag_names, to_iob2
 from tfapp.tasks.ner.metrics import EntityCounts, micro_scores
 from tfapp.tasks.ner.scores import entity_report
 from tfapp.training.metrics import ConfusionMatrix
@@ -89,7 +89,7 @@ def test_validation_reads_its_data_once_per_epoch_on_two_replicas():
         from tfapp.tasks.ner.metrics import EntityCounts
         from tfapp.tasks.ner.task import EntityF1
         from tfapp.models.token_classifier import masked_token_loss
-        from tfapp.data.tags import tag_names
+        from tfapp.data.text.tags import tag_names
 
         rng = np.random.default_rng(0)
         out = {"replicas": rt.num_replicas}

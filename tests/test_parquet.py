@@ -9,11 +9,12 @@ from pathlib import Path
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import load_config
-from tfapp.data import parquet
-from tfapp.data import prepare as P
-from tfapp.data import rows as R
-from tfapp.data.parquet_rows import parquet_rows
-from tfapp.data.sources import BadRowReport, iter_examples, read_texts
+from tfapp.data.formats import parquet
+from tfapp.data.prepare import builder as P
+from tfapp.data.rows.bad_rows import BadRowPolicy, BadRowReport, SourceLog
+from tfapp.data.rows.columnar import fast_rows
+from tfapp.data.rows.read import file_formats, iter_rows, python_rows, read_texts
+from tfapp.data.rows.spec import RowSpec
 from tfapp.errors import DataError
 from tfapp.tasks import get_task
 from tfapp.training.context import RunContext
@@ -43,13 +44,13 @@ def _write_both(tmp_path: Path, texts: list, labels: list, **parquet_kwargs) -> 
 
 
 def test_parquet_prepares_the_rows_of_the_same_csv(tmp_path, monkeypatch):
-    monkeypatch.setattr(parquet, "BATCH_ROWS", 7)  # batches across row groups: 40 rows each
+    monkeypatch.setattr(parquet, "READ_ROWS", 7)  # batches across row groups: 40 rows each
     texts, labels = list(TEXTS), list(LABELS)
     texts[50], labels[83] = "   ", None  # rows 51 and 84: bad (a null label in Parquet)
     as_csv, as_parquet = _write_both(tmp_path, texts, labels, compression="zstd")
     got = {}
     for name, path in (("csv", as_csv), ("parquet", as_parquet)):
-        manifest = P.prepare([path], str(tmp_path / name), P.RowSpec(kind="labelled"),
+        manifest = P.prepare([path], str(tmp_path / name), RowSpec(kind="labelled"),
                              mode="skip")
         got[name] = (manifest, sorted((r["text"], r["labels"]) for r in read_rows(manifest)))
     (m_csv, rows_csv), (m_pq, rows_pq) = got["csv"], got["parquet"]
@@ -60,12 +61,12 @@ def test_parquet_prepares_the_rows_of_the_same_csv(tmp_path, monkeypatch):
         (51, "empty text in column 'text'"), (84, "column 'label' (label) is null")]
     assert [b["line"] for b in m_csv.bad_rows["examples"]] == [52, 85]
     with pytest.raises(DataError, match=r"rows.parquet:51: empty text in column 'text'"):
-        P.prepare([as_parquet], str(tmp_path / "fail"), P.RowSpec(kind="labelled"))
+        P.prepare([as_parquet], str(tmp_path / "fail"), RowSpec(kind="labelled"))
 
 
 def test_parquet_is_read_a_batch_at_a_time_with_rows_numbered_across_batches(tmp_path,
                                                                             monkeypatch):
-    monkeypatch.setattr(parquet, "BATCH_ROWS", 5)
+    monkeypatch.setattr(parquet, "READ_ROWS", 5)
     _, path = _write_both(tmp_path, TEXTS, LABELS)
     batches = []
     real = pq.ParquetFile.iter_batches
@@ -92,9 +93,9 @@ def test_parquet_is_read_a_batch_at_a_time_with_rows_numbered_across_batches(tmp
 @pytest.mark.parametrize("kind", ["labelled", "texts", "pairs"])
 def test_the_columnar_path_gives_the_rows_and_messages_of_the_python_readers(tmp_path,
                                                                            monkeypatch, kind):
-    """prepare reads string columns column-wise (``parquet_rows``); rows with nulls, blank
+    """prepare reads string columns column-wise (``fast_rows``); rows with nulls, blank
     texts, blank rows and labels of every shape must come out as the readers give them."""
-    monkeypatch.setattr(parquet, "BATCH_ROWS", 7)
+    monkeypatch.setattr(parquet, "READ_ROWS", 7)
     odd = [("", ""), ("  ", " "), ("", None), (None, "pos"), ("x", None), ("x", ""),
            ("", "pos"), ("x", "pos|neg"), ("\u00e9t\u00e9", "a\tb"), (None, None),
            (" x ", " pos | | neg ")]
@@ -104,10 +105,10 @@ def test_the_columnar_path_gives_the_rows_and_messages_of_the_python_readers(tmp
     pq.write_table(pa.table({"text": texts, "label": labels}), tmp_path / "odd.parquet",
                    row_group_size=11)
     path = str(tmp_path / "odd.parquet")
-    spec = P.RowSpec(kind=kind, multi_label=True, source_column="text", target_column="label")
-    logs = [R.SourceLog(path, "skip", "train", "data.on_bad_rows=skip") for _ in range(2)]
-    fast = _rows(parquet_rows(path, spec, logs[0]))
-    slow = _rows(R.python_rows(path, "parquet", spec, logs[1]))
+    spec = RowSpec(kind=kind, multi_label=True, source_column="text", target_column="label")
+    logs = [SourceLog(path, "skip", "train", "data.on_bad_rows=skip") for _ in range(2)]
+    fast = _rows(fast_rows(path, "parquet", spec, logs[0]))
+    slow = _rows(python_rows(path, "parquet", spec, logs[1]))
     assert sorted(fast, key=lambda r: r[0]) == slow and len(slow) > 20
     assert [str(b) for b in logs[0].report.examples] == [str(b) for b in logs[1].report.examples]
     assert logs[0].report.count == logs[1].report.count > (0 if kind != "pairs" else -1)
@@ -115,16 +116,17 @@ def test_the_columnar_path_gives_the_rows_and_messages_of_the_python_readers(tmp
 
 
 def test_evaluate_reads_parquet_as_the_same_csv(tmp_path):
-    """evaluate's reader (``iter_examples``), integer labels and a dictionary-encoded text
+    """evaluate's reader (``iter_rows``), integer labels and a dictionary-encoded text
     column included."""
     as_csv, as_parquet = _write_both(tmp_path, TEXTS, [i % 3 for i in range(96)],
                                      use_dictionary=True)
     data = load_config(None, []).data
-    read = {path: list(iter_examples(path, data, split="test", mode="fail", report=BadRowReport()))
-            for path in (as_csv, as_parquet)}
-    assert [(e.text, e.labels) for e in read[as_parquet]] == \
-        [(e.text, e.labels) for e in read[as_csv]]
-    assert read[as_parquet][4].origin == (as_parquet, 5) and read[as_parquet][4].labels == ["1"]
+    spec = RowSpec.from_config("labelled", data)
+    read = {path: list(BadRowPolicy("fail", BadRowReport(), "test").good(
+        iter_rows(file_formats(path, spec), spec))) for path in (as_csv, as_parquet)}
+    assert [r.values for r in read[as_parquet]] == [r.values for r in read[as_csv]]
+    assert (read[as_parquet][4].file, read[as_parquet][4].line) == (as_parquet, 5)
+    assert read[as_parquet][4].values[-1] == ["1"]
 
 
 def test_parquet_trains_on_the_examples_of_the_same_csv(tmp_path):

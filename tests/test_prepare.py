@@ -12,11 +12,13 @@ import shutil
 import time
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-from tfapp.data import arrow_rows as A
-from tfapp.data import prepare as P
-from tfapp.data import rows as R
-from tfapp.data.manifest import BUCKETS, MANIFEST, held_out_selectors, read_manifest
-from tfapp.data.records import BytesList
+from tfapp.data.formats.files import Fallback
+from tfapp.data.prepare import builder as P
+from tfapp.data.prepare.manifest import BUCKETS, MANIFEST, held_out_selectors, read_manifest
+from tfapp.data.rows.bad_rows import SourceLog
+from tfapp.data.rows.columnar import BytesList, fast_rows
+from tfapp.data.rows.read import python_rows
+from tfapp.data.rows.spec import RowSpec
 from tfapp.errors import DataError
 
 import pytest
@@ -24,7 +26,7 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-LABELLED = P.RowSpec(kind="labelled")
+LABELLED = RowSpec(kind="labelled")
 
 
 def read_rows(manifest) -> list[dict]:
@@ -56,16 +58,16 @@ def _rows(rows_iter) -> list[tuple]:
     return out
 
 
-def _read_both(path: str, spec: P.RowSpec):
+def _read_both(path: str, spec: RowSpec):
     """(fast, csv) readings of ``path``: rows with their lines, bad rows, label counts;
     fast is None when pyarrow hands the file to csv."""
     out = []
     for fast in (True, False):
-        log = R.SourceLog(path, "skip", "train", "data.on_bad_rows=skip")
+        log = SourceLog(path, "skip", "train", "data.on_bad_rows=skip")
         try:
-            rows = _rows(A.arrow_rows(path, ",", spec, log) if fast else
-                         R.python_rows(path, "csv", spec, log))
-        except A.Fallback:
+            rows = _rows(fast_rows(path, "csv", spec, log) if fast else
+                         python_rows(path, "csv", spec, log))
+        except Fallback:
             out.append(None)
             continue
         except DataError as err:
@@ -87,9 +89,9 @@ FIELD = st.lists(st.sampled_from(["a", "b", " ", ",", '"', "\n", "\r\n", "\r", "
        kind=st.sampled_from(["labelled", "multi", "texts", "pairs"]))
 def test_the_arrow_reader_agrees_with_csv_row_for_row(tmp_path, header, lines, final_newline,
                                                       kind):
-    spec = {"labelled": LABELLED, "multi": P.RowSpec(kind="labelled", multi_label=True),
-            "texts": P.RowSpec(kind="texts"),
-            "pairs": P.RowSpec(kind="pairs", source_column="text", target_column="label")}[kind]
+    spec = {"labelled": LABELLED, "multi": RowSpec(kind="labelled", multi_label=True),
+            "texts": RowSpec(kind="texts"),
+            "pairs": RowSpec(kind="pairs", source_column="text", target_column="label")}[kind]
     body = "\n".join([header, *lines]) + ("\n" if final_newline else "")
     path = tmp_path / f"f{abs(hash((header, tuple(lines), final_newline, kind)))}.csv"
     path.write_bytes(body.encode("utf-8", "surrogateescape"))
@@ -175,7 +177,7 @@ def test_a_run_prepares_raw_files_once_and_says_which_it_did(tmp_path, monkeypat
     import logging
 
     from tfapp.config import ClassifierDataConfig
-    from tfapp.data.splits import prepared_splits
+    from tfapp.data.input.splits import prepared_splits
 
     monkeypatch.setenv("TFAPP_CACHE_DIR", str(tmp_path / "cache"))
     path = write_csv(tmp_path / "t.csv", 40)
@@ -257,10 +259,10 @@ def test_every_kind_and_format_prepares(tmp_path):
     (tmp_path / "t.conll").write_text("Anna B-PER\nlives O\n\nParis B-LOC\n")
     (tmp_path / "l.txt").write_text("__label__x __label__y some text\n")
     cases = [
-        (P.RowSpec(kind="texts"), "c.txt", 2),
-        (P.RowSpec(kind="pairs"), "p.jsonl", 1),
-        (P.RowSpec(kind="tagged", format="conll"), "t.conll", 2),
-        (P.RowSpec(kind="labelled", multi_label=True), "l.txt", 1),
+        (RowSpec(kind="texts"), "c.txt", 2),
+        (RowSpec(kind="pairs"), "p.jsonl", 1),
+        (RowSpec(kind="tagged", format="conll"), "t.conll", 2),
+        (RowSpec(kind="labelled", multi_label=True), "l.txt", 1),
     ]
     for spec, name, rows in cases:
         manifest = P.prepare([str(tmp_path / name)], str(tmp_path / f"o-{name}"), spec)

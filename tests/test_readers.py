@@ -18,10 +18,11 @@ import sys
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp import cli, generate, predict
 from tfapp.config import ClassifierDataConfig, ConfigError, load_config
-from tfapp.data import sources
-from tfapp.data import text_lines as tl
-from tfapp.data.classification import load_classification_splits, raw_batches
-from tfapp.data.vocab import read_vocab
+from tfapp.data.examples import generator as tl
+from tfapp.data.examples.classification import load_classification_splits, raw_batches
+from tfapp.data.rows.bad_rows import BadRowReport
+from tfapp.data.rows.read import read_texts
+from tfapp.data.text.vocab import read_vocab
 from tfapp.errors import DataError
 from tfapp.hub.convert import read_hf_bert
 
@@ -83,7 +84,7 @@ def test_jsonl_string_with_a_line_separator_is_one_record(tmp_path, ch):
 def test_text_line_with_a_line_separator_is_one_text(tmp_path, ch):
     path = tmp_path / "corpus.txt"
     path.write_bytes(f"one{ch}two\r\nthree\n".encode())
-    assert sources.read_texts(str(path)) == [f"one{ch}two", "three"]
+    assert read_texts(str(path)) == [f"one{ch}two", "three"]
 
 
 @pytest.mark.parametrize("name, body", [
@@ -108,9 +109,9 @@ def test_jsonl_raw_control_character_is_invalid_json_on_its_own_line(tmp_path):
     path = tmp_path / "a.jsonl"
     path.write_text('{"text": "a"}\n{"text": "b\x0cc"}\n{"text": "d"}\n', encoding="utf-8")
     with pytest.raises(DataError, match=rf"^{re.escape(str(path))}:2: not valid JSON"):
-        sources.read_texts(str(path))
-    report = sources.BadRowReport()
-    assert sources.read_texts(str(path), mode="skip", report=report) == ["a", "d"]
+        read_texts(str(path))
+    report = BadRowReport()
+    assert read_texts(str(path), mode="skip", report=report) == ["a", "d"]
     assert [b.line for b in report.examples] == [2]
 
 
@@ -153,7 +154,7 @@ def test_bom_is_dropped_for_every_format(tmp_path, name, body):
 def test_bom_is_dropped_from_a_corpus_text_file(tmp_path):
     path = tmp_path / "corpus.txt"
     path.write_bytes(BOM + b"first line\nsecond\n")
-    assert sources.read_texts(str(path)) == ["first line", "second"]
+    assert read_texts(str(path)) == ["first line", "second"]
 
 
 def test_bom_is_dropped_from_a_bert_vocab_file(tmp_path):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-from tfapp.data.records import BytesList, encode_examples
+from tfapp.data.prepare.records import encode_examples
+from tfapp.data.rows.columnar import BytesList
 
 import numpy as np
 import pyarrow as pa

@@ -1,5 +1,5 @@
 """The streaming parts of ``predict --data``, without a model: input rows read in order with
-their file:line (``tfapp.data.input_rows``), cut into batches that never straddle a part
+their file:line (``tfapp.data.input.input_rows``), cut into batches that never straddle a part
 (``tfapp.scoring.Batches``), and part files written whole, joined, resumed and refused
 (``tfapp.parts``). The command end to end, with a trained classifier, is in
 test_classifier.py."""
@@ -10,7 +10,7 @@ import csv
 import json
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-from tfapp.data.input_rows import InputRows
+from tfapp.data.input.input_rows import InputRows
 from tfapp.errors import ConfigError, DataError
 from tfapp.parts import MARKER, SUCCESS, Output, RowParts
 from tfapp.progress import Progress
@@ -37,7 +37,7 @@ def test_rows_of_every_format_in_order_with_kept_columns_and_bad_rows(tmp_path):
     c = tmp_path / "c.parquet"
     pq.write_table(pa.table({"id": [7, 8], "text": ["seven", "eight"], "x": [0.5, 1.5]}), c)
     rows = list(InputRows(f"{a},{b},{c}", ["text"], ["id"]))
-    assert [(r.texts, r.kept) for r in rows if r.problem is None] == [
+    assert [(r.values, r.kept) for r in rows if r.problem is None] == [
         (("one",), {"id": "1"}), (("",), {"id": "2"}), (("three",), {"id": "3"}),
         (("four",), {"id": 4}), (("six",), {"id": 6}),
         (("seven",), {"id": 7}), (("eight",), {"id": 8})]
@@ -46,7 +46,7 @@ def test_rows_of_every_format_in_order_with_kept_columns_and_bad_rows(tmp_path):
                    f"{b}:3: not valid JSON (Expecting value at column 1)"]
     text = tmp_path / "t.txt"
     text.write_text("first line\n\n second \n")
-    assert [r.texts for r in InputRows(str(text), ["text"], [])] == [("first line",),
+    assert [r.values for r in InputRows(str(text), ["text"], [])] == [("first line",),
                                                                       (" second ",)]
     with pytest.raises(DataError, match="plain text lines, which have no columns to keep"):
         InputRows(str(text), ["text"], ["id"])
@@ -203,14 +203,15 @@ def test_rows_of_a_prepared_folder_carry_text_and_id(tmp_path):
     """A folder written by ``tfapp prepare`` is read shard by shard; its ids are plain
     ints (JSON can hold them)."""
     from tfapp.config import ClassifierDataConfig
-    from tfapp.data.prepare import RowSpec, prepare
+    from tfapp.data.prepare.builder import prepare
+    from tfapp.data.rows.spec import RowSpec
 
     source = _csv(tmp_path / "in.csv", [(f"t{i}", "pos" if i % 2 else "neg") for i in range(5)],
                   header=("text", "label"))
     prepare([str(source)], str(tmp_path / "prep"), RowSpec.from_config(
         "labelled", ClassifierDataConfig()))
     rows = list(InputRows(str(tmp_path / "prep"), ["text"], ["id"]))
-    assert sorted(r.texts[0] for r in rows) == [f"t{i}" for i in range(5)]
+    assert sorted(r.values[0] for r in rows) == [f"t{i}" for i in range(5)]
     assert all(type(r.kept["id"]) is int for r in rows)
     json.dumps([r.kept for r in rows])
     with pytest.raises(DataError, match="a prepared folder's rows hold only text, text_pair "

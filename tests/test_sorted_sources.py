@@ -1,6 +1,6 @@
 """A sorted source trains as well as a shuffled one: the order of an epoch does not
 depend on the order of the rows in the files (prepare permutes each shard, and every
-pass merges all its shard files in a seeded order; tfapp.data.stream)."""
+pass merges all its shard files in a seeded order; tfapp.data.input.stream)."""
 
 from __future__ import annotations
 

@@ -9,17 +9,19 @@ import shutil
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import ClassifierDataConfig, DataServiceConfig
-from tfapp.data import stream
-from tfapp.data.pipeline import serialized_graph_bytes
-from tfapp.data.store import Store
+from tfapp.data.input import stream
+from tfapp.data.input.pipeline import serialized_graph_bytes
+from tfapp.data.input.plan import Source, Start, partition, start_at
+from tfapp.data.input.store import Store
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import classification_batches
 
 COUNTS = (7, 0, 13, 5, 9)  # file j holds examples OFFSETS[j] .. OFFSETS[j + 1] - 1
 OFFSETS = np.concatenate([[0], np.cumsum(COUNTS)])
-SOURCE = stream.Source("train", tuple(f"file{j}" for j in range(len(COUNTS))), COUNTS)
+SOURCE = Source("train", tuple(f"file{j}" for j in range(len(COUNTS))), COUNTS)
 
 
 def examples(file, index):
@@ -39,9 +41,9 @@ def test_a_stream_resumed_anywhere_continues_exactly_where_it_stopped(pipelines,
     # 7 pipelines over 5 files: every pipeline reads every file and keeps its elements.
     # Block 768 merges the files in runs of 3 (stream.merge_unit), with shorter last runs.
     assert stream.merge_unit(768) == 3
-    per_pass = min(stream.partition(SOURCE, i, pipelines, 3).size for i in range(pipelines))
+    per_pass = min(partition(SOURCE, i, pipelines, 3).size for i in range(pipelines))
     for index in range(pipelines):
-        part = stream.partition(SOURCE, index, pipelines, 3)
+        part = partition(SOURCE, index, pipelines, 3)
         full = take(stream.training_stream(SOURCE, part, examples, seed=5, block=block,
                                            examples_per_pass=per_pass), 3 * per_pass)
         for epoch in range(2):
@@ -51,7 +53,7 @@ def test_a_stream_resumed_anywhere_continues_exactly_where_it_stopped(pipelines,
         # epochs 0 and 1 by turns: the epoch only moves the seed and the offset.
         for k, at in enumerate(range(0, per_pass, 3)):
             for epoch in ((0, 1) if k == 0 else (k % 2,)):
-                start = stream.Start(epoch, at)
+                start = Start(epoch, at)
                 resumed = take(stream.training_stream(SOURCE, part, examples, seed=5,
                                                       block=block,
                                                       examples_per_pass=per_pass,
@@ -61,19 +63,19 @@ def test_a_stream_resumed_anywhere_continues_exactly_where_it_stopped(pipelines,
 
 
 def test_pipelines_read_disjoint_files_covering_the_split():
-    parts = [stream.partition(SOURCE, i, 2, 11) for i in range(2)]
+    parts = [partition(SOURCE, i, 2, 11) for i in range(2)]
     assert parts[0].element_shard is None
     assert sorted(parts[0].files + parts[1].files) == list(range(len(COUNTS)))
     seen = [set(take(stream.eval_stream(SOURCE, p, examples), 100)) for p in parts]
     assert not seen[0] & seen[1] and seen[0] | seen[1] == set(range(sum(COUNTS)))
     # Fewer files than pipelines: elements i::N of every file, still disjoint and whole.
-    few = [stream.partition(SOURCE, i, 7, 11) for i in range(7)]
+    few = [partition(SOURCE, i, 7, 11) for i in range(7)]
     seen = [set(take(stream.eval_stream(SOURCE, p, examples), 100)) for p in few]
     assert sum(map(len, seen)) == sum(COUNTS) and set.union(*seen) == set(range(sum(COUNTS)))
 
 
 def test_passes_shuffle_with_the_seed_and_differ_from_each_other():
-    part = stream.partition(SOURCE, 0, 1, 0)
+    part = partition(SOURCE, 0, 1, 0)
     make = lambda seed: take(stream.training_stream(  # noqa: E731
         SOURCE, part, examples, seed=seed, block=8, examples_per_pass=34), 68)
     a, b = make(1), make(1)
@@ -83,8 +85,8 @@ def test_passes_shuffle_with_the_seed_and_differ_from_each_other():
 
 
 def test_the_start_after_a_number_of_batches():
-    assert stream.start_at(0, 10, 32) == stream.Start(0, 0)
-    assert stream.start_at(25, 10, 32) == stream.Start(2, 5 * 32)
+    assert start_at(0, 10, 32) == Start(0, 0)
+    assert start_at(25, 10, 32) == Start(2, 5 * 32)
 
 
 def chunks(counts):
@@ -101,13 +103,13 @@ def chunks(counts):
 
 def test_a_store_is_written_in_the_first_pass_then_replayed_without_the_cold_path(tmp_path):
     counts = (2500, 1000, 30)
-    source = stream.Source("train", ("a", "b", "c"), counts)
+    source = Source("train", ("a", "b", "c"), counts)
     spec = {"id": tf.TensorSpec([None], tf.int64), "x": tf.TensorSpec([None, 2], tf.int32)}
 
     def make(cold):
         store = Store(str(tmp_path / "store"), spec, [-(-c // 1024) for c in counts],
                       storage={"id": None, "x": tf.uint16})
-        part = stream.partition(source, 0, 1, 0)
+        part = partition(source, 0, 1, 0)
         return store, stream.training_stream(
             source, part, store.examples(cold), seed=1, block=100, examples_per_pass=3500,
             read_to_end=store.done() < 3)
@@ -133,10 +135,10 @@ def test_a_store_is_written_in_the_first_pass_then_replayed_without_the_cold_pat
 
 def test_a_file_whose_pass_was_cut_short_is_not_marked_and_is_written_again(tmp_path):
     counts = (20_000,)  # 20 chunks: more than the pipeline reads ahead
-    source = stream.Source("train", ("a",), counts)
+    source = Source("train", ("a",), counts)
     spec = {"id": tf.TensorSpec([None], tf.int64), "x": tf.TensorSpec([None, 2], tf.int32)}
     store = Store(str(tmp_path / "s"), spec, [20], write=True)
-    stream_ = stream.training_stream(source, stream.partition(source, 0, 1, 0),
+    stream_ = stream.training_stream(source, partition(source, 0, 1, 0),
                                      store.examples(chunks(counts)), seed=0, block=0,
                                      examples_per_pass=20_000)
     take(stream_.map(lambda e: e["id"]), 500)  # a kill in the first chunks
@@ -154,8 +156,8 @@ def test_the_graph_sent_to_the_service_holds_file_names_not_rows(tmp_path):
     # What a dispatcher receives for the classifier's real pipeline: a few KB whether the
     # data has a thousand or 100 thousand rows (the texts never go into the graph).
     from tfapp.config import load_config
-    from tfapp.data.bert_preprocess import make_bert_preprocess_fn
-    from tfapp.data.classification import load_classification_splits, make_classification_dataset
+    from tfapp.data.examples.classification import load_classification_splits
+    from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
     from tfapp.hub.handles import resolve_hub_handle
 
     _, pre = resolve_hub_handle("builtin:tiny")
@@ -168,7 +170,7 @@ def test_the_graph_sent_to_the_service_holds_file_names_not_rows(tmp_path):
         cfg = load_config(None, [f"data.train_files={path}", "data.seq_length=32",
                                  "data.service.address=grpc://localhost:1"])
         splits = load_classification_splits(cfg.data, 0)
-        dataset = make_classification_dataset(splits, splits.train, preprocess,
+        dataset = classification_batches(splits, splits.train, preprocess,
                                               dataclasses.replace(
                                                   cfg.data, service=DataServiceConfig()),
                                               batch_size=32, training=True, seed=0)
@@ -186,12 +188,12 @@ def shards(tmp_path_factory):
             for i in range(25 * j, 25 * j + 25):
                 w.write(str(i).encode())
         files.append(path)
-    return stream.Source("train", tuple(files), (25,) * 4)
+    return Source("train", tuple(files), (25,) * 4)
 
 
 @pytest.mark.parametrize("mode,copies", [("dynamic", 1), ("file", 1), ("off", 2)])
 def test_service_workers_share_the_files_as_the_mode_says(shards, mode, copies):
-    from tfapp.data.pipeline import apply_service
+    from tfapp.data.input.pipeline import apply_service
     from tfapp.data_service import LocalDataService
 
     def examples(file, index):
@@ -234,8 +236,8 @@ def test_a_merged_pass_logs_no_tensorflow_errors(capfd):
     # Runs that alias their chunk made every shuffle block log TensorFlow's "Tensor
     # RefCount not reliable if buf_ points to a SubBuffer" error line, once per run (1,800
     # lines in a 30-step run), straight to the process's stderr.
-    source = stream.Source("train", ("a", "b"), (3000, 2000))
-    ds = stream.training_stream(source, stream.partition(source, 0, 1, 0), chunks(
+    source = Source("train", ("a", "b"), (3000, 2000))
+    ds = stream.training_stream(source, partition(source, 0, 1, 0), chunks(
         source.counts), seed=1, block=256, examples_per_pass=5000)
     assert len(take(ds.map(lambda e: e["id"]), 5000)) == 5000
     assert "SubBuffer" not in capfd.readouterr().err

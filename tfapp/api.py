@@ -98,7 +98,7 @@ class Predictor:
     def _predict_files(self, spec: str, text_column: str | None,
                        text_pair_column: str | None, keep: list[str], fmt: str,
                        on_bad_rows: str, batch_size: int) -> Iterator[dict]:
-        from tfapp.data.input_rows import InputRows
+        from tfapp.data.input.input_rows import InputRows
         from tfapp.scoring import predictions
 
         params = RunLayout(self.path).params
@@ -159,7 +159,7 @@ class Predictor:
                               f"{', '.join(SETTINGS)}")
         s = checked_settings(SimpleNamespace(num_samples=1, **settings), self.model.metadata)
         if isinstance(prompts, str | os.PathLike):
-            from tfapp.data.input_rows import InputRows
+            from tfapp.data.input.input_rows import InputRows
             from tfapp.scoring import predictions, run_data
 
             data = run_data(str(self.path))

@@ -5,9 +5,9 @@ scores, on Beam's runners (the DirectRunner, Dataflow, Flink, Spark).
 TensorFlow Text ops its SavedModel uses), takes the rows in batches Beam cuts
 (``BatchElements``, ``batch_elements_kwargs``) and scores each batch with
 ``tfapp.scoring.scored_rows``, the function ``predict --data`` writes with, so both write
-the same values. Each ``PredictionResult`` holds the input ``Record`` and the output row
+the same values. Each ``PredictionResult`` holds the input ``Row`` and the output row
 (kept columns, then the prediction). ``read_file`` reads one input file as predict does
-(``tfapp.data.input_rows``), applying ``--on-bad-rows``.
+(``tfapp.data.input.input_rows``), applying ``--on-bad-rows``.
 
 apache-beam is the ``[beam]`` extra, installed in a venv of its own (it needs protobuf<7
 and pyarrow<26; docs/scale_out.md): importing this module without it is one line.
@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from tfapp.data.input_rows import InputRows, Record
-from tfapp.data.sources import BadRowPolicy, BadRowReport
+from tfapp.data.input.input_rows import InputRows
+from tfapp.data.rows.bad_rows import BadRowPolicy, BadRowReport
+from tfapp.data.rows.spec import Row
 from tfapp.errors import ConfigError, DataError
 from tfapp.run_layout import RunLayout
 from tfapp.scoring import CALL, scored_rows
@@ -43,9 +44,9 @@ __all__ = ["ExportModelHandler", "MISSING_BEAM", "local_model", "read_file"]
 _FLAGS = {"data.on_bad_rows": "--on-bad-rows"}
 
 
-class ExportModelHandler(ModelHandler[Record, PredictionResult, ExportedModel]):
+class ExportModelHandler(ModelHandler[Row, PredictionResult, ExportedModel]):
     """``RunInference``'s handler for the export at ``model`` (a run directory or its
-    export/): ``Record``s in, one ``PredictionResult`` each out, whose ``inference`` is
+    export/): ``Row``s in, one ``PredictionResult`` each out, whose ``inference`` is
     the row ``predict --data`` writes for it. ``batch_size``: the most rows per batch."""
 
     def __init__(self, model: str, *, batch_size: int = 256):
@@ -55,10 +56,10 @@ class ExportModelHandler(ModelHandler[Record, PredictionResult, ExportedModel]):
     def load_model(self) -> ExportedModel:
         return load_export(local_model(self.model), PREDICT)
 
-    def run_inference(self, batch: Sequence[Record], model: ExportedModel,
+    def run_inference(self, batch: Sequence[Row], model: ExportedModel,
                       inference_args: dict[str, Any] | None = None
                       ) -> Iterable[PredictionResult]:
-        texts = [list(column) for column in zip(*(r.texts for r in batch), strict=True)]
+        texts = [list(column) for column in zip(*(r.values for r in batch), strict=True)]
         rows = scored_rows(model, texts, [r.kept for r in batch])
         return [PredictionResult(r, row, self.model)
                 for r, row in zip(batch, rows, strict=True)]
@@ -73,7 +74,7 @@ class ExportModelHandler(ModelHandler[Record, PredictionResult, ExportedModel]):
 
 
 def read_file(path: str, columns: list[str], keep: list[str], *, fmt: str = "auto",
-              mode: str = "fail") -> Iterator[Record]:
+              mode: str = "fail") -> Iterator[Row]:
     """The good rows of one input file, as ``predict --data`` reads them (``columns``:
     the model's inputs; ``keep``: columns carried through). A bad row stops the pipeline
     (``mode="fail"``: one line naming file:line) or is left out and counted in Beam's

@@ -73,7 +73,7 @@ def _worker_error(err: Exception) -> str | None:
 
 def _beam_predict(args: SimpleNamespace) -> int:
     from tfapp.beam_inference import ExportModelHandler, local_model, read_file
-    from tfapp.data.input_rows import InputRows
+    from tfapp.data.input.input_rows import InputRows
 
     import apache_beam as beam
     from apache_beam.ml.inference.base import RunInference

@@ -3,7 +3,7 @@
 Reads the config's ``data.train_files`` / ``validation_files`` / ``test_files`` (as the
 task reads them: its columns, format and tag scheme) into ``DIR/train``, ``DIR/validation``
 and ``DIR/test``: TFRecord shards of ``tf.train.Example`` and a manifest each
-(``tfapp.data.prepare``). Training then streams them with no pass over the data:
+(``tfapp.data.prepare.builder``). Training then streams them with no pass over the data:
 ``data.train_files=DIR/train`` (the command prints the overrides).
 
 On several hosts, ``--shard i/N`` on host ``i`` prepares its share of the input files
@@ -62,8 +62,8 @@ def _check(args: SimpleNamespace) -> None:  # --print-config checks them too
                    "workers divide among themselves.")
 def command(cfg: ExperimentConfig, args: SimpleNamespace) -> int:
     shard = _shard(args.shard)
-    from tfapp.data import sources
-    from tfapp.data.prepare import prepare
+    from tfapp.data.formats.files import resolve_files
+    from tfapp.data.prepare.builder import prepare
 
     task = get_task(cfg.task)
     files = given = task.input_files(cfg)
@@ -83,7 +83,7 @@ def command(cfg: ExperimentConfig, args: SimpleNamespace) -> int:
     for split, pattern in files.items():
         what = f"data.{split}_files"
         paths = [pattern] if cfg.data.format == "tfds" else \
-            sources.resolve_files(pattern, what)
+            resolve_files(pattern, what)
         started = time.time()
         manifest = prepare(paths, f"{out}/{split}", held_out if split == "train" else spec,
                            mode=cfg.data.on_bad_rows,

@@ -1,6 +1,6 @@
 """Score input rows with an export, streaming: ``predict --data FILES --output OUT``.
 
-The rows (``tfapp.data.input_rows``) are read on a tf.data thread, in batches that never
+The rows (``tfapp.data.input.input_rows``) are read on a tf.data thread, in batches that never
 straddle a part, prefetched while the model scores the batch before; the model's
 predictions (``ExportedModel.predict_rows``) and the kept columns are written part by
 part (``tfapp.parts``) as they come. Memory holds a few batches and one part, whatever the
@@ -35,8 +35,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from tfapp.config import load_config
-from tfapp.data.input_rows import InputRows, Record, describe_files, describe_input
-from tfapp.data.sources import BadRowPolicy, BadRowReport, resolve_files
+from tfapp.data.formats.files import resolve_files
+from tfapp.data.input.input_rows import InputRows, describe_files, describe_input
+from tfapp.data.rows.bad_rows import BadRowPolicy, BadRowReport
+from tfapp.data.rows.spec import Row
 from tfapp.errors import ConfigError, Setting
 from tfapp.parts import Output, RowParts, keep_columns
 from tfapp.progress import Progress
@@ -76,7 +78,7 @@ class Batch:
     part: int
     texts: list[list[str]] = field(default_factory=list)
     kept: list[dict[str, Any]] = field(default_factory=list)
-    bad: list[Record] = field(default_factory=list)
+    bad: list[Row] = field(default_factory=list)
     last: bool = False
     position: int = 0
     error: Exception | None = None
@@ -114,7 +116,7 @@ class Batches:
             if record.problem is not None:
                 pending.bad.append(record)
                 continue
-            for column, text in zip(pending.texts, record.texts, strict=True):
+            for column, text in zip(pending.texts, record.values, strict=True):
                 column.append(text)
             pending.kept.append(record.kept)
         if pending is not None:

@@ -40,7 +40,7 @@ PREDICT, EVALUATE, GENERATE = "predict", "evaluate", "generate"
 @dataclass
 class Evaluation:
     """What ``ExportedModel.evaluate`` found: the scores (JSON-ready), the rows it left
-    out (a ``tfapp.data.sources.BadRowReport``) and how the scores read as a table."""
+    out (a ``tfapp.data.rows.bad_rows.BadRowReport``) and how the scores read as a table."""
 
     result: dict
     report: Any

@@ -1,6 +1,6 @@
 """The bytes of a user's text file (or stdin) as text and lines, the way csv/json see them.
 
-Every reader of user text goes through here: ``tfapp.data.sources`` (data files), the BERT
+Every reader of user text goes through here: ``tfapp.data.formats`` (data files), the BERT
 ``vocab.txt`` reader, ``predict --input`` and ``generate``'s prompts, config YAML files and
 Hugging Face JSON files. So everywhere:
 

@@ -1,7 +1,7 @@
 """Build a randomly initialised BERT + WordPiece vocab and export them as TF-Hub modules.
 
 ``build_bert_hub`` is what ``python -m tfapp.hub build-bert`` runs: read a text corpus,
-learn a WordPiece vocabulary from it (``tfapp.data.vocab``), build a native BERT
+learn a WordPiece vocabulary from it (``tfapp.data.text.vocab``), build a native BERT
 encoder of the requested size (``tfapp.models.bert``) and write the pair of TF-Hub
 modules plus metadata (``tfapp.hub.export``)::
 
@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from tfapp.config import ConfigError
+from tfapp.data.rows.bad_rows import SKIP_OPTION
 from tfapp.models.bert_config import BertConfig
 
 __all__ = ["BuildParams", "build_bert_hub", "read_corpus"]
@@ -61,7 +62,7 @@ class BuildParams:
 
 def read_corpus(files: Sequence[str | os.PathLike], text_column: str = "text", *,
                 on_bad_rows: str | None = None) -> list[str]:
-    """The texts of the ``--corpus`` files, read by ``tfapp.data.sources.read_texts`` (the
+    """The texts of the ``--corpus`` files, read by ``tfapp.data.rows.read.read_texts`` (the
     reader every task uses): local paths, globs or ``gs://``, ``.gz``; text files one text
     per line, csv/tsv/jsonl/tfrecord rows their ``text_column``.
 
@@ -69,7 +70,7 @@ def read_corpus(files: Sequence[str | os.PathLike], text_column: str = "text", *
     (``pretrain``); ``None`` fails at a malformed row with no skip switch to offer
     (``build-bert``). Raises ``ConfigError`` (a ``DataError``) naming the file.
     """
-    from tfapp.data.sources import SKIP_OPTION, read_texts  # TensorFlow: only when reading
+    from tfapp.data.rows.read import read_texts  # TensorFlow: only when reading
 
     return read_texts(list(files), text_column=text_column, mode=on_bad_rows or "fail",
                       what="--corpus", column_hint="pass --text-column",
@@ -86,7 +87,7 @@ def build_bert_hub(corpus: Iterable[str], out_dir: str | os.PathLike,
     module is built in float32). Do not call it inside a distribution strategy scope;
     ``resolve_hub_handle`` builds the builtin module in a subprocess for that reason.
     """
-    from tfapp.data.vocab import build_wordpiece_vocab, write_vocab
+    from tfapp.data.text.vocab import build_wordpiece_vocab, write_vocab
     from tfapp.hub.export import check_out_dir, export_bert_modules, float32_policy
     from tfapp.models.bert import BertEncoder
 

@@ -29,7 +29,7 @@ discriminator or generator) has BERT's names, no pooler, and narrower embeddings
 projected to hidden_size (``BertConfig.embedding_size``); ``xlm-roberta`` has BERT's
 names under ``roberta.``, positions that start at padding_idx + 1 (the rows before are
 dropped), one token type, and a SentencePiece tokenizer (exported with
-``tfapp.data.sentencepiece_preprocess``, fairseq's ids). A checkpoint without a pooler
+``tfapp.data.text.sentencepiece_preprocess``, fairseq's ids). A checkpoint without a pooler
 gets a seeded random one, recorded in the metadata. Pickle checkpoints (``pytorch_model.bin``,
 ``*.pt``, ``*.ckpt``) are refused and never opened: unpickling runs arbitrary code.
 """
@@ -62,7 +62,8 @@ HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approx", "gelu_pytorch_tanh"
 # "classifier.", "discriminator_predictions.", ...) are not the encoder and are ignored.
 FAMILIES = {"bert": "bert.", "distilbert": "distilbert.", "electra": "electra.",
             "xlm-roberta": "roberta."}
-# XLM-R's tokenizer: a SentencePiece model with fairseq's ids (tfapp.data.sentencepiece_preprocess).
+# XLM-R's tokenizer: a SentencePiece model with fairseq's ids
+# (tfapp.data.text.sentencepiece_preprocess).
 SENTENCEPIECE_MODEL = "sentencepiece.bpe.model"
 SUPPORTED_MODEL_TYPES = tuple(FAMILIES)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
@@ -214,7 +215,7 @@ def _vocab_from_tokenizer_json(src: Path, tmp: Path) -> Path:
 def _sentencepiece_model(src: Path, vocab_size: int) -> bytes:
     """XLM-R's SentencePiece model, checked to fit the embedding with fairseq's ids (4
     specials before the pieces, SentencePiece's own 3 dropped, <mask> after: pieces + 2)."""
-    from tfapp.data.sentencepiece_preprocess import sentencepiece_size
+    from tfapp.data.text.sentencepiece_preprocess import sentencepiece_size
 
     path = src / SENTENCEPIECE_MODEL
     if not path.is_file():
@@ -359,7 +360,7 @@ def read_hf_bert(src: str | os.PathLike, *, lower_case: bool | None = None):
     """(BertConfig, {stable name: array}, vocab tokens, lower_case, pooler names
     initialised) from a Hugging Face BERT-family checkpoint directory (``FAMILIES``);
     ``ConfigError`` for anything unusable. The vocab is vocab.txt's, else tokenizer.json's."""
-    from tfapp.data.bert_preprocess import read_bert_vocab
+    from tfapp.data.text.bert_preprocess import read_bert_vocab
 
     src = Path(src).expanduser()
     if not src.is_dir():

@@ -37,7 +37,7 @@ from typing import Any
 
 from tfapp.atomic import atomic_directory
 from tfapp.config import ConfigError
-from tfapp.data.bert_preprocess import BertPreprocessor
+from tfapp.data.text.bert_preprocess import BertPreprocessor
 from tfapp.models.bert import INPUT_KEYS, BertEncoder
 
 import tensorflow as tf
@@ -128,7 +128,7 @@ def export_preprocessor(vocab_file: str | os.PathLike, export_dir: str | os.Path
                         overwrite: bool = False) -> Path:
     """Write the BERT preprocessor for ``vocab_file`` as a SavedModel (atomically).
 
-    The saved object is ``tfapp.data.bert_preprocess.BertPreprocessor``: after
+    The saved object is ``tfapp.data.text.bert_preprocess.BertPreprocessor``: after
     ``hub.load`` it is callable on a batch of strings and has ``tokenize`` and
     ``bert_pack_inputs(segments, seq_length=N)`` like the official preprocessors; the
     vocabulary travels as a SavedModel asset.
@@ -163,7 +163,7 @@ def check_out_dir(out_dir: str | os.PathLike, overwrite: bool) -> None:
 def _export_sentencepiece_preprocessor(model_file: Path, export_dir: Path,
                                        default_seq_length: int) -> int:
     """XLM-R's SentencePiece preprocessor at ``export_dir``; returns its vocabulary size."""
-    from tfapp.data.sentencepiece_preprocess import SentencepiecePreprocessor
+    from tfapp.data.text.sentencepiece_preprocess import SentencepiecePreprocessor
 
     pre = SentencepiecePreprocessor(model_file, seq_length=default_seq_length)
     _save(pre, export_dir)
@@ -179,7 +179,7 @@ def export_bert_modules(encoder: BertEncoder, vocab_file: str | os.PathLike,
 
     ``sentencepiece``: ``vocab_file`` is an XLM-R SentencePiece model instead, copied to
     OUT/sentencepiece.bpe.model, and the preprocessor is
-    ``tfapp.data.sentencepiece_preprocess.SentencepiecePreprocessor`` (same interface).
+    ``tfapp.data.text.sentencepiece_preprocess.SentencepiecePreprocessor`` (same interface).
     The whole OUT directory appears at once (atomic rename), so a concurrent reader
     sees either nothing or the complete pair of modules.
     """

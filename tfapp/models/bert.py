@@ -141,7 +141,7 @@ class FeedForwardDense(tf.keras.layers.Dense):
         return y
 
 
-def _activation(name: str):
+def activation(name: str):
     if name == "gelu":
         return gelu_exact
     if name == "gelu_approx":
@@ -249,7 +249,7 @@ class TransformerLayer(tf.keras.layers.Layer):
         self.attention_layer_norm = tf.keras.layers.LayerNormalization(
             epsilon=cfg.layer_norm_epsilon, name="attention_layer_norm")
         self.intermediate = FeedForwardDense(
-            cfg.intermediate_size, activation=_activation(cfg.activation),
+            cfg.intermediate_size, activation=activation(cfg.activation),
             kernel_initializer=init(), name="intermediate")
         self.output_dense = FeedForwardDense(
             cfg.hidden_size, kernel_initializer=init(), name="output")

@@ -91,7 +91,7 @@ def output_units(num_classes: int, multi_label: bool) -> tuple[int, str]:
 
 def _inputs() -> dict[str, tf.Tensor]:
     # Any length up to seq_length: batches come padded to their length bucket
-    # (tfapp.data.lengths), the serving export to seq_length.
+    # (tfapp.data.input.lengths), the serving export to seq_length.
     return {k: tf.keras.Input(shape=(None,), dtype=tf.int32, name=k)
             for k in BERT_INPUT_KEYS}
 

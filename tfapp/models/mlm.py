@@ -1,6 +1,6 @@
 """BERT's masked-LM head on a native ``BertEncoder``, trained with ``fit``.
 
-``BertMaskedLM(encoder)`` takes the features ``tfapp.data.masking.MlmMasker`` makes
+``BertMaskedLM(encoder)`` takes the features ``tfapp.data.text.masking.MlmMasker`` makes
 (the encoder inputs plus ``masked_lm_positions`` [batch, P]) and returns float32 logits
 [batch, P, vocab] at those positions only: the full [batch, seq, vocab] would be ~7x
 larger for nothing. The head is BERT's: dense + activation + LayerNorm, then the
@@ -16,7 +16,7 @@ replicas usually hold different numbers of masked tokens.
 
 from __future__ import annotations
 
-from tfapp.models.bert import INPUT_KEYS, BertEncoder, _activation
+from tfapp.models.bert import INPUT_KEYS, BertEncoder, activation
 
 import tensorflow as tf
 
@@ -34,7 +34,7 @@ class MaskedLMHead(tf.keras.layers.Layer):
         # To the embedding width: the tied projection reads the word table (ELECTRA's is
         # narrower than hidden_size, as its generator head's transform is).
         self.dense = tf.keras.layers.Dense(
-            cfg.embedding_width, activation=_activation(cfg.activation),
+            cfg.embedding_width, activation=activation(cfg.activation),
             kernel_initializer=tf.keras.initializers.TruncatedNormal(
                 stddev=cfg.initializer_range), name="transform")
         self.layer_norm = tf.keras.layers.LayerNormalization(

@@ -13,7 +13,7 @@ sequence (fast kernels, cuDNN on GPUs), and decoding steps the same LSTM cell wi
 (h, c) state as the only cache. ``encode`` + ``decode_step`` are the decoding interface
 (``tfapp.models.decoding``); ``call`` is teacher-forced training.
 
-Ids 0 (padding) and the special tokens follow ``tfapp.data.text_lines``; this module only
+Ids 0 (padding) and the special tokens follow ``tfapp.data.examples.generator``; this module only
 assumes that 0 is padding.
 """
 

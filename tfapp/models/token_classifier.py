@@ -3,7 +3,7 @@
 Inputs are the BERT dict of int32 ``[batch, seq_length]``; the output is float32 tag
 probabilities ``[batch, seq_length, tags]`` (the last Dense and softmax in float32 under
 mixed precision, as for the classifier). Labels are int32 ``[batch, seq_length]`` with
-``-1`` where no word starts (``tfapp.data.token_classification.IGNORE``):
+``-1`` where no word starts (``tfapp.data.text.windows.IGNORE``):
 ``masked_token_loss`` and ``MaskedTokenAccuracy`` leave those positions out.
 """
 

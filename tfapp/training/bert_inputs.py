@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tfapp.data.bert_preprocess import make_bert_preprocess_fn
+from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
 from tfapp.hub.handles import resolve_hub_handle
 from tfapp.models.hub_encoder import built_encoder
 from tfapp.training.task import Inputs

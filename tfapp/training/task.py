@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tfapp.data.rows.spec import RowSpec
+
 if TYPE_CHECKING:
     from tfapp.config import ExperimentConfig
     from tfapp.training.context import RunContext
@@ -87,9 +89,7 @@ class Task(abc.ABC):
     @classmethod
     def row_spec(cls, cfg: ExperimentConfig) -> Any:
         """What a row of the task's files is and how it is read (a
-        ``tfapp.data.prepare.RowSpec``)."""
-        from tfapp.data.prepare import RowSpec
-
+        ``tfapp.data.rows.spec.RowSpec``)."""
         return RowSpec.from_config("labelled", cfg.data)
 
     @classmethod

@@ -4,5 +4,5 @@
 * ``task.py``: ``ClassifierTask`` (inputs, model, loss and metrics, report, export);
 * ``export.py``: the serving SavedModel (raw strings in, probabilities and labels out).
 
-The data pipeline is ``tfapp.data.classification``, the models ``tfapp.models.classifier``.
+The data pipeline is ``tfapp.data.examples.classification``, the models ``tfapp.models.classifier``.
 """

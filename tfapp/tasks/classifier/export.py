@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tfapp.data.lengths import trim_to_longest
+from tfapp.data.input.lengths import trim_to_longest
 from tfapp.model_card import CARD_FILE
 from tfapp.models.serving_module import ServingModule
 from tfapp.tasks.classifier.serving import FORMAT

@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.config import ClassifierDataConfig, ConfigError, ExperimentConfig, load_config
+from tfapp.data.rows.bad_rows import BadRowPolicy, BadRowReport
+from tfapp.data.rows.names import KnownNames
+from tfapp.data.rows.spec import RowSpec
 from tfapp.errors import DataError, Setting
 from tfapp.hub.hf_checkpoint import SEQUENCE_CLASSIFICATION, binary_as_two_logits
 from tfapp.serving import (
@@ -105,7 +108,7 @@ class LoadedClassifier(ExportedModel):
         ``keep`` columns, the texts, the prediction as ``predict_rows`` gives it and
         ``gold_label`` (a multi-label row's labels joined by '|', as its predicted
         ``label``)."""
-        from tfapp.data.sources import BadRowPolicy, BadRowReport, iter_examples
+        from tfapp.data.rows.read import file_formats, iter_rows
         from tfapp.training.metrics import format_report
         from tfapp.training.report_counts import ClassificationCounts
 
@@ -124,8 +127,7 @@ class LoadedClassifier(ExportedModel):
         report = BadRowReport()
         bad = BadRowPolicy(data.on_bad_rows, report, "test")
         index = {name: i for i, name in enumerate(self.label_names)}
-        shown = ", ".join(self.label_names[:10]) + (" ..." if len(self.label_names) > 10
-                                                    else "")
+        known = KnownNames(tuple(self.label_names), "the model")
         counts = ClassificationCounts(self.label_names, multi_label)
         # Streamed: a batch of rows at a time, scored and counted (no list of the rows).
         texts: list[str] = []
@@ -155,20 +157,14 @@ class LoadedClassifier(ExportedModel):
             counts.update(truth, probs)
             texts.clear(), pairs.clear(), labels.clear(), kept.clear()
 
-        for ex in iter_examples(files, data, split="test", mode=data.on_bad_rows,
-                                report=report, keep=keep):
-            unknown = [label for label in ex.labels if label not in index]
-            if unknown:
-                shown_label = repr(unknown[0])
-                if len(shown_label) > 60:
-                    shown_label = shown_label[:56] + "...'"
-                bad(ex.origin[0], ex.origin[1], f"unknown label {shown_label} (not among "
-                                                f"the labels of the model: {shown})")
-                continue
-            texts.append(ex.text)
-            pairs.append(ex.text_pair or "")
-            labels.append(ex.labels)
-            kept.append(ex.kept)
+        spec = RowSpec.from_config("labelled", data)
+        examples = iter_rows(file_formats(files, spec, Setting("data.test_files")), spec,
+                             split="test", kept=keep, known=known)
+        for row in bad.good(examples):
+            texts.append(row.values[0])
+            pairs.append(row.values[1] if data.text_pair_column else "")
+            labels.append(row.values[-1])
+            kept.append(row.kept)
             if len(texts) == BATCH:
                 score()
         if texts:

@@ -7,18 +7,15 @@ import logging
 from dataclasses import dataclass
 
 from tfapp.atomic import write_bytes, write_text
-from tfapp.data.bert_preprocess import vocab_tokens
-from tfapp.data.classification import (
+from tfapp.data.examples.classification import (
     ClassificationSplits,
+    classification_examples,
+    demo_files,
     load_classification_splits,
-    make_classification_dataset,
     raw_batches,
-    resolve_demo,
-    token_lengths,
 )
-from tfapp.data.lengths import grouping_for
-from tfapp.data.pipeline import distribute
-from tfapp.data.stream import plan_steps
+from tfapp.data.input.reader import training_inputs
+from tfapp.data.text.bert_preprocess import vocab_tokens
 from tfapp.model_card import ModelCard, vocabulary_scripts
 from tfapp.models.classifier import build_classifier
 from tfapp.tasks.classifier.export import ClassifierServing, export_classifier
@@ -64,7 +61,7 @@ class ClassifierTask(Task):
 
     @classmethod
     def input_files(cls, cfg) -> dict[str, str]:
-        files = dict(zip(("train", "validation", "test"), resolve_demo(cfg.data), strict=True))
+        files = dict(zip(("train", "validation", "test"), demo_files(cfg.data), strict=True))
         return {k: v for k, v in files.items() if v}
 
     @classmethod
@@ -82,37 +79,12 @@ class ClassifierTask(Task):
         seed = self.cfg.runtime.seed
         s = load_classification_splits(d, seed, label_vocab_path=self.layout.labels,
                                        keep_vocab=self.ctx.resuming)
-        rt = self.runtime
-        plan = plan_steps(s.source(s.train), global_batch=rt.global_batch_size(d.batch_size),
-                          pipelines=rt.input_pipelines, seed=seed,
-                          resumed_batches=self.ctx.resumed_batches())
-        grouping, why = grouping_for(
-            d.length_buckets, d.seq_length, seed,
-            token_lengths(s, preprocess) if d.length_buckets > 1 else np.zeros([0]),
-            device_kind=rt.device_kind, input_pipelines=plan.pipelines,
+        inputs = training_inputs(
+            lambda split: classification_examples(s, split, preprocess, d.seq_length),
+            s.train, s.validation, d, runtime=self.runtime, seed=seed,
+            resumed_batches=self.ctx.resumed_batches(),
             steps_per_execution=self.cfg.trainer.steps_per_execution)
-        log.info("data: %s", why)
-
-        def dataset(split, training):
-            return distribute(rt.strategy, lambda input_context: (
-                make_classification_dataset(
-                    s, split, preprocess, d, batch_size=plan.global_batch, training=training,
-                    seed=seed, input_context=input_context, start=plan.start,
-                    grouping=grouping)))
-
-        validation = s.validation if s.size(s.validation) else None
-        return ClassifierInputs(
-            train=dataset(s.train, True),
-            validation=dataset(validation, False) if validation is not None else None,
-            num_train_examples=s.size(s.train),
-            batches_per_pass=plan.steps,
-            num_validation_examples=s.size(validation),
-            # Replicas past the end of their part get empty batches (get_next_as_optional),
-            # so every replica runs the same number of validation steps. Always given: a
-            # distributed dataset has no known size, and fit needs one for validation with
-            # steps_per_execution > 1 even on one replica.
-            validation_steps=plan.eval_steps(s.size(validation)),
-            splits=s, **bert._asdict())
+        return ClassifierInputs(**inputs.fields(), splits=s, **bert._asdict())
 
     def build_model(self, inputs: ClassifierInputs):
         return build_classifier(

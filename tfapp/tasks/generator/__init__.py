@@ -8,6 +8,6 @@ SavedModel.
 * ``serving.py``: the export behind ``tfapp.serving`` (loading, ``evaluate``);
 * ``scores.py``: the test scores from per-text sums (no TensorFlow).
 
-The data pipeline is ``tfapp.data.text_lines``, the model ``tfapp.models.seq2seq``, the
+The data pipeline is ``tfapp.data.examples.generator``, the model ``tfapp.models.seq2seq``, the
 decoding loops ``tfapp.models.decoding``.
 """

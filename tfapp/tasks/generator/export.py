@@ -14,7 +14,7 @@ from pathlib import Path
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp.config import GenerationConfig
-from tfapp.data import text_lines
+from tfapp.data.text import words as text_words
 from tfapp.model_card import CARD_FILE
 from tfapp.models import decoding, seq2seq
 from tfapp.tasks.generator.serving import FORMAT, SETTINGS
@@ -59,7 +59,7 @@ class TextGenerator(tf.Module):
         self._model = lambda: model
         self.model_variables = list(model.variables)
         # The vectorizer: the adapted vocabulary as a lookup table (word -> id, else [UNK]).
-        self.table = text_lines.vocabulary_table(vocabulary)
+        self.table = text_words.vocabulary_table(vocabulary)
         self._vocabulary = tf.constant(vocabulary)
         self.context_words, self.keep, self.strip = context_words, keep, strip_punctuation
         self.target_words = target_words
@@ -72,9 +72,9 @@ class TextGenerator(tf.Module):
             "example_shape": "pairs" if keep == "first" else "continuation",
             "target_words": target_words,
             "defaults": {k: getattr(gen, k) for k in SETTINGS}})
-        ids = dict(start_id=text_lines.START_ID, end_id=text_lines.END_ID,
-                   pad_id=text_lines.PAD_ID,
-                   suppress_ids=(text_lines.PAD_ID, text_lines.UNK_ID, text_lines.START_ID))
+        ids = dict(start_id=text_words.START_ID, end_id=text_words.END_ID,
+                   pad_id=text_words.PAD_ID,
+                   suppress_ids=(text_words.PAD_ID, text_words.UNK_ID, text_words.START_ID))
         # jit_compile None: XLA where the host has it (the TPU build does not).
         common = dict(max_length=gen.max_length, jit_compile=jit_compile, **ids)
         self._greedy = decoding.make_decoder(model, method="greedy", **common)
@@ -90,13 +90,13 @@ class TextGenerator(tf.Module):
 
     def encode_prompts(self, prompts: tf.Tensor) -> tf.Tensor:
         """Raw prompts [B] -> encoder ids [B, context_words], as the training windows."""
-        words = tf.strings.split(text_lines.standardize(prompts, self.strip))
+        words = tf.strings.split(text_words.standardize(prompts, self.strip))
         ids = tf.ragged.map_flat_values(self.table.lookup, words)
-        return text_lines.prompt_encoder_ids(ids, self.context_words, self.keep)
+        return text_words.prompt_encoder_ids(ids, self.context_words, self.keep)
 
     def detokenize(self, tokens: tf.Tensor) -> tf.Tensor:
         """Generated ids -> one string per row (specials and padding dropped)."""
-        words = tf.ragged.boolean_mask(tokens, tokens > text_lines.END_ID)
+        words = tf.ragged.boolean_mask(tokens, tokens > text_words.END_ID)
         return tf.strings.reduce_join(tf.gather(self._vocabulary, words), axis=-1,
                                       separator=" ")
 
@@ -169,11 +169,11 @@ class TextGenerator(tf.Module):
                 for name, x in per_example.items()}
 
     def _ids(self, texts: tf.Tensor) -> tf.RaggedTensor:
-        return text_lines.word_ids(self.table, text_lines.standardize(texts, self.strip))
+        return text_words.word_ids(self.table, text_words.standardize(texts, self.strip))
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="texts")])
     def score_lines(self, texts):
-        windows = text_lines.continuation_windows(self._ids(texts), self.context_words,
+        windows = text_words.continuation_windows(self._ids(texts), self.context_words,
                                                   self.target_words)
         texts = tf.shape(texts, out_type=tf.int64)[0]
         return self._score(windows, texts, lm_windows(windows["line"], texts,
@@ -182,7 +182,7 @@ class TextGenerator(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sources"),
                                   tf.TensorSpec([None], tf.string, name="targets")])
     def score_pairs(self, sources, targets):
-        windows = text_lines.pair_windows(self._ids(sources), self._ids(targets),
+        windows = text_words.pair_windows(self._ids(sources), self._ids(targets),
                                           self.context_words, self.target_words)
         # One window a pair: each target token is scored once already.
         return self._score(windows, tf.shape(sources, out_type=tf.int64)[0],

@@ -63,10 +63,11 @@ def score_in_batches(score: Callable, texts: list[str], targets: list[str] | Non
 def score_split(score: Callable, split: Any, data: Any,
                 rows: Callable[[list[dict]], None] | None = None) -> ScoreSums:
     """The sums of every text of ``split`` (a ``SplitData`` read as ``data`` says) scored
-    by ``score``, a batch of texts at a time (``text_lines.iter_split_texts``): nothing
-    is kept but the sums. ``rows`` gets each batch's texts (``text``, or ``source`` and
-    ``target``) with their own sums."""
-    from tfapp.data.text_lines import iter_split_texts
+    by ``score``, a batch of texts at a time
+    (``tfapp.data.examples.generator.iter_split_texts``): nothing is kept but the sums.
+    ``rows`` gets each batch's texts (``text``, or ``source`` and ``target``) with their
+    own sums."""
+    from tfapp.data.examples.generator import iter_split_texts
 
     sums = ScoreSums()
     for texts, targets in iter_split_texts(split, data):
@@ -94,8 +95,8 @@ class LoadedGenerator(ExportedModel):
         the text column, the format and the bad-row mode), scored by the export's
         ``score`` as the run's test report was, streamed (``score_split``). ``rows`` gets
         each text's own sums (``evaluate --output``)."""
-        from tfapp.data.splits import prepared_splits
-        from tfapp.data.text_lines import generator_rows
+        from tfapp.data.examples.generator import generator_rows
+        from tfapp.data.input.splits import prepared_splits
 
         self.refuse_keep(keep, "a generator evaluates the texts left by the run's cleaning "
                                "(data.drop_regex)")

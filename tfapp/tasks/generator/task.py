@@ -20,10 +20,10 @@ from typing import Any
 
 import tfapp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from tfapp.atomic import write_text
-from tfapp.data import text_lines
-from tfapp.data.pipeline import distribute
-from tfapp.data.splits import SplitData
-from tfapp.data.stream import plan_steps
+from tfapp.data.examples import generator
+from tfapp.data.input.reader import training_inputs
+from tfapp.data.input.splits import SplitData
+from tfapp.data.text import words
 from tfapp.models import seq2seq
 from tfapp.tasks.generator.card import generator_card
 from tfapp.tasks.generator.export import TextGenerator, export_generator, serving_copy
@@ -62,44 +62,26 @@ class GeneratorTask(Task):
 
     @classmethod
     def input_files(cls, cfg) -> dict[str, str]:
-        files = zip(("train", "validation", "test"), text_lines.resolve_demo(cfg.data),
+        files = zip(("train", "validation", "test"), generator.demo_files(cfg.data),
                     strict=True)
         return {k: v for k, v in files if v}
 
     @classmethod
     def row_spec(cls, cfg):
-        return text_lines.generator_rows(cfg.data)
+        return generator.generator_rows(cfg.data)
 
     def build_inputs(self) -> GeneratorInputs:
-        d, rt, seed = self.cfg.data, self.runtime, self.cfg.runtime.seed
-        data = text_lines.build_generator_data(d, seed=seed, vocab_path=self.layout.vocab,
-                                               keep_vocab=self.ctx.resuming)
-        text_lines.save_vocabulary(data.vocabulary, self.layout.vocab)
-        plan = plan_steps(data.source(data.splits.train),
-                          global_batch=rt.global_batch_size(d.batch_size),
-                          pipelines=rt.input_pipelines, seed=seed,
-                          resumed_batches=self.ctx.resumed_batches())
-        grouping, why = text_lines.generator_grouping(
-            data, d, seed, device_kind=rt.device_kind, input_pipelines=plan.pipelines,
+        d, seed = self.cfg.data, self.cfg.runtime.seed
+        data = generator.build_generator_data(d, seed=seed, vocab_path=self.layout.vocab,
+                                              keep_vocab=self.ctx.resuming)
+        words.save_vocabulary(data.vocabulary, self.layout.vocab)
+        inputs = training_inputs(
+            lambda split: generator.generator_examples(data, split, d), data.splits.train,
+            data.splits.validation, d, runtime=self.runtime, seed=seed,
+            resumed_batches=self.ctx.resumed_batches(),
             steps_per_execution=self.cfg.trainer.steps_per_execution)
-        log.info("data: %s", why)
-
-        def dataset(split, training):
-            return distribute(rt.strategy, lambda input_context: (
-                text_lines.make_generator_dataset(
-                    data, split, d, batch_size=plan.global_batch, training=training,
-                    seed=seed, input_context=input_context, start=plan.start,
-                    grouping=grouping)))
-
-        validation = data.splits.validation if data.size(data.splits.validation) else None
-        n_val = data.size(validation)
         return GeneratorInputs(
-            train=dataset(data.splits.train, True),
-            validation=dataset(validation, False) if validation is not None else None,
-            num_train_examples=data.size(data.splits.train), batches_per_pass=plan.steps,
-            num_validation_examples=n_val,
-            validation_steps=plan.eval_steps(n_val),
-            vocabulary=data.vocabulary, sample_prompts=data.sample_prompts,
+            **inputs.fields(), vocabulary=data.vocabulary, sample_prompts=data.sample_prompts,
             test=data.splits.test if data.size(data.splits.test) else None)
 
     def build_model(self, inputs: GeneratorInputs) -> seq2seq.Seq2Seq:

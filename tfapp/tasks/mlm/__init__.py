@@ -3,6 +3,6 @@
 * ``config.py``: which config keys the task cannot honour (no TensorFlow import);
 * ``task.py``: ``MaskedLMTask`` (corpus -> dynamic masking, BertMaskedLM, module export).
 
-The masking is ``tfapp.data.masking``, the model ``tfapp.models.mlm``, the export
+The masking is ``tfapp.data.text.masking``, the model ``tfapp.models.mlm``, the export
 ``tfapp.hub.export.export_bert_modules``.
 """

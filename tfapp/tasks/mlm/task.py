@@ -8,7 +8,7 @@ TensorBoard, W&B), then exports the adapted encoder as a new module pair:
    ``pretrain``, or ``builtin:tiny``) is read into a native ``BertEncoder``;
 2. the corpus (``data.train_files``, its ``data.text_column``) goes through tf.data:
    shuffle, repeat, batch, the module's *own* preprocessor (so the ids are exactly those
-   fine-tuning will see), then dynamic masking (``tfapp.data.masking``: ``mlm.mask_rate``,
+   fine-tuning will see), then dynamic masking (``tfapp.data.text.masking``: ``mlm.mask_rate``,
    80/10/10, optional whole-word), new masks every step;
 3. the loop fits the encoder + masked-LM head (``tfapp.models.mlm``) for
    ``trainer.max_steps`` steps, logging ``mlm_loss`` and ``masked_accuracy`` every
@@ -20,14 +20,13 @@ TensorBoard, W&B), then exports the adapted encoder as a new module pair:
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tfapp.config import ConfigError
-from tfapp.demo import DEMO_DIR
+from tfapp.data.rows.spec import RowSpec
 from tfapp.hub.handles import resolve_hub_handle
 from tfapp.training.task import Inputs, Task, TaskOutput
 
@@ -78,16 +77,13 @@ class MaskedLMTask(Task):
 
     @classmethod
     def input_files(cls, cfg) -> dict[str, str]:
+        from tfapp.data.examples.mlm import demo_files
 
-        d = cfg.data
-        return {"train": str(DEMO_DIR / "reviews_unlabelled.txt") if d.train_files == "demo"
-                else d.train_files}
+        return {"train": demo_files(cfg.data)[0]}
 
     @classmethod
     def row_spec(cls, cfg):
-        from tfapp.data.prepare import RowSpec
-
-        return dataclasses.replace(RowSpec.from_config("texts", cfg.data),
+        return RowSpec.from_config("texts", cfg.data,
                                    column_hint="set data.text_column (pretrain --text-column)")
 
     @property
@@ -95,16 +91,10 @@ class MaskedLMTask(Task):
         return Path(self.cfg.mlm.output) if self.cfg.mlm.output else self.layout.export
 
     def build_inputs(self) -> MlmInputs:
-        from tfapp.data import reader, stream
-        from tfapp.data.bert_preprocess import (
-            FEATURE_KEYS,
-            make_bert_preprocess_fn,
-            read_bert_vocab,
-        )
-        from tfapp.data.masking import MlmMasker, default_max_predictions
-        from tfapp.data.packing import PACK_TEXTS, pack_texts, packed_counts
-        from tfapp.data.pipeline import distribute
-        from tfapp.data.splits import prepared_splits
+        from tfapp.data.examples.mlm import corpus, mlm_examples
+        from tfapp.data.input import reader
+        from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn, read_bert_vocab
+        from tfapp.data.text.masking import MlmMasker, default_max_predictions
         from tfapp.hub.export import check_out_dir
         from tfapp.models.bert import BertConfig
 
@@ -132,11 +122,7 @@ class MaskedLMTask(Task):
                               f"{seq_length}; lower it")
         # "demo": the shipped unlabelled reviews (docs/hub.md's masked-LM corpus).
         # d holds nothing out: its validation and test splits are 0 (MlmDataConfig)
-        corpus = prepared_splits(self.input_files(cfg)["train"], "", "", self.row_spec(cfg),
-                                 d, seed=cfg.runtime.seed,
-                                 what="data.train_files (pretrain --corpus)").train
-        if not corpus.rows:
-            raise ConfigError(f"data.train_files: the corpus '{d.train_files}' holds no text")
+        texts = corpus(d, self.row_spec(cfg), cfg.runtime.seed)
         vocab, _ = read_bert_vocab(root / meta.get("vocab_file", "vocab.txt"))
         seed = cfg.runtime.seed
         try:
@@ -146,53 +132,11 @@ class MaskedLMTask(Task):
             raise ConfigError(f"model.hub_handle {cfg.model.hub_handle}: {err}") from None
         preprocess = make_bert_preprocess_fn(hub_preprocessor=str(preprocessor),
                                              seq_length=seq_length)
-        rt = self.runtime
-        fields = {"text": tf.io.FixedLenFeature([], tf.string),
-                  "id": tf.io.FixedLenFeature([], tf.int64)}
+        examples = mlm_examples(texts, preprocess, seq_length, pack=m.pack, vocab=vocab)
+        log.info("masked LM: %d texts -> %d %s of %d tokens", texts.rows, examples.source.size,
+                 "packed sequences" if m.pack else "texts", seq_length)
 
-        def texts(rows: int):
-            def read(file, index):
-                del index
-                return tf.data.TFRecordDataset(file).batch(rows).map(
-                    lambda records: tf.io.parse_example(records, fields))
-            return read
-
-        if m.pack:
-            index = {t: i for i, t in enumerate(vocab)}
-            tokenize = preprocess.module.tokenize
-
-            def encode(chunk):
-                packed = pack_texts(tokenize, chunk["text"], seq_length, index["[CLS]"],
-                                    index["[SEP]"])
-                rows = tf.shape(packed["input_word_ids"])[0]
-                # A sequence's id: its chunk's first text's, times 2**16, plus its row.
-                ids = chunk["id"][0] * (1 << 16) + tf.range(rows, dtype=tf.int64)
-                return {**packed, "id": ids}
-
-            read = lambda rows: texts(PACK_TEXTS)  # noqa: E731  (counts fix the chunk)
-            source = corpus.source(packed_counts(corpus, read(0), encode,
-                                                 (str(preprocess.fingerprint), seq_length)))
-        else:
-            def encode(chunk):
-                return {**preprocess(chunk["text"]), "id": chunk["id"]}
-
-            read, source = texts, corpus.source()
-        unit = "packed sequences" if m.pack else "texts"
-        plan = stream.plan_steps(source, global_batch=rt.global_batch_size(d.batch_size),
-                                 pipelines=rt.input_pipelines, seed=seed,
-                                 resumed_batches=self.ctx.resumed_batches())
-        if plan.steps < 1:
-            raise ConfigError(f"data.train_files: the corpus has {source.size} {unit}, fewer "
-                              f"than one batch of {plan.per_step}; lower data.batch_size")
-        log.info("masked LM: %d texts -> %d %s of %d tokens", corpus.rows, source.size, unit,
-                 seq_length)
-        examples = reader.Examples(
-            task="mlm", split=corpus, source=source, read=read, encode=encode,
-            model_inputs=lambda batch: {k: batch[k] for k in FEATURE_KEYS})
-
-        def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
-            ds = reader.read_batches(examples, d, batch_size=plan.global_batch, training=True,
-                                     seed=seed, input_context=ctx, start=plan.start)
+        def masked(ds: tf.data.Dataset, ctx: tf.distribute.InputContext, plan) -> Any:
             # The batch index seeds the masks: new masks every step, the same run for the
             # same seed, and a resumed run draws the masks the first run would have. Each
             # input pipeline gets its own stream.
@@ -203,10 +147,12 @@ class MaskedLMTask(Task):
                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
             return ds.prefetch(tf.data.AUTOTUNE) if d.prefetch else ds
 
-        return MlmInputs(train=distribute(self.runtime.strategy, dataset_fn),
-                         num_train_examples=source.size, batches_per_pass=plan.steps,
-                         module=root, meta=meta, seq_length=seq_length,
-                         max_predictions=max_predictions, texts=corpus.rows)
+        inputs = reader.training_inputs(lambda split: examples, texts, None, d,
+                                        runtime=self.runtime, seed=seed,
+                                        resumed_batches=self.ctx.resumed_batches(),
+                                        after=masked)
+        return MlmInputs(**inputs.fields(), module=root, meta=meta, seq_length=seq_length,
+                         max_predictions=max_predictions, texts=texts.rows)
 
     def build_model(self, inputs: MlmInputs):
         from tfapp.models.bert import dummy_inputs

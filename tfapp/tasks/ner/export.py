@@ -2,7 +2,7 @@
 
 ``serve(text)`` (the ``serving_default`` signature) splits each string into words at
 whitespace and punctuation (each punctuation mark a word, as CoNLL files write them),
-tokenises, windows and tags them as training did (``tfapp.data.token_classification``),
+tokenises, windows and tags them as training did (``tfapp.data.examples.ner``),
 reads each word's tag at its first piece and joins ``B-``/``I-`` runs into entities
 (strict IOB2: an ``I-`` without its ``B-`` starts nothing). It returns, padded to the
 most entities of any string in the batch:
@@ -28,9 +28,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tfapp.data.lengths import trim_to_longest
-from tfapp.data.tags import OUTSIDE, split_tag
-from tfapp.data.token_classification import window_features, windows_per_sentence, word_pieces
+from tfapp.data.input.lengths import trim_to_longest
+from tfapp.data.text.tags import OUTSIDE, split_tag
+from tfapp.data.text.windows import window_features, windows_per_sentence, word_pieces
 from tfapp.model_card import CARD_FILE
 from tfapp.models.serving_module import ServingModule
 from tfapp.tasks.ner.serving import FORMAT

@@ -16,7 +16,7 @@ position; the reports tag them O). The run's reports (``finish``) stay seqeval's
 
 from __future__ import annotations
 
-from tfapp.data.tags import OUTSIDE, split_tag
+from tfapp.data.text.tags import OUTSIDE, split_tag
 
 import numpy as np
 import tensorflow as tf

@@ -2,7 +2,7 @@
 
 The headline scores are seqeval's strict IOB2 mode (``mode="strict", scheme=IOB2``): an
 entity counts as found when its type, first word and last word all match a gold entity,
-and an ``I-`` tag without its ``B-`` starts nothing (``tfapp.data.tags.spans`` reads tags
+and an ``I-`` tag without its ``B-`` starts nothing (``tfapp.data.text.tags.spans`` reads tags
 the same way). Overall scores are micro averages over entities; per type, the same within
 that type. Beside them, ``default_mode`` holds seqeval's default (conlleval) mode, in which
 a stray ``I-`` opens an entity: the figure Hugging Face's ``run_ner`` prints, for

@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from tfapp.config import ConfigError, load_config
+from tfapp.data.rows.bad_rows import BadRowPolicy, BadRowReport
+from tfapp.data.rows.names import KnownNames
+from tfapp.data.rows.spec import RowSpec
 from tfapp.errors import DataError, Setting
 from tfapp.hub.hf_checkpoint import TOKEN_CLASSIFICATION
 from tfapp.serving import (
@@ -123,8 +126,7 @@ class LoadedTagger(ExportedModel):
         tagged by the model (``tag_words``), scored by ``tfapp.tasks.ner.scores``.
         ``rows`` gets each batch's sentences: ``words``, predicted ``tags`` and
         ``gold_tags``."""
-        from tfapp.data.sources import BadRowReport
-        from tfapp.data.tagged import iter_known_tags, iter_tagged
+        from tfapp.data.rows.read import file_formats, iter_rows
 
         self.refuse_keep(keep, "an NER export evaluates sentences of tagged words")
         for key, flag in (("text_column", "--text-column"),
@@ -144,24 +146,25 @@ class LoadedTagger(ExportedModel):
         if flags.get("on_bad_rows") is not None:
             data.on_bad_rows = flags["on_bad_rows"]
         report = BadRowReport()
-        sentences = iter_known_tags(
-            iter_tagged(files, data, split="test", mode=data.on_bad_rows, report=report),
-            self.tag_names, split="test", mode=data.on_bad_rows, report=report,
-            known_from="the model's")
+        bad = BadRowPolicy(data.on_bad_rows, report, "test")
+        known = KnownNames(tuple(self.tag_names), "the model", tags=True)
+        spec = RowSpec.from_config("tagged", data)
         # Streamed: a batch of sentences at a time, tagged and counted (no list of them).
         tally, batch = EntityTally(), []
 
         def score() -> None:
-            words = [list(s.words) for s in batch]
+            words = [list(w) for w, _ in batch]
             tags = self.tag_words(words)
-            tally.update([s.tags for s in batch], tags)
+            tally.update([gold for _, gold in batch], tags)
             if rows is not None:
-                rows([{"words": w, "tags": t, "gold_tags": list(s.tags)}
-                      for w, t, s in zip(words, tags, batch, strict=True)])
+                rows([{"words": w, "tags": t, "gold_tags": list(gold)}
+                      for w, t, (_, gold) in zip(words, tags, batch, strict=True)])
             batch.clear()
 
-        for sentence in sentences:
-            batch.append(sentence)
+        sentences = iter_rows(file_formats(files, spec, Setting("data.test_files")), spec,
+                              split="test", known=known)
+        for row in bad.good(sentences):
+            batch.append(row.values)
             if len(batch) == BATCH:
                 score()
         if batch:

@@ -4,25 +4,22 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tfapp.atomic import write_text
-from tfapp.data.lengths import grouping_for
-from tfapp.data.ner_splits import load_ner_splits
-from tfapp.data.pipeline import distribute
-from tfapp.data.prepare import RowSpec
-from tfapp.data.stream import plan_steps
-from tfapp.data.tagged import demo_ner_file
-from tfapp.data.token_classification import (
-    KeptWindows,
+from tfapp.data.examples.ner import (
     NerData,
     build_ner_data,
+    demo_files,
     eval_windows,
     gold_tags,
-    make_ner_dataset,
-    predict_tags,
-    window_lengths,
+    load_ner_splits,
+    ner_examples,
 )
+from tfapp.data.input.reader import training_inputs
+from tfapp.data.rows.spec import RowSpec
+from tfapp.data.text.bert_preprocess import FEATURE_KEYS
 from tfapp.model_card import ModelCard
 from tfapp.models.token_classifier import (
     MaskedTokenAccuracy,
@@ -82,6 +79,69 @@ def tagger(model: tf.keras.Model):
     return call
 
 
+#: the most bytes of an evaluation split's windows ``KeptWindows`` holds in memory
+KEEP_WINDOWS_BYTES = 256 << 20
+
+
+class KeptWindows:
+    """The numpy batches of an ``eval_windows`` dataset, read from it once and then kept
+    (up to ``limit`` bytes; a larger split is read again each time): a run scores its
+    validation windows at every epoch and at the end, and each new iterator of the
+    dataset costs seconds (its functions, the tokenizer's among them, are instantiated
+    and optimized anew) besides tokenising and windowing every sentence again."""
+
+    def __init__(self, dataset: tf.data.Dataset, limit: int = KEEP_WINDOWS_BYTES):
+        self.dataset, self.limit = dataset, limit
+        self.batches: list[dict[str, np.ndarray]] | None = None
+
+    def __iter__(self):
+        return iter(self.batches) if self.batches is not None else self._first_pass()
+
+    def _first_pass(self):
+        kept: list[dict[str, np.ndarray]] | None = []
+        size = 0
+        for batch in self.dataset.as_numpy_iterator():
+            if kept is not None:
+                size += sum(v.nbytes for v in batch.values())
+                if size <= self.limit:
+                    kept.append(batch)
+                else:
+                    kept = None
+            yield batch
+        self.batches = kept
+
+
+def predict_tags(call: Callable, windows: tf.data.Dataset | KeptWindows, tag_names: list[str]
+                 ) -> list[list[str]]:
+    """The predicted IOB2 tags of every sentence of an ``eval_windows`` dataset (or its
+    ``KeptWindows``), in order: ``call`` (a tagger: features -> tag ids) on its windows,
+    each word read at its first piece (O for a word without pieces)."""
+    window_sentences, window_words, positions, seen = [], [], [], 0
+    batches = windows.as_numpy_iterator() if isinstance(windows, tf.data.Dataset) else windows
+    for batch in batches:
+        predicted = np.asarray(call({k: batch[k] for k in FEATURE_KEYS}))
+        rows, cols = np.nonzero(batch["word_index"] >= 0)
+        # (window, word in its sentence, predicted tag) of every word's first piece
+        positions.append(np.stack([seen + rows, batch["word_index"][rows, cols],
+                                   predicted[rows, cols]], 1))
+        window_sentences.append(batch["sentence"])
+        window_words.append(batch["words"])
+        seen += len(batch["sentence"])
+    if not window_sentences:
+        return []
+    sentence_of_window = np.concatenate(window_sentences)
+    # Windows of a sentence are consecutive: a new sentence wherever the id changes.
+    new = np.r_[True, sentence_of_window[1:] != sentence_of_window[:-1]]
+    starts, index_of_window = np.flatnonzero(new), np.cumsum(new) - 1
+    words = np.concatenate(window_words)[starts].astype(np.int64)
+    offsets = np.r_[0, np.cumsum(words)]
+    tags = np.zeros(offsets[-1], np.int64)  # O for words without pieces
+    found = np.concatenate(positions)
+    tags[offsets[index_of_window[found[:, 0]]] + found[:, 1]] = found[:, 2]
+    names = np.array(tag_names)
+    return [names[tags[offsets[i]:offsets[i + 1]]].tolist() for i in range(len(words))]
+
+
 class EntityF1(tf.keras.callbacks.Callback):
     """Adds ``val_entity_f1`` (and precision, recall) to each evaluation's logs, from the
     entity counts fit's validation pass left in ``metric`` (Keras resets the metrics when
@@ -107,12 +167,7 @@ class NerTask(Task):
 
     @classmethod
     def input_files(cls, cfg) -> dict[str, str]:
-        d = cfg.data
-        files = {"train": d.train_files, "validation": d.validation_files,
-                 "test": d.test_files}
-        if d.train_files.strip() == "demo":
-            files = {k: v or demo_ner_file(k) for k, v in files.items()}
-            files["train"] = demo_ner_file("train")
+        files = dict(zip(("train", "validation", "test"), demo_files(cfg.data), strict=True))
         return {k: v for k, v in files.items() if v}
 
     @classmethod
@@ -124,7 +179,7 @@ class NerTask(Task):
         return hub_encoder_recompiles(model)  # a restored Hub encoder does (docs/hub.md)
 
     def build_inputs(self) -> NerInputs:
-        d, rt = self.cfg.data, self.runtime
+        d = self.cfg.data
         seed = self.cfg.runtime.seed
         bert = bert_setup(self.cfg)
         preprocess = bert.preprocess
@@ -135,36 +190,18 @@ class NerTask(Task):
         log.info("data: %d train / %d validation / %d test sentences, %d tags",
                  data.sentences.get("train", 0), data.sentences.get("validation", 0),
                  data.sentences.get("test", 0), len(splits.tag_names))
-        train = data.split("train")
-        plan = plan_steps(data.source(train), global_batch=rt.global_batch_size(d.batch_size),
-                          pipelines=rt.input_pipelines, seed=seed,
-                          resumed_batches=self.ctx.resumed_batches())
-        grouping, why = grouping_for(
-            d.length_buckets, d.seq_length, seed,
-            window_lengths(data, preprocess, d.seq_length) if d.length_buckets > 1
-            else np.zeros([0]), device_kind=rt.device_kind, input_pipelines=plan.pipelines,
+        inputs = training_inputs(
+            lambda split: ner_examples(data, split, preprocess, d.seq_length),
+            data.split("train"), data.split("validation"), d, runtime=self.runtime, seed=seed,
+            resumed_batches=self.ctx.resumed_batches(),
             steps_per_execution=self.cfg.trainer.steps_per_execution)
-        log.info("data: %s", why)
-
-        def dataset(split, training):
-            return distribute(rt.strategy, lambda input_context: (
-                make_ner_dataset(data, split, preprocess, d, batch_size=plan.global_batch,
-                                 training=training, seed=seed, input_context=input_context,
-                                 start=plan.start, grouping=grouping)))
-
-        validation = data.split("validation") if data.size(data.split("validation")) else None
         gold = {name: gold_tags(data, data.split(name)) for name in ("validation", "test")
                 if data.size(data.split(name))}
         windows = {name: KeptWindows(eval_windows(data, data.split(name), preprocess,
-                                                  d.seq_length, plan.global_batch))
+                                                  d.seq_length, inputs.plan.global_batch))
                    for name in gold}
-        return NerInputs(
-            train=dataset(train, True),
-            validation=dataset(validation, False) if validation else None,
-            num_train_examples=data.size(train), batches_per_pass=plan.steps,
-            num_validation_examples=data.size(validation),
-            validation_steps=plan.eval_steps(data.size(validation)),
-            data=data, gold=gold, windows=windows, **bert._asdict())
+        return NerInputs(**inputs.fields(), data=data, gold=gold, windows=windows,
+                         **bert._asdict())
 
     def build_model(self, inputs: NerInputs):
         return build_token_classifier(self.cfg.model, num_tags=len(inputs.data.tag_names),

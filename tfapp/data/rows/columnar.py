@@ -1,0 +1,330 @@
+"""Rows a batch at a time, as columns: what ``prepare`` writes (``RowBatch``), and its fast
+path for CSV/TSV and Parquet files of plain strings (``fast_rows``).
+
+The fast path parses with pyarrow (``tfapp.data.formats``) and checks whole columns with
+NumPy/Arrow (blank texts, labels, UTF-8), with the messages, line numbers and label
+counts of the row-by-row checks (``tfapp.data.rows.spec.convert``), which still decide
+the rare rows out of the ordinary (bytes that are not UTF-8, nulls). A file these checks
+cannot take raises ``Fallback`` and is read row by row (``tfapp.data.rows.read``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from tfapp.data.formats import delimited, parquet
+from tfapp.data.formats.files import Fallback
+from tfapp.data.rows.bad_rows import SourceLog
+from tfapp.data.rows.spec import RowSpec, clean_labels, convert
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["Batcher", "BytesList", "RowBatch", "fast_rows", "large_binary"]
+
+#: rows per encoded batch (and per pyarrow block of short rows)
+BATCH_ROWS = 16384
+_BIN = pa.large_binary()
+# Python's str.strip() removes exactly these: a blank text is one made of them only.
+_PY_WHITESPACE = "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
+
+
+class BytesList:
+    """A feature of several byte strings per row: row ``i`` holds ``values`` ``offsets[i]``
+    to ``offsets[i + 1]`` (as an Arrow list array keeps them)."""
+
+    def __init__(self, offsets: np.ndarray, values: pa.Array):
+        self.offsets = np.asarray(offsets, np.int64)
+        self.values = large_binary(values)
+
+    @classmethod
+    def from_lists(cls, rows: list[list[bytes]]) -> BytesList:
+        lengths = np.fromiter((len(r) for r in rows), np.int64, len(rows))
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        return cls(offsets, pa.array([v for r in rows for v in r], _BIN))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def take(self, rows: np.ndarray) -> BytesList:
+        """The lists of ``rows``, in that order."""
+        rows = np.asarray(rows, np.int64)
+        sizes = np.diff(self.offsets)[rows]
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        index = np.repeat(self.offsets[:-1][rows] - offsets[:-1], sizes) + np.arange(offsets[-1])
+        return BytesList(offsets, self.values.take(pa.array(index, pa.int64())))
+
+
+def large_binary(values: pa.Array | pa.ChunkedArray | list) -> pa.Array:
+    """``values`` as one ``large_binary`` array starting at its buffers' row 0 (strings
+    keep their UTF-8 bytes)."""
+    if isinstance(values, list):
+        return pa.array(values, _BIN)
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if pa.types.is_string(values.type):
+        values = values.view(pa.binary())
+    elif pa.types.is_large_string(values.type):
+        values = values.view(_BIN)
+    values = values.cast(_BIN)
+    if values.offset:
+        values = pa.concat_arrays([values])
+    return values
+
+
+@dataclass
+class RowBatch:
+    """Good rows of one source: their line numbers and their values, a column per
+    feature of the ``RowSpec`` (binary, or a ``BytesList`` for labels, words, tags)."""
+
+    lines: np.ndarray
+    columns: dict[str, Any]
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+
+class Batcher:
+    """Good rows (Python values, ``convert``'s) gathered into ``RowBatch``es of
+    ``BATCH_ROWS``."""
+
+    def __init__(self, spec: RowSpec):
+        self.spec, self.lines, self.values = spec, [], []
+
+    def add(self, line: int | str, values: tuple) -> RowBatch | None:
+        self.lines.append(line)
+        self.values.append(values)
+        return self.flush() if len(self.lines) >= BATCH_ROWS else None
+
+    def flush(self) -> RowBatch | None:
+        if not self.lines:
+            return None
+        lines = np.array([int(str(x).split()[-1]) for x in self.lines], np.int64)
+        cols = list(zip(*self.values, strict=True))
+        out: dict[str, Any] = {}
+        for name, col in zip(self.spec.features(), cols, strict=True):
+            if name in ("labels", "words", "tags"):
+                out[name] = BytesList.from_lists([[v.encode("utf-8") for v in row]
+                                                  for row in col])
+            else:
+                out[name] = pa.array([v.encode("utf-8") for v in col], _BIN)
+        self.lines, self.values = [], []
+        return RowBatch(lines, out)
+
+
+def fast_rows(path: str, fmt: str, spec: RowSpec, log: SourceLog) -> Iterator[RowBatch]:
+    """The rows of a CSV/TSV file, or a Parquet file of plain string columns, checked a
+    batch at a time; Fallback (before or while reading) for any other file, where the
+    row-by-row readers must decide."""
+    if spec.kind not in ("labelled", "texts", "pairs") or fmt not in ("csv", "tsv",
+                                                                      "parquet"):
+        raise Fallback(f"{fmt} rows of kind {spec.kind}")
+    if fmt == "parquet":
+        yield from _parquet_rows(path, spec, log)
+        return
+    delimiter = "," if fmt == "csv" else "\t"
+    header = delimited.arrow_header(path, delimiter, spec.columns, spec.hint)
+    rows = 0
+    for lines, batch, problems in delimited.arrow_batches(path, delimiter, header):
+        good = None
+        if batch is not None:
+            keep, values, row_problems, nonblank = _checked(batch, header, spec)
+            problems += [(int(lines[i]), p) for i, p in row_problems]
+            rows += nonblank
+            if len(keep):
+                good = RowBatch(lines[keep], values)
+        yield from _logged(good, problems, spec, log)
+    if rows == 0:
+        log.bad(2, "empty file (a header row but no data rows)")
+
+
+def _logged(good: RowBatch | None, problems: list[tuple[int, str]], spec: RowSpec,
+            log: SourceLog) -> Iterator[RowBatch]:
+    """A batch's bad rows to ``log`` (in line order), then its good rows counted (labels)
+    and given."""
+    for number, problem in sorted(problems):
+        log.bad(number, problem)
+    if good is not None:
+        if spec.kind == "labelled":
+            _count_labels(good.columns["labels"], good.lines, log)
+        yield good
+
+
+def _parquet_rows(path: str, spec: RowSpec, log: SourceLog) -> Iterator[RowBatch]:
+    """The rows of a Parquet file whose columns are all plain strings; the rare rows with
+    a null or with only blank values (which CSV's checks take for a blank line) go
+    through ``convert``."""
+    columns = spec.columns
+    with parquet.open_parquet(path) as pf:
+        schema = pf.schema_arrow
+        parquet.check_schema(path, schema, columns, spec.hint,
+                             spec.label_column if spec.kind == "labelled" else None)
+        if not all(pa.types.is_string(schema.field(c).type) for c in columns):
+            raise Fallback("columns other than plain strings")
+        if pf.metadata.num_rows == 0:
+            log.bad(1, "empty file (no rows)")
+            return
+        start = 1
+        for batch in parquet.batches(pf, path, columns):
+            yield from _parquet_batch(batch, start, spec, log)
+            start += batch.num_rows
+
+
+def _parquet_batch(batch: pa.RecordBatch, start: int, spec: RowSpec, log: SourceLog
+                   ) -> Iterator[RowBatch]:
+    n, columns = batch.num_rows, spec.columns
+    cols = [large_binary(batch.column(i).fill_null("")) for i in range(len(columns))]
+    special = np.zeros(n, bool)
+    blank = np.ones(n, bool)
+    for i, col in enumerate(cols):
+        special |= batch.column(i).is_null().to_numpy(zero_copy_only=False)
+        try:
+            blank &= _is_blank(col.view(pa.large_string()))
+        except pa.ArrowInvalid as err:  # bytes that are not UTF-8: the Python checks decide
+            raise Fallback(str(err)) from None
+    special |= blank
+    lines = np.arange(start, start + n, dtype=np.int64)
+    problems: list[tuple[int, str]] = []
+    batcher = Batcher(spec)
+    for k in np.flatnonzero(special):
+        fields = {c: batch.column(i)[int(k)].as_py() for i, c in enumerate(columns)}
+        problem, values = convert(fields, spec)
+        if problem is not None:
+            problems.append((int(lines[k]), problem))
+        elif values is not None:  # a pair of blank texts is a row
+            batcher.add(int(lines[k]), values)
+    rest = np.flatnonzero(~special)
+    good = None
+    if len(rest):
+        taken = pa.array(rest, pa.int64())
+        sub = pa.RecordBatch.from_arrays([c.take(taken) for c in cols], names=columns)
+        keep, values, row_problems, _ = _checked(sub, columns, spec)
+        problems += [(int(lines[rest[i]]), p) for i, p in row_problems]
+        if len(keep):
+            good = RowBatch(lines[rest[keep]], values)
+    yield from _logged(good, problems, spec, log)
+    extra = batcher.flush()
+    if extra is not None:
+        yield extra
+
+
+def _checked(batch: pa.RecordBatch, header: list[str], spec: RowSpec
+             ) -> tuple[np.ndarray, dict[str, Any], list[tuple[int, str]], int]:
+    """(indices of good rows, their feature columns, (index, problem) of bad rows, rows
+    that are not blank) of one pyarrow batch, with the checks and messages of
+    ``convert``; rows whose bytes are not UTF-8 (rare) go through ``convert`` itself."""
+    n = batch.num_rows
+    cols = [batch.column(i) for i in range(batch.num_columns)]
+    broken = np.zeros(n, bool)
+    blank_of: list[np.ndarray] = []
+    for col in cols:
+        try:
+            view = col.view(pa.large_string())
+            view.validate(full=True)
+            blank_of.append(_is_blank(view))
+        except pa.ArrowInvalid:
+            raw = col.to_pylist()
+            broken |= np.array([not _utf8(b) for b in raw])
+            blank_of.append(np.array([not _decode(b).strip() for b in raw]))
+    blank = np.logical_and.reduce(blank_of) & ~broken
+    column = {name: i for i, name in enumerate(header)}
+    wanted = {c: column[c] for c in spec.columns}
+    problems: list[tuple[int, str]] = []
+    bad = np.zeros(n, bool)
+    for k in np.flatnonzero(broken):  # the Python checks decide, message and all
+        fields = {h: _decode(cols[i][int(k)].as_py()) for i, h in enumerate(header)}
+        problem, _ = convert(fields, spec)
+        if problem is not None:  # else a column it does not read is broken: the row is fine
+            problems.append((int(k), problem))
+            bad[k] = True
+    skipped = np.zeros(n, bool)
+    values: dict[str, Any] = {}
+    if spec.kind == "labelled":
+        for name in (spec.text_column, spec.text_pair_column):
+            if not name:
+                continue
+            empty = blank_of[wanted[name]] & ~blank & ~bad
+            problems += [(int(k), f"empty text in column '{name}'") for k in np.flatnonzero(empty)]
+            bad |= empty
+        labels, label_problems = _labels(cols[wanted[spec.label_column]], spec, ~(bad | blank))
+        problems += label_problems
+        for k, _ in label_problems:
+            bad[k] = True
+        values = {"text": cols[wanted[spec.text_column]], "labels": labels}
+        if spec.text_pair_column:
+            values["text_pair"] = cols[wanted[spec.text_pair_column]]
+    elif spec.kind == "texts":
+        skipped = blank_of[wanted[spec.text_column]]  # a blank text is no example
+        values = {"text": cols[wanted[spec.text_column]]}
+    else:
+        values = {"source": cols[wanted[spec.source_column]],
+                  "target": cols[wanted[spec.target_column]]}
+    problems.sort()
+    good = np.flatnonzero(~(bad | blank | skipped))
+    out: dict[str, Any] = {}
+    for name in spec.features():
+        value = values[name]
+        out[name] = value.take(good) if isinstance(value, BytesList) else \
+            large_binary(value.take(pa.array(good, pa.int64())))
+    return good, out, problems, int((~blank).sum())
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _decode(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="surrogateescape")
+
+
+def _is_blank(texts: pa.Array) -> np.ndarray:
+    """Whether each text is empty or Python-whitespace only (``not text.strip()``)."""
+    trimmed = pc.utf8_trim(texts, characters=_PY_WHITESPACE)
+    return (pc.binary_length(trimmed).to_numpy(zero_copy_only=False) == 0)
+
+
+def _labels(column: pa.Array, spec: RowSpec, rows: np.ndarray
+            ) -> tuple[BytesList, list[tuple[int, str]]]:
+    """The labels of each row (``clean_labels`` on each distinct value) and the
+    (row, problem) of bad ones among ``rows``."""
+    encoded = column.dictionary_encode()
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    cleaned = [clean_labels(_decode(v), spec.label_column, spec.multi_label,
+                            spec.label_separator)
+               for v in encoded.dictionary.to_pylist()]
+    lists = [labels or [] for labels, _ in cleaned]
+    bad_code = np.array([problem is not None for _, problem in cleaned], bool)
+    problems = [(int(k), cleaned[codes[k]][1]) for k in np.flatnonzero(bad_code[codes] & rows)]
+    sizes = np.array([len(x) for x in lists], np.int64)
+    flat = [v.encode("utf-8") for x in lists for v in x]
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    row_sizes = sizes[codes]
+    offsets = np.concatenate([[0], np.cumsum(row_sizes)])
+    index = np.repeat(starts[codes] - offsets[:-1], row_sizes) + np.arange(offsets[-1])
+    values = pa.array(flat, _BIN).take(pa.array(index, pa.int64())) \
+        if len(index) else pa.array([], _BIN)
+    return BytesList(offsets, values), problems
+
+
+def _count_labels(labels: BytesList, lines: np.ndarray, log: SourceLog) -> None:
+    encoded = labels.values.dictionary_encode()
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    names = [v.decode("utf-8") for v in encoded.dictionary.to_pylist()]
+    counts = np.bincount(codes, minlength=len(names))
+    row_of = np.repeat(np.arange(len(labels)), np.diff(labels.offsets))
+    first = {}
+    for code in range(len(names)):
+        where = np.flatnonzero(codes == code)
+        first[code] = int(lines[row_of[where[0]]]) if len(where) else 0
+    for code, name in enumerate(names):
+        if name not in log.labels:
+            log.labels[name] = 0
+            log.first_seen[name] = f"{log.path}:{first[code]}"
+        log.labels[name] += int(counts[code])
