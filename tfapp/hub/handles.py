@@ -11,6 +11,9 @@
   variables in the caller's strategy scope), under a file lock so concurrent
   processes (several workers, parallel tests) build it once; the directory appears
   atomically.
+* ``builtin:tiny-cased`` -- the same shape, cased, with a WordPiece vocab of the NER
+  demo's sentences and the demo reviews (``configs/ner.yaml``'s encoder), built the same
+  way into ``tiny-cased-bert-<hash>``;
 * ``hf:ORG/NAME[@REVISION]`` -- a Hugging Face BERT-family model id, fetched by
   huggingface_hub (``tfapp.hub.hf_models``: its cache, ``HF_HUB_OFFLINE``, ``HF_TOKEN``)
   and converted once into ``$TFAPP_CACHE_DIR/hub/hf/ORG--NAME-<commit>-f<format>``;
@@ -59,6 +62,13 @@ BUILTIN_MODULES: dict[str, tuple[BuildParams, str, str]] = {
                                     attention_dropout=0.1),
                          lower_case=True, seed=0, seq_length=128, whole_words=True),
              ("reviews_train.csv",), "text"),
+    # the tagger's: names keep their capitals, and an unseen name is read as word pieces
+    "tiny-cased": (BuildParams(BertConfig(vocab_size=4000, hidden_size=128, num_layers=2,
+                                          num_heads=2, intermediate_size=256,
+                                          max_position_embeddings=512, dropout=0.1,
+                                          attention_dropout=0.1),
+                               lower_case=False, seed=0, seq_length=128),
+                   ("ner_train.conll", "reviews_train.csv"), "text"),
 }
 
 
