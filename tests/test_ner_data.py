@@ -138,7 +138,7 @@ def test_shipped_demo_is_what_the_seeded_script_writes(tmp_path):
             (DEMO_DIR / f"ner_{split}.conll").read_text(), split
     splits = load_ner_splits(_cfg("data.train_files=demo"), 1)
     assert splits.entity_types == ["DATE", "LOC", "ORG", "PER"]
-    assert [s.rows for s in splits.prepared.splits()] == [900, 200, 200]
+    assert [s.rows for s in splits.prepared.splits()] == [4000, 400, 400]
 
 
 # One text in each scheme: "Anna Berg" and "Bob Lee" (adjacent PER), Oslo (LOC), ACME (ORG).

@@ -87,6 +87,18 @@ def test_text_line_with_a_line_separator_is_one_text(tmp_path, ch):
     assert read_texts(str(path)) == [f"one{ch}two", "three"]
 
 
+def test_a_conll_corpus_gives_each_sentences_words_as_one_text(tmp_path):
+    """build-bert --corpus and builtin:tiny-cased read a CoNLL file as its sentences (not
+    as "word tag" lines); a line without a tag is a bad row at its own line."""
+    path = tmp_path / "names.conll"
+    path.write_text("-DOCSTART- O\n\nAnna B-PER\nBerg I-PER\nsings O\n\n\nOslo B-LOC\n",
+                    encoding="utf-8")
+    assert read_texts(str(path)) == ["Anna Berg sings", "Oslo"]
+    path.write_text("Anna B-PER\n\nBerg\n", encoding="utf-8")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}:3: "):
+        read_texts(str(path))
+
+
 @pytest.mark.parametrize("name, body", [
     ("a.jsonl", '{"text": "x\u2028y", "label": "pos"}\n{"text": "z\u2029", "label": "neg"}\n'
                 '{"text": "w", "label": "neg"}\n{broken\n'),

@@ -85,6 +85,9 @@ def _corpus(args: SimpleNamespace) -> list[str]:
               help="Dropout inside the encoder while fine-tuning.")
 @click.option("--seq-length", type=int, default=128, show_default=True,
               help="Default sequence length of the preprocessor.")
+@click.option("--whole-words", is_flag=True,
+              help="A vocabulary of whole words only (no subword pieces): a word the corpus "
+                   "does not hold is one [UNK]. For a small model trained from scratch.")
 def build_bert(args: SimpleNamespace) -> int:
     return _build(args)
 
@@ -139,7 +142,7 @@ def _build(args: SimpleNamespace) -> int:
                       max_position_embeddings=args.max_positions, dropout=args.dropout,
                       attention_dropout=args.dropout)
     params = BuildParams(bert, lower_case=args.lower_case, seed=args.seed,
-                         seq_length=args.seq_length)
+                         seq_length=args.seq_length, whole_words=args.whole_words)
     start = time.monotonic()
     texts = read_corpus(_corpus(args), text_column=args.text_column)
     out = build_bert_hub(texts, args.out, params, overwrite=args.overwrite)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -27,7 +28,7 @@ from tfapp.config import ConfigError
 from tfapp.data.rows.bad_rows import SKIP_OPTION
 from tfapp.models.bert_config import BertConfig
 
-__all__ = ["BuildParams", "build_bert_hub", "read_corpus"]
+__all__ = ["BuildParams", "build_bert_hub", "read_corpus", "whole_words_only"]
 
 
 def _default_bert() -> BertConfig:
@@ -47,12 +48,18 @@ class BuildParams:
       lower_case: lower-case and strip accents (an uncased model).
       seed: seed of the weight initialisers.
       seq_length: default sequence length of the preprocessor's __call__.
+      whole_words: keep only the corpus's words in the vocabulary, no subword pieces, so
+        a word outside it is one ``[UNK]``. For a model trained from random weights on a
+        small corpus: there a word it never saw would otherwise be read as a string of
+        one-letter pieces whose weights were learned inside other words, and the
+        fine-tuned model reads a verdict into them.
     """
 
     bert: BertConfig = field(default_factory=_default_bert)
     lower_case: bool = True
     seed: int = 0
     seq_length: int = 128
+    whole_words: bool = False
 
     def to_json(self) -> str:
         # bert through BertConfig.to_dict: it leaves out the unset embedding_size, so the
@@ -75,6 +82,17 @@ def read_corpus(files: Sequence[str | os.PathLike], text_column: str = "text", *
     return read_texts(list(files), text_column=text_column, mode=on_bad_rows or "fail",
                       what="--corpus", column_hint="pass --text-column",
                       skip_option=SKIP_OPTION if on_bad_rows is not None else None)
+
+
+def whole_words_only(vocab: Sequence[str], texts: Iterable[str], lower_case: bool
+                     ) -> list[str]:
+    """``vocab`` without its subword pieces (``##...``) and without the letters that are
+    in it only as pieces: what is left is whole words of ``texts``, punctuation and digits
+    (and the reserved tokens)."""
+    fold = str.lower if lower_case else str
+    standalone = {w for t in texts for w in re.findall(r"\w+", fold(t)) if len(w) == 1}
+    return [t for t in vocab if not t.startswith("##")
+            and (len(t) > 1 or not t.isalpha() or t in standalone)]
 
 
 def build_bert_hub(corpus: Iterable[str], out_dir: str | os.PathLike,
@@ -102,8 +120,10 @@ def build_bert_hub(corpus: Iterable[str], out_dir: str | os.PathLike,
         raise ConfigError(f"seq_length {params.seq_length} exceeds max_positions "
                           f"{max_positions}; lower it or raise --max-positions")
 
-    vocab = build_wordpiece_vocab(list(corpus), params.bert.vocab_size,
-                                  lower_case=params.lower_case)
+    texts = list(corpus)
+    vocab = build_wordpiece_vocab(texts, params.bert.vocab_size, lower_case=params.lower_case)
+    if params.whole_words:
+        vocab = whole_words_only(vocab, texts, params.lower_case)
     cfg = replace(params.bert, vocab_size=len(vocab))
     with tempfile.TemporaryDirectory() as tmp:
         vocab_file = write_vocab(vocab, Path(tmp) / "vocab.txt")

@@ -3,7 +3,7 @@
 ``resolve_hub_handle(handle) -> (encoder_handle, preprocessor_handle_or_empty)``:
 
 * ``builtin:tiny`` -- a tiny BERT (2 layers, hidden 128, 2 heads, intermediate 256)
-  with a WordPiece vocab learned from the shipped demo training texts, built once
+  with a vocab of the whole words of the shipped demo training texts, built once
   into ``$TFAPP_CACHE_DIR/hub/tiny-bert-<hash>`` (default ``~/.cache/tfapp``) and
   reused. The hash covers the build parameters, the corpus bytes and the module
   format, so a change rebuilds instead of reusing a stale module. The build runs in a
@@ -11,6 +11,9 @@
   variables in the caller's strategy scope), under a file lock so concurrent
   processes (several workers, parallel tests) build it once; the directory appears
   atomically.
+* ``builtin:tiny-cased`` -- the same shape, cased, with a WordPiece vocab of the NER
+  demo's sentences and the demo reviews (``configs/ner.yaml``'s encoder), built the same
+  way into ``tiny-cased-bert-<hash>``;
 * ``hf:ORG/NAME[@REVISION]`` -- a Hugging Face BERT-family model id, fetched by
   huggingface_hub (``tfapp.hub.hf_models``: its cache, ``HF_HUB_OFFLINE``, ``HF_TOKEN``)
   and converted once into ``$TFAPP_CACHE_DIR/hub/hf/ORG--NAME-<commit>-f<format>``;
@@ -51,14 +54,21 @@ HUB_METADATA_FILE = "tfapp_hub.json"  # same name as tfapp.hub.export (no TF imp
 MODULE_FORMAT = 1
 BUILTIN_PREFIX = "builtin:"
 
-# name -> (build parameters, corpus file inside tfapp/demo, its text column)
+# name -> (build parameters, corpus files inside tfapp/demo, their text column)
 BUILTIN_MODULES: dict[str, tuple[BuildParams, str, str]] = {
     "tiny": (BuildParams(BertConfig(vocab_size=3000, hidden_size=128, num_layers=2,
                                     num_heads=2, intermediate_size=256,
                                     max_position_embeddings=512, dropout=0.1,
                                     attention_dropout=0.1),
-                         lower_case=True, seed=0, seq_length=128),
-             "reviews_train.csv", "text"),
+                         lower_case=True, seed=0, seq_length=128, whole_words=True),
+             ("reviews_train.csv",), "text"),
+    # the tagger's: names keep their capitals, and an unseen name is read as word pieces
+    "tiny-cased": (BuildParams(BertConfig(vocab_size=4000, hidden_size=128, num_layers=2,
+                                          num_heads=2, intermediate_size=256,
+                                          max_position_embeddings=512, dropout=0.1,
+                                          attention_dropout=0.1),
+                               lower_case=False, seed=0, seq_length=128),
+                   ("ner_train.conll", "reviews_train.csv"), "text"),
 }
 
 
@@ -68,14 +78,15 @@ def hub_cache_dir() -> Path:
     return Path(os.environ.get("TFHUB_CACHE_DIR") or cache_dir() / "tfhub_modules")
 
 
-def _builtin_spec(name: str) -> tuple[BuildParams, Path, str]:
+def _builtin_spec(name: str) -> tuple[BuildParams, list[Path], str]:
     if name not in BUILTIN_MODULES:
         raise ConfigError(f"model.hub_handle: '{BUILTIN_PREFIX}{name}' is unknown; builtin "
                           f"modules: {', '.join(BUILTIN_PREFIX + n for n in BUILTIN_MODULES)}")
-    params, corpus_name, column = BUILTIN_MODULES[name]
-    corpus = DEMO_DIR / corpus_name
-    if not corpus.is_file():
-        raise ConfigError(f"the demo corpus {corpus} for '{BUILTIN_PREFIX}{name}' is missing; "
+    params, names, column = BUILTIN_MODULES[name]
+    corpus = [DEMO_DIR / file for file in names]
+    missing = [path for path in corpus if not path.is_file()]
+    if missing:
+        raise ConfigError(f"the demo corpus {missing[0]} for '{BUILTIN_PREFIX}{name}' is missing; "
                           "reinstall tfapp (it ships tfapp/demo/)")
     return params, corpus, column
 
@@ -86,7 +97,8 @@ def builtin_module_dir(name: str) -> Path:
     digest = hashlib.sha256()
     digest.update(f"format={MODULE_FORMAT};column={column};".encode())
     digest.update(params.to_json().encode())
-    digest.update(corpus.read_bytes())
+    for path in corpus:
+        digest.update(path.read_bytes())
     return cache_dir() / "hub" / f"{name}-bert-{digest.hexdigest()[:12]}"
 
 
@@ -141,18 +153,20 @@ def _run_hub_command(args: list[str], what: str) -> None:
         raise ConfigError(f"{what} failed: {last}")
 
 
-def _build_in_subprocess(params: BuildParams, corpus: Path, column: str, out: Path) -> None:
+def _build_in_subprocess(params: BuildParams, corpus: list[Path], column: str, out: Path
+                         ) -> None:
     bert = params.bert
     _run_hub_command(
-        ["build-bert", "--corpus", str(corpus), "--text-column", column, "--out", str(out),
-         "--layers", str(bert.num_layers), "--hidden", str(bert.hidden_size),
+        ["build-bert", "--corpus", *map(str, corpus), "--text-column", column,
+         "--out", str(out), "--layers", str(bert.num_layers), "--hidden", str(bert.hidden_size),
          "--heads", str(bert.num_heads), "--intermediate", str(bert.intermediate_size),
          "--max-positions", str(bert.max_position_embeddings),
          "--vocab-size", str(bert.vocab_size),
          "--lower-case" if params.lower_case else "--no-lower-case",
          # build-bert's one --dropout sets both rates (equal in every builtin module)
          "--seed", str(params.seed), "--dropout", str(bert.dropout),
-         "--seq-length", str(params.seq_length)],
+         "--seq-length", str(params.seq_length),
+         *(["--whole-words"] if params.whole_words else [])],
         f"building the builtin BERT module into {out}")
 
 

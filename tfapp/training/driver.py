@@ -62,6 +62,7 @@ class TrainResult:
     history: dict = field(default_factory=dict)
     seconds: float = 0.0
     lines: list = field(default_factory=list)
+    try_it: str = ""  # a command that uses the export (the task's TaskOutput.try_it)
     source: str = ""  # which evaluation the metrics (and the export) are from
     model: object = field(default=None, repr=False)  # the trained tf.keras model
 
@@ -84,6 +85,8 @@ class TrainResult:
                 out.append(f"{'':17}({AUC_NOTE})")
         out.extend(self.lines)
         out.append(f"took {self.seconds:.0f}s; view with: tensorboard --logdir {self.run_dir}")
+        if self.try_it:
+            out.append(f"try it:          {self.try_it}")
         return "\n".join(out)
 
 
@@ -252,6 +255,7 @@ def _train(ctx: RunContext, directory: RunDirectory, *, user_callbacks: list) ->
                          f"the best {best['monitor']}, {best['value']:.4g}")
     result.metrics.update(finished.metrics)
     result.lines = list(finished.lines)
+    result.try_it = finished.try_it
     result.paths.update(finished.paths)
     if cfg.trainer.profile_steps and ctx.is_chief:
         result.lines += profile_lines(run)

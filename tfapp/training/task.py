@@ -20,11 +20,13 @@ once: ``default_monitor`` and ``recompiles_under_xla``.
 from __future__ import annotations
 
 import abc
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfapp.data.rows.spec import RowSpec
+from tfapp.demo import EXAMPLES
 
 if TYPE_CHECKING:
     from tfapp.config import ExperimentConfig
@@ -63,6 +65,7 @@ class TaskOutput:
     paths: dict[str, Path] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)
+    try_it: str = ""  # a command that uses what the run made, printed last
 
 
 class Task(abc.ABC):
@@ -130,3 +133,19 @@ class Task(abc.ABC):
     def finish(self, model: Any, inputs: Inputs, history: dict[str, list[float]]
                ) -> TaskOutput:
         return TaskOutput()
+
+    def try_it(self, command: str) -> str:
+        """The command line that tries this run's export: ``tfapp COMMAND --model RUN_DIR``
+        and the demo's examples of this task (a placeholder on the user's own data)."""
+        texts = (EXAMPLES.get(self.cfg.task, ()) if self.cfg.data.train_files == "demo"
+                 else ()) or ("your text here",)
+        return " ".join(["tfapp", command, "--model", _quoted(str(self.layout.root)),
+                         *map(_quoted, texts)])
+
+
+def _quoted(text: str) -> str:
+    """``text`` as a shell word: in double quotes, as the docs write examples, where that
+    is safe; else shlex's single quotes."""
+    if text and not set(text) & set('"$`\\!'):
+        return f'"{text}"' if set(text) & set(" '&|;<>()*?[]#~") else text
+    return shlex.quote(text)

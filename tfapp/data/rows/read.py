@@ -46,6 +46,9 @@ def file_format(path: str, spec: RowSpec) -> str:
     """The format ``path`` is read in as rows of ``spec`` (see ``formats.files``)."""
     if spec.kind == "tagged":
         return tagged_format(path, spec.format)
+    if spec.kind == "texts" and spec.format == "auto" and \
+            path.removesuffix(".gz").lower().endswith(".conll"):
+        return "conll"  # a corpus of tagged sentences: each sentence's words are a text
     return detect_format(path, spec.format, spec.default_format)
 
 
@@ -62,6 +65,13 @@ def _checked(path: str, fmt: str, spec: RowSpec, counts: EntityCounts,
                 yield problem[0], None, problem[1], {}
             else:
                 yield start, (words, tags), None, {}
+        return
+    if fmt == "conll":  # a corpus read from tagged words (file_format): the words joined
+        for start, words, _, problem in tagged_sentences(path, fmt, -1):
+            if problem is not None:
+                yield problem[0], None, problem[1], {}
+            elif words:
+                yield start, (" ".join(words),), None, {}
         return
     extra = [c for c in kept if c not in spec.columns]
     text_column, label_column, verbatim = spec.text_lines()
@@ -196,8 +206,8 @@ def read_texts(files: str | Sequence[str | os.PathLike], *, text_column: str = "
     The rows ``iter_rows`` reads (paths, globs, ``gs://``, ``.gz``; ``files`` a
     comma-joined config value or a list of paths): a text file gives one text per
     non-blank line, exactly as written; csv/tsv/jsonl/parquet/tfrecord rows (and TFDS)
-    give their ``text_column``. A file whose extension names no format is read as text
-    lines. Bad rows (and empty files) fail or, with ``mode='skip'``, are recorded in
+    give their ``text_column``; a ``.conll`` file gives each sentence's words joined by
+    spaces. A file whose extension names no format is read as text lines. Bad rows (and empty files) fail or, with ``mode='skip'``, are recorded in
     ``report`` (a new one, logged here, when none is given). ``what`` names the setting
     in messages, ``column_hint`` the fix for a missing column and ``skip_option`` the
     switch that skips bad rows (``None``: the command has none). Raises when no text

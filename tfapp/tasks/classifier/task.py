@@ -170,6 +170,7 @@ class ClassifierTask(Task):
             card = self._card(inputs, scores, details=FORMAT.describe(metadata))
             out.paths["exported"] = export_classifier(serving, self.layout.export,
                                                       metadata=metadata, card=card.render())
+            out.try_it = self.try_it("predict")
         return out
 
     def _plot_confusion(self, report: dict, split: str):

@@ -119,6 +119,7 @@ class GeneratorTask(Task):
                                   test=test)
             out.paths["exported"] = export_generator(generator, self.layout.export,
                                                      card=card.render())
+            out.try_it = self.try_it("generate")
         return out
 
     def _test_report(self, model: Any, generator: TextGenerator, inputs: GeneratorInputs,

@@ -253,6 +253,7 @@ class NerTask(Task):
             card = self._card(inputs, scores, details=FORMAT.describe(metadata))
             out.paths["exported"] = export_ner(serving, self.layout.export, metadata=metadata,
                                                card=card.render())
+            out.try_it = self.try_it("predict")
         return out
 
     def _card(self, inputs: NerInputs, scores: dict, *,
