@@ -207,7 +207,8 @@ def read_texts(files: str | Sequence[str | os.PathLike], *, text_column: str = "
     comma-joined config value or a list of paths): a text file gives one text per
     non-blank line, exactly as written; csv/tsv/jsonl/parquet/tfrecord rows (and TFDS)
     give their ``text_column``; a ``.conll`` file gives each sentence's words joined by
-    spaces. A file whose extension names no format is read as text lines. Bad rows (and empty files) fail or, with ``mode='skip'``, are recorded in
+    spaces. A file whose extension names no format is read as text lines. Bad rows (and
+    empty files) fail or, with ``mode='skip'``, are recorded in
     ``report`` (a new one, logged here, when none is given). ``what`` names the setting
     in messages, ``column_hint`` the fix for a missing column and ``skip_option`` the
     switch that skips bad rows (``None``: the command has none). Raises when no text
