@@ -326,3 +326,61 @@ def pytest_collection_modifyitems(config, items):
         cost[item.path] = cost.get(item.path, 0) + (_SLOW_S if slow else _OTHER_S)
     rank = {path: i for i, path in enumerate(sorted(cost, key=lambda p: -cost[p]))}
     items.sort(key=lambda item: rank[item.path])  # stable: a file's tests keep their order
+
+
+# ------------------------------------------------------------ skips are counted (CI=1)
+
+# Every test that may skip in CI, with why CI cannot run it: "NODEID | reason" lines.
+SKIP_ALLOWLIST = REPO / ".ci" / "skips.txt"
+# This process's skipped tests (id -> reason) and passed ones; in xdist's controller, those
+# its workers report: the whole session's.
+_SEEN: dict = {"skipped": {}, "passed": set(), "verdict": []}
+
+
+def allowed_skips(path: Path = SKIP_ALLOWLIST) -> dict[str, str]:
+    """The allowlist's test ids -> their reasons (comments and blank lines left out)."""
+    allowed = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            nodeid, sep, reason = (part.strip() for part in line.partition("|"))
+            assert sep and reason, f"{path}: every entry says why ({line!r})"
+            allowed[nodeid] = reason
+    return allowed
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _SEEN["skipped"][report.nodeid] = str(report.longrepr[-1]) if isinstance(
+            report.longrepr, tuple) else str(report.longrepr)
+    elif report.when == "call" and report.passed:
+        _SEEN["passed"].add(report.nodeid)
+
+
+def skip_verdict(skipped: dict[str, str], passed: set[str],
+                 allowed: dict[str, str]) -> list[str]:
+    """What differs from the allowlist: a skip it does not hold, or an entry whose test ran
+    and passed (the entry is stale). Tests that did not run (-m, -k, a file) are not
+    judged, so any subset of the suite gives the same verdict on its own tests."""
+    lines = [f"skipped, not in {SKIP_ALLOWLIST.name}: {nodeid} ({reason})"
+             for nodeid, reason in sorted(skipped.items()) if nodeid not in allowed]
+    lines += [f"in {SKIP_ALLOWLIST.name} but ran and passed (remove the entry): {nodeid}"
+              for nodeid in sorted(passed & set(allowed))]
+    return lines
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if not os.environ.get("CI") or hasattr(config, "workerinput"):
+        return  # CI judges skips (a developer's machine may lack chromium); xdist's workers
+        # report to the controller, which judges the whole session
+    _SEEN["verdict"] = skip_verdict(_SEEN["skipped"], _SEEN["passed"], allowed_skips())
+    if _SEEN["verdict"] and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if _SEEN["verdict"]:
+        terminalreporter.section("skips against .ci/skips.txt", red=True)
+        for line in _SEEN["verdict"]:
+            terminalreporter.line(line, red=True)
