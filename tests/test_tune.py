@@ -73,21 +73,19 @@ def test_a_worker_with_no_chief_says_so_in_one_line(tmp_path):
     """KerasTuner's client waits up to an hour for an oracle; a worker now gives up after
     min(60 s, tune.worker_timeout_s) with one line."""
     import socket
-    import time
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    started = time.monotonic()
     proc = run_python(["-m", "tfapp.tune", *TINY, f"output_dir={tmp_path}", "--worker", "1",
                        "--oracle", f"127.0.0.1:{port}", "tune.worker_timeout_s=3"], timeout=120)
-    waited = time.monotonic() - started
     errors = [line for line in proc.stderr.splitlines() if line.startswith("tfapp: error: ")]
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert errors == [f"tfapp: error: no tuning chief answers at 127.0.0.1:{port} after 3 s; "
                       f"start it first (python -m tfapp.tune ... --chief --oracle "
                       f"127.0.0.1:{port}) or fix --oracle"]
-    assert waited < 100  # not KerasTuner's hour (the import of TensorFlow is most of it)
+    # Not KerasTuner's hour: the line names the 3 s it waited, and run_python's timeout (120 s)
+    # keeps a hang from stalling the suite.
 
 
 def test_a_search_dir_resumes_only_its_own_search(tmp_path):
