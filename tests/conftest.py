@@ -185,34 +185,60 @@ def run_two_workers(script: str, args: list[str], out_dir: Path, timeout: int) -
     return outs
 
 
-def shared_run(tmp_path_factory, config: str, *overrides: str) -> Path:
-    """The run directory of ``tfapp.train --config CONFIG OVERRIDES`` (CONFIG "": no
-    --config, the built-in defaults), trained once per test session for the test files
-    that only read a finished run (its reports, export, checkpoint). The first test
-    process to ask trains it, in-process, under a file lock; the others (xdist workers)
-    wait for that and read the same run. Read it, never write into it: another file's
-    tests may be reading it at the same time."""
+def _once_per_session(tmp_path_factory, key: str, make) -> Path:
+    """``make(folder)`` run once per test session, its folder shared: the first test
+    process to ask runs it, under a file lock; the others (xdist workers) wait for that
+    and get the same folder. ``make`` returns the path to hand out (kept in done.txt)."""
     import fcntl
     import hashlib
-
-    from tfapp.config import load_config
-    from tfapp.tasks import get_task
-    from tfapp.training.driver import train
 
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # the session's folder, above each worker's own
-    key = hashlib.sha256("\0".join((config, *overrides)).encode()).hexdigest()[:12]
-    out = root / f"shared-run-{key}"
-    with open(root / f"shared-run-{key}.lock", "w") as lock:
+    name = f"{key.split(chr(0))[0].split('/')[-1].split('.')[0] or 'defaults'}-" \
+           f"{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    out = root / f"shared-{name}"
+    with open(root / f"shared-{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        done = out / "run_dir.txt"
+        done = out / "done.txt"
         if not done.is_file():
-            cfg = load_config(REPO / config if config else None,
-                              [f"output_dir={out / 'runs'}", *overrides])
-            run_dir = train(cfg, task=get_task(cfg.task)).run_dir
-            done.write_text(str(run_dir))
+            out.mkdir(parents=True, exist_ok=True)
+            done.write_text(str(make(out)))
     return Path(done.read_text())
+
+
+def shared_run(tmp_path_factory, config: str, *overrides: str) -> Path:
+    """The run directory of ``tfapp.train --config CONFIG OVERRIDES`` (CONFIG "": no
+    --config, the built-in defaults), trained once per test session (in-process) for the
+    test files that only read a finished run (its reports, export, checkpoint). Read it,
+    never write into it: another file's tests may be reading it at the same time (copy
+    it first)."""
+    def train_it(out: Path) -> Path:
+        from tfapp.config import load_config
+        from tfapp.tasks import get_task
+        from tfapp.training.driver import train
+
+        cfg = load_config(REPO / config if config else None,
+                          [f"output_dir={out / 'runs'}", *overrides])
+        return train(cfg, task=get_task(cfg.task)).run_dir
+
+    return _once_per_session(tmp_path_factory, "\0".join((config, *overrides)), train_it)
+
+
+def two_replica_results(tmp_path_factory) -> dict:
+    """What tests/workers/two_replicas.py computed under MirroredStrategy over 2 logical
+    CPUs (one fresh process per test session for every such check), by case."""
+    import json
+
+    def run_worker(out: Path) -> Path:
+        proc = run_python(["tests/workers/two_replicas.py", str(out / "results.json")])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return out / "results.json"
+
+    path = _once_per_session(tmp_path_factory, "two_replicas", run_worker)
+    results = json.loads(path.read_text())
+    assert results["replicas"] == 2
+    return results
 
 
 # The NER run that test_ner and test_export_hf read: 90 steps of the tiny BERT on the demo.
