@@ -98,19 +98,19 @@ def test_a_worker_with_no_chief_says_so_in_one_line(tmp_path):
 
 
 def test_a_search_dir_resumes_only_its_own_search(tmp_path):
-    from tfapp.tune import _check_same_search
+    from tfapp.tune import check_same_search
 
     cfg = load_config(None, [f"output_dir={tmp_path}", "name=s", SPACE])
-    _check_same_search(cfg, "local", start_over=False)
-    _check_same_search(cfg, "local", start_over=False)  # the same search: resumes
+    check_same_search(cfg, "local", start_over=False)
+    check_same_search(cfg, "local", start_over=False)  # the same search: resumes
     more = load_config(None, [f"output_dir={tmp_path}", "name=s", SPACE, "tune.max_trials=99"])
-    _check_same_search(more, "local", start_over=False)  # more trials: continues the search
+    check_same_search(more, "local", start_over=False)  # more trials: continues the search
     changed = load_config(None, [f"output_dir={tmp_path}", "name=s", SPACE, "tune.tuner=grid"])
     with pytest.raises(ConfigError, match="holds a different search.*nothing was changed; "
                                           "pass --start-over"):
-        _check_same_search(changed, "local", start_over=False)
+        check_same_search(changed, "local", start_over=False)
     (tmp_path / "s" / "trial_0").mkdir()  # a trial of the first search
-    _check_same_search(changed, "local", start_over=True)
+    check_same_search(changed, "local", start_over=True)
     assert load_config(tmp_path / "s" / "search.yaml").tune.tuner == "grid"
     (aside,) = tmp_path.glob("s.old-*")  # the first search: moved aside, not deleted
     assert (aside / "trial_0").is_dir()
@@ -122,7 +122,7 @@ def test_a_search_dir_resumes_only_its_own_search(tmp_path):
     (run / "params.yaml").write_text("task: classifier\n")
     named_like_it = load_config(None, [f"output_dir={tmp_path}", "name=trained", SPACE])
     with pytest.raises(ConfigError, match="is not a tfapp search .*nothing was changed"):
-        _check_same_search(named_like_it, "local", start_over=True)
+        check_same_search(named_like_it, "local", start_over=True)
     assert (run / "params.yaml").read_text() == "task: classifier\n"
     assert (run / "export").is_dir()
 
