@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTS = REPO / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
 import bench_common as bc  # noqa: E402
@@ -164,3 +165,61 @@ def test_predict_bench_checks_row_count_and_id_order_of_csv_and_parquet(tmp_path
     bench.make_input(tmp_path / "in.csv", 5)
     rows = (tmp_path / "in.csv").read_text().splitlines()
     assert rows[0] == "id,text,label" and len(rows) == 6 and rows[5].startswith("r4,")
+
+
+# ------------------------------------------------------------------ smoke runs, toy size
+# A run of configs/generator.yaml (tied embeddings, its default) at toy size: 2 steps, 2 % of
+# the demo corpus to validate on, no export (the benchmark reads checkpoints/best).
+GENERATOR_RUN = ("configs/generator.yaml", "trainer.epochs=1", "trainer.steps_per_epoch=2",
+                 "model.units=16", "model.embedding_dim=8", "data.vocab_size=200",
+                 "data.validation_split=0.02", "trainer.export=false",
+                 "tracking.tensorboard=false")
+
+
+def _script(name: str, *args: str, timeout: int = 600):
+    import subprocess
+
+    from conftest import subprocess_env
+
+    proc = subprocess.run([sys.executable, str(SCRIPTS / f"{name}.py"), *args],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=subprocess_env())
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_bench_generate_exports_tied_embeddings_as_the_torch_projection(tmp_path_factory,
+                                                                         tmp_path):
+    """The PyTorch row's weights: with tied embeddings the projection is the embedding
+    matrix, transposed (the model has no projection kernel)."""
+    from conftest import shared_run
+
+    run = shared_run(tmp_path_factory, *GENERATOR_RUN)
+    bench = load_script("bench_generate")
+    cfg, _, model = bench.load_model(run)
+    assert model.tie_embeddings
+    bench.export_weights(model, cfg, tmp_path / "weights.npz")
+    w = np.load(tmp_path / "weights.npz")
+    hidden = np.random.default_rng(0).normal(size=(3, 8)).astype(np.float32)
+    np.testing.assert_allclose(hidden @ w["proj_kernel"] + w["proj_bias"],
+                               model.projection(tf.constant(hidden)).numpy(), atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.xla_cpu  # its tfapp compiled rows: make_decoder(jit_compile=True)
+def test_bench_generate_runs_on_a_run_of_the_default_generator_config(tmp_path_factory,
+                                                                      tmp_path):
+    import json
+
+    from conftest import shared_run
+
+    run = shared_run(tmp_path_factory, *GENERATOR_RUN)
+    _script("bench_generate", "--model", str(run), "--words", "3", "--calls", "1",
+            "--rounds", "1", "--warmup", "0", "--batches", "1", "--work-dir",
+            str(tmp_path / "work"), "--json", str(tmp_path / "generate.json"))
+    rows = json.loads((tmp_path / "generate.json").read_text())["batches"]["1"]["rows"]
+    assert [r["name"] for r in rows] == [
+        "tfapp compiled, greedy", "tf.function per-step, greedy", "tfapp compiled, top-k",
+        "tf.function per-step, top-k"]
+    assert all(r["median"] > 0 for r in rows), rows  # every row decoded (greedy ones agreed)
+
