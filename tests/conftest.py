@@ -241,6 +241,12 @@ def two_replica_results(tmp_path_factory) -> dict:
     return results
 
 
+# The tiny classifier run that test_export_hf and test_bad_inputs read: 4 steps of the tiny
+# BERT on the demo reviews at a high learning rate (the head moves far from its start, so
+# probabilities differ from text to text), its export and reports.
+CLASSIFIER_RUN = ("configs/classifier_local.yaml", "trainer.epochs=1", "trainer.steps_per_epoch=4",
+                  "optimizer.learning_rate=3e-3", "tracking.tensorboard=false")
+
 # The NER run that test_ner and test_export_hf read: 90 steps of the tiny BERT on the demo.
 NER_RUN = ("configs/ner_local.yaml", "trainer.epochs=3", "trainer.steps_per_epoch=30",
            "optimizer.learning_rate=3e-3")
