@@ -236,7 +236,7 @@ def test_profile_steps_and_capture_from_a_second_process(tmp_path):
     assert str(sessions[-1]) in captured.stdout
     by_steps, on_demand = (profiler.summarize(s) for s in sessions)
     assert by_steps["steps"] == 3  # the steps strictly inside 2..6 (start/stop cut the ends)
-    assert by_steps["step_time_ms"]["mean"] > 0
+    assert by_steps["step_time_ms"]["mean"] > 1.0
     # How many steps the 5 s on-demand capture holds depends on how busy the machine is
     # (it may fall into an epoch end's validation): it is judged by the ops it recorded,
     # which training and validation both run.
