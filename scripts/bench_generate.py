@@ -138,11 +138,15 @@ def export_weights(model, cfg, path: Path) -> None:
          "dec_bias": model.decoder.cell.bias,
          "att_memory": att.memory_dense.kernel,
          "combine_kernel": model.combine.kernel, "combine_bias": model.combine.bias,
-         "proj_kernel": model.projection.kernel, "proj_bias": model.projection.bias}
+         "proj_bias": model.projection.bias}
     if cfg.model.attention == "bahdanau":
         w.update(att_query=att.query_dense.kernel, att_score=att.score_dense.kernel)
-    np.savez(path, attention=np.array(cfg.model.attention),
-             **{k: v.numpy() for k, v in w.items()})
+    w = {k: v.numpy() for k, v in w.items()}
+    # Tied embeddings (model.tie_embeddings, the default): the logits are the combined
+    # hidden state times the embedding matrix, transposed: a Linear layer of that kernel.
+    w["proj_kernel"] = (w["embedding"].T if model.tie_embeddings
+                        else model.projection.kernel.numpy())
+    np.savez(path, attention=np.array(cfg.model.attention), **w)
 
 
 # --------------------------------------------------------------------------- PyTorch

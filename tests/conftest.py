@@ -185,33 +185,25 @@ def run_two_workers(script: str, args: list[str], out_dir: Path, timeout: int) -
     return outs
 
 
-def shared_run(tmp_path_factory, config: str, *overrides: str) -> Path:
-    """The run directory of ``tfapp.train --config CONFIG OVERRIDES`` (CONFIG "": no
-    --config, the built-in defaults), trained once per test session for the test files
-    that only read a finished run (its reports, export, checkpoint). The first test
-    process to ask trains it, in-process, under a file lock; the others (xdist workers)
-    wait for that and read the same run. Read it, never write into it: another file's
-    tests may be reading it at the same time."""
+def _once_per_session(tmp_path_factory, key: str, make) -> Path:
+    """``make(folder)`` run once per test session, its folder shared: the first test
+    process to ask runs it, under a file lock; the others (xdist workers) wait for that
+    and get the same folder. ``make`` returns the path to hand out (kept in done.txt)."""
     import fcntl
     import hashlib
-
-    from tfapp.config import load_config
-    from tfapp.tasks import get_task
-    from tfapp.training.driver import train
 
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # the session's folder, above each worker's own
-    key = hashlib.sha256("\0".join((config, *overrides)).encode()).hexdigest()[:12]
-    out = root / f"shared-run-{key}"
-    with open(root / f"shared-run-{key}.lock", "w") as lock:
+    name = f"{key.split(chr(0))[0].split('/')[-1].split('.')[0] or 'defaults'}-" \
+           f"{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    out = root / f"shared-{name}"
+    with open(root / f"shared-{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        done = out / "run_dir.txt"
+        done = out / "done.txt"
         if not done.is_file():
-            cfg = load_config(REPO / config if config else None,
-                              [f"output_dir={out / 'runs'}", *overrides])
-            run_dir = train(cfg, task=get_task(cfg.task)).run_dir
-            done.write_text(str(run_dir))
+            out.mkdir(parents=True, exist_ok=True)
+            done.write_text(str(make(out)))
     return Path(done.read_text())
 
 
@@ -238,6 +230,46 @@ def training_state(saved_model_dir: Path) -> list[str]:
     return [k for k in saved_variables(saved_model_dir)
             if any(word in k for word in TRAINING_STATE)]
 
+
+def shared_run(tmp_path_factory, config: str, *overrides: str) -> Path:
+    """The run directory of ``tfapp.train --config CONFIG OVERRIDES`` (CONFIG "": no
+    --config, the built-in defaults), trained once per test session (in-process) for the
+    test files that only read a finished run (its reports, export, checkpoint). Read it,
+    never write into it: another file's tests may be reading it at the same time (copy
+    it first)."""
+    def train_it(out: Path) -> Path:
+        from tfapp.config import load_config
+        from tfapp.tasks import get_task
+        from tfapp.training.driver import train
+
+        cfg = load_config(REPO / config if config else None,
+                          [f"output_dir={out / 'runs'}", *overrides])
+        return train(cfg, task=get_task(cfg.task)).run_dir
+
+    return _once_per_session(tmp_path_factory, "\0".join((config, *overrides)), train_it)
+
+
+def two_replica_results(tmp_path_factory) -> dict:
+    """What tests/workers/two_replicas.py computed under MirroredStrategy over 2 logical
+    CPUs (one fresh process per test session for every such check), by case."""
+    import json
+
+    def run_worker(out: Path) -> Path:
+        proc = run_python(["tests/workers/two_replicas.py", str(out / "results.json")])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return out / "results.json"
+
+    path = _once_per_session(tmp_path_factory, "two_replicas", run_worker)
+    results = json.loads(path.read_text())
+    assert results["replicas"] == 2
+    return results
+
+
+# The tiny classifier run that test_export_hf and test_bad_inputs read: 4 steps of the tiny
+# BERT on the demo reviews at a high learning rate (the head moves far from its start, so
+# probabilities differ from text to text), its export and reports.
+CLASSIFIER_RUN = ("configs/classifier_local.yaml", "trainer.epochs=1", "trainer.steps_per_epoch=4",
+                  "optimizer.learning_rate=3e-3", "tracking.tensorboard=false")
 
 # The NER run that test_ner and test_export_hf read: 90 steps of the tiny BERT on the demo.
 NER_RUN = ("configs/ner_local.yaml", "trainer.epochs=3", "trainer.steps_per_epoch=30",
@@ -378,3 +410,61 @@ def pytest_collection_modifyitems(config, items):
         cost[item.path] = cost.get(item.path, 0) + (_SLOW_S if slow else _OTHER_S)
     rank = {path: i for i, path in enumerate(sorted(cost, key=lambda p: -cost[p]))}
     items.sort(key=lambda item: rank[item.path])  # stable: a file's tests keep their order
+
+
+# ------------------------------------------------------------ skips are counted (CI=1)
+
+# Every test that may skip in CI, with why CI cannot run it: "NODEID | reason" lines.
+SKIP_ALLOWLIST = REPO / ".ci" / "skips.txt"
+# This process's skipped tests (id -> reason) and passed ones; in xdist's controller, those
+# its workers report: the whole session's.
+_SEEN: dict = {"skipped": {}, "passed": set(), "verdict": []}
+
+
+def allowed_skips(path: Path = SKIP_ALLOWLIST) -> dict[str, str]:
+    """The allowlist's test ids -> their reasons (comments and blank lines left out)."""
+    allowed = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            nodeid, sep, reason = (part.strip() for part in line.partition("|"))
+            assert sep and reason, f"{path}: every entry says why ({line!r})"
+            allowed[nodeid] = reason
+    return allowed
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _SEEN["skipped"][report.nodeid] = str(report.longrepr[-1]) if isinstance(
+            report.longrepr, tuple) else str(report.longrepr)
+    elif report.when == "call" and report.passed:
+        _SEEN["passed"].add(report.nodeid)
+
+
+def skip_verdict(skipped: dict[str, str], passed: set[str],
+                 allowed: dict[str, str]) -> list[str]:
+    """What differs from the allowlist: a skip it does not hold, or an entry whose test ran
+    and passed (the entry is stale). Tests that did not run (-m, -k, a file) are not
+    judged, so any subset of the suite gives the same verdict on its own tests."""
+    lines = [f"skipped, not in {SKIP_ALLOWLIST.name}: {nodeid} ({reason})"
+             for nodeid, reason in sorted(skipped.items()) if nodeid not in allowed]
+    lines += [f"in {SKIP_ALLOWLIST.name} but ran and passed (remove the entry): {nodeid}"
+              for nodeid in sorted(passed & set(allowed))]
+    return lines
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if not os.environ.get("CI") or hasattr(config, "workerinput"):
+        return  # CI judges skips (a developer's machine may lack chromium); xdist's workers
+        # report to the controller, which judges the whole session
+    _SEEN["verdict"] = skip_verdict(_SEEN["skipped"], _SEEN["passed"], allowed_skips())
+    if _SEEN["verdict"] and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if _SEEN["verdict"]:
+        terminalreporter.section("skips against .ci/skips.txt", red=True)
+        for line in _SEEN["verdict"]:
+            terminalreporter.line(line, red=True)

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, free_ports
+from conftest import CLASSIFIER_RUN, REPO, free_ports, shared_run
 
 GOOD_CSV = "text,label\n" + "".join(
     f"review number {i} was {'great' if i % 2 else 'awful'},{'pos' if i % 2 else 'neg'}\n"
@@ -121,29 +121,19 @@ def _snapshot(*roots: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    """One tiny finished classifier run (runs/classifier_local, export included) trained on
-    good.csv, made once for the module; rows get a copy of runs/ as {runs}."""
-    from tfapp.config import load_config
-    from tfapp.tasks import get_task
-    from tfapp.training.driver import train
-
-    tmp = tmp_path_factory.mktemp("trained")
-    (tmp / "good.csv").write_text(GOOD_CSV)
-    cfg = load_config(str(REPO / "configs" / "classifier_local.yaml"), [
-        f"output_dir={tmp / 'runs'}", f"data.train_files={tmp / 'good.csv'}",
-        "trainer.epochs=1", "trainer.steps_per_epoch=1", "tracking.tensorboard=false"])
-    train(cfg, task=get_task(cfg.task))
-    assert (cfg.run_dir / "export" / "saved_model.pb").is_file()
-    return tmp
+    """The session's tiny finished classifier run (conftest CLASSIFIER_RUN: its export
+    included, shared with test_export_hf); rows get a copy of its runs/ as {runs}."""
+    run = shared_run(tmp_path_factory, *CLASSIFIER_RUN)
+    assert (run / "export" / "saved_model.pb").is_file()
+    return run
 
 
 # (id, module, argv, text the error line must contain). {out} is an empty output directory,
 # {in} the folder of input files, {runs} a copy of the trained fixture's output_dir ({run} its
-# run, {trained_csv} its data), {port} a free port; literal braces are doubled (str.format).
+# run), {port} a free port; literal braces are doubled (str.format).
 TRAIN = ["--config", "configs/classifier_local.yaml", "output_dir={out}"]
-# The trained run's own command (its data: {trained_csv}), but for what a row changes.
-RERUN = ["--config", "configs/classifier_local.yaml", "output_dir={runs}",
-         "data.train_files={trained_csv}", "trainer.epochs=1", "trainer.steps_per_epoch=1"]
+# The trained run's own command, but for what a row changes.
+RERUN = ["--config", CLASSIFIER_RUN[0], "output_dir={runs}", *CLASSIFIER_RUN[1:]]
 TUNE = ["--config", "configs/classifier_tune.yaml", "output_dir={out}"]
 BUILD = ["build-bert", "--corpus", "{corpus}"]
 PRETRAIN = ["--corpus", "{corpus}", "--hub", "builtin:tiny", "output_dir={out}", "--steps", "1",
@@ -191,7 +181,7 @@ ROWS = [
      ["--config", "configs/classifier_local.yaml", "output_dir={in}", "name=photos",
       "--overwrite"], "not a tfapp run directory"),
     ("rerun-finished-other-config", "tfapp.train", [*RERUN, "optimizer.learning_rate=0.01"],
-     "finished run with another config (optimizer.learning_rate: 0.001 -> 0.01)"),
+     "finished run with another config (optimizer.learning_rate: 0.003 -> 0.01)"),
     ("run-dir-locked", "tfapp.train", RERUN, "is in use by pid"),
     # data files and labels
     ("data-missing", "tfapp.train", [*TRAIN, "data.train_files=/no/such/file.csv"],
@@ -301,7 +291,8 @@ ROWS = [
      "--pair given 1 times for 2 texts"),
     # evaluate's errors name its flags, not config keys it does not take
     ("evaluate-unseen-label", "tfapp.evaluate", ["--model", "{run}", "--data", "{unseen_label}"],
-     "'sideways' (not among the labels of the model: neg, pos) (fix the data, or pass "
+     "'sideways' (not among the labels of the model: negative, positive) (fix the data, or "
+     "pass "
      "--on-bad-rows skip"),
     ("evaluate-no-label-column", "tfapp.evaluate", ["--model", "{run}", "--data", "{no_label}"],
      "no column 'label' in the header row (has: text, stars) -- set --text-column"),
@@ -680,14 +671,10 @@ def test_bad_input_is_one_line_and_leaves_nothing(row_id, module, argv, fragment
     out = tmp_path / "out"
     out.mkdir()
     runs = tmp_path / "runs"
-    trained_csv = ""
     if any("{run" in a for a in argv):  # a copy of the trained run (the row may not change it)
-        trained = request.getfixturevalue("trained")
-        shutil.copytree(trained / "runs", runs)
-        trained_csv = str(trained / "good.csv")
+        shutil.copytree(request.getfixturevalue("trained").parent, runs)
     names.update({"in": str(tmp_path / "in")}, out=str(out), runs=str(runs),
-                 run=str(runs / "classifier_local"), trained_csv=trained_csv,
-                 port=str(free_ports(1)[0]))
+                 run=str(runs / "classifier_local"), port=str(free_ports(1)[0]))
     with SETUP.get(row_id, lambda _: contextlib.nullcontext({}))(names) as extra:
         argv = [a.format(**names, **extra) for a in argv]
         fragment = fragment.format(**names) if "{" in fragment else fragment

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTS = REPO / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
 import bench_common as bc  # noqa: E402
@@ -130,9 +131,12 @@ def test_accelerator_check_dry_run_writes_json_and_markdown(tmp_path):
     import json
     import subprocess
 
+    # --budget-s far above the parts' needs: a busy machine must not turn a slow part into
+    # a failed row (the budgets only stop a hang here; the table test covers their rows).
     proc = subprocess.run([sys.executable, str(SCRIPTS / "check_accelerator.py"), "--dry-run",
-                           "--out", str(tmp_path), "--parts", "doctor,train"],
-                          capture_output=True, text=True, timeout=300)
+                           "--out", str(tmp_path), "--parts", "doctor,train",
+                           "--budget-s", "2000"],
+                          capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     results = json.loads((tmp_path / "accelerator.json").read_text())
     assert results["device"]["kind"] == "CPU" and results["device"]["name"]
@@ -184,3 +188,103 @@ def test_startup_table_gives_tfapp_over_the_pipeline():
                         "| 1.50x |")
     assert lines[4] == "| 20 rows | 5.0 | - | - | 4.0 | - | 700 | - | - | - |"
 
+
+# ------------------------------------------------------------------ smoke runs, toy size
+# A run of configs/generator.yaml (tied embeddings, its default) at toy size: 2 steps, 2 % of
+# the demo corpus to validate on, no export (the benchmark reads checkpoints/best).
+GENERATOR_RUN = ("configs/generator.yaml", "trainer.epochs=1", "trainer.steps_per_epoch=2",
+                 "model.units=16", "model.embedding_dim=8", "data.vocab_size=200",
+                 "data.validation_split=0.02", "trainer.export=false",
+                 "tracking.tensorboard=false")
+
+
+def _script(name: str, *args: str, timeout: int = 600):
+    import subprocess
+
+    from conftest import subprocess_env
+
+    proc = subprocess.run([sys.executable, str(SCRIPTS / f"{name}.py"), *args],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=subprocess_env())
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_bench_generate_exports_tied_embeddings_as_the_torch_projection(tmp_path_factory,
+                                                                         tmp_path):
+    """The PyTorch row's weights: with tied embeddings the projection is the embedding
+    matrix, transposed (the model has no projection kernel)."""
+    from conftest import shared_run
+
+    run = shared_run(tmp_path_factory, *GENERATOR_RUN)
+    bench = load_script("bench_generate")
+    cfg, _, model = bench.load_model(run)
+    assert model.tie_embeddings
+    bench.export_weights(model, cfg, tmp_path / "weights.npz")
+    w = np.load(tmp_path / "weights.npz")
+    hidden = np.random.default_rng(0).normal(size=(3, 8)).astype(np.float32)
+    np.testing.assert_allclose(hidden @ w["proj_kernel"] + w["proj_bias"],
+                               model.projection(tf.constant(hidden)).numpy(), atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.xla_cpu  # its tfapp compiled rows: make_decoder(jit_compile=True)
+def test_bench_generate_runs_on_a_run_of_the_default_generator_config(tmp_path_factory,
+                                                                      tmp_path):
+    import json
+
+    from conftest import shared_run
+
+    run = shared_run(tmp_path_factory, *GENERATOR_RUN)
+    _script("bench_generate", "--model", str(run), "--words", "3", "--calls", "1",
+            "--rounds", "1", "--warmup", "0", "--batches", "1", "--work-dir",
+            str(tmp_path / "work"), "--json", str(tmp_path / "generate.json"))
+    rows = json.loads((tmp_path / "generate.json").read_text())["batches"]["1"]["rows"]
+    assert [r["name"] for r in rows] == [
+        "tfapp compiled, greedy", "tf.function per-step, greedy", "tfapp compiled, top-k",
+        "tf.function per-step, top-k"]
+    assert all(r["median"] > 0 for r in rows), rows  # every row decoded (greedy ones agreed)
+
+
+@pytest.mark.slow
+def test_bench_packing_runs_at_toy_size(tmp_path):
+    """Both modes pretrain (2 steps each) on the demo corpus's first lines; packed
+    sequences are fuller than one padded text each (counted, not timed)."""
+    import json
+
+    corpus = tmp_path / "corpus.txt"
+    lines = (REPO / "tfapp/demo/generator_corpus.txt").read_text().splitlines()
+    corpus.write_text("\n".join(line for line in lines if not line.startswith("#"))[:20000])
+    _script("bench_packing", "--corpus", str(corpus), "--seq-length", "32", "--batch-size",
+            "4", "--steps", "2", "--rounds", "1", "--json", str(tmp_path / "packing.json"))
+    rows = json.loads((tmp_path / "packing.json").read_text())["rows"]
+    padded, packed = rows["padded"], rows["packed"]
+    assert padded["texts"] == packed["texts"] == padded["sequences"]  # one text a sequence
+    assert padded["padding_efficiency"] < packed["padding_efficiency"] <= 1
+    assert packed["real_tokens_per_sequence"] > padded["real_tokens_per_sequence"]
+    assert padded["sequences_per_s"] > 0 and packed["sequences_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_bench_lengths_runs_its_tfapp_rows_at_toy_size(tmp_path):
+    """The toy shape, 2 steps of 4 docstrings per row (1024 of them: the first hundreds
+    are all of one label), fixed padding and length buckets
+    (the HF rows need the peers' venv). A given vocab.txt stands in for the WordPiece
+    vocabulary it would learn with the peers' tokenizers."""
+    import json
+
+    work = tmp_path / "work"
+    work.mkdir()
+    words = sorted({w for line in (REPO / "tfapp/demo/reviews_train.csv").read_text().lower()
+                    .split() for w in [line.strip(".,\"'")] if w.isalpha()})
+    (work / "vocab.txt").write_text("\n".join(
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words[:2000]]) + "\n")
+    _script("bench_lengths", "--shapes", "toy", "--precisions", "float32", "--rows",
+            "tfapp-fixed,tfapp-buckets", "--steps", "2", "--batch", "4", "--rounds", "1",
+            "--warmup", "0", "--threads", "1", "--rows-of-text", "1024", "--work-dir",
+            str(work), "--json", str(tmp_path / "lengths.json"))
+    (table,) = json.loads((tmp_path / "lengths.json").read_text())["tables"]
+    assert (table["shape"], table["precision"]) == ("toy", "float32")
+    assert [r["name"] for r in table["rows"]] == ["tfapp fixed padding", "tfapp length buckets"]
+    for row in table["rows"]:
+        assert row["median"] > 0 and 0 < row["padding_efficiency"] <= 1, row

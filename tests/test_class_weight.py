@@ -4,9 +4,6 @@ update is the same on two replicas as on one."""
 
 from __future__ import annotations
 
-import json
-import textwrap
-
 from tfapp.config import ConfigError, load_config
 from tfapp.training.metrics import (
     BINARY,
@@ -20,7 +17,7 @@ from tfapp.training.metrics import (
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import REPO, run_python, subprocess_env
+from conftest import REPO, two_replica_results
 
 WEIGHTS = np.array([0.5, 2.0, 3.0], np.float32)
 
@@ -94,40 +91,11 @@ def test_config_accepts_names_and_mappings_and_refuses_the_rest():
 
 
 @pytest.mark.slow
-def test_two_replicas_make_the_same_update_as_one():
+def test_two_replicas_make_the_same_update_as_one(tmp_path_factory):
     """One step of global batch 8 with the weighted, smoothed loss: the same weights after
-    it on MirroredStrategy over 2 logical CPUs as on one device."""
-    script = textwrap.dedent("""
-        import json
-        import tfapp
-        from tfapp.config import RuntimeConfig
-        from tfapp.runtime import setup
-        rt = setup(RuntimeConfig(strategy="mirrored", cpu_devices=2, seed=1))
-        import numpy as np
-        import tensorflow as tf
-        from tfapp.training.metrics import MULTICLASS, WeightedCrossEntropy
-
-        rng = np.random.default_rng(0)
-        x = rng.normal(size=(8, 4)).astype("float32")
-        y = np.array([0, 1, 2, 2, 1, 0, 0, 0])
-        after = []
-        for strategy in (rt.strategy, tf.distribute.OneDeviceStrategy("/cpu:0")):
-            with strategy.scope():
-                tf.keras.utils.set_random_seed(3)
-                model = tf.keras.Sequential([tf.keras.layers.Dense(
-                    3, activation="softmax", input_shape=(4,))])
-                model.compile(tf.keras.optimizers.SGD(0.5), WeightedCrossEntropy(
-                    MULTICLASS, 3, label_smoothing=0.1, class_weights=[0.5, 2.0, 3.0]))
-            model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8), epochs=1,
-                      verbose=0)
-            after.append([w.tolist() for w in model.get_weights()])
-        print(json.dumps({"replicas": rt.num_replicas, "after": after}))
-    """)
-    proc = run_python(["-c", script], timeout=300, env=subprocess_env())
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["replicas"] == 2
-    (two, one) = result["after"]
+    it on MirroredStrategy over 2 logical CPUs as on one device
+    (tests/workers/two_replicas.py)."""
+    (two, one) = two_replica_results(tmp_path_factory)["class_weight_update"]["after"]
     for a, b in zip(two, one, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-6)
 

@@ -206,9 +206,10 @@ def test_importing_tfapp_turns_on_onednn_unless_the_user_chose(user_value, expec
     # TensorFlow enables its oneDNN kernels by default only on AVX512/AMX CPUs; tfapp
     # enables them on every x86 CPU (faster training step, docs/performance.md), and an
     # explicit TF_ENABLE_ONEDNN_OPTS from the user wins.
-    code = ("import tfapp, tensorflow as tf; "
-            "from tensorflow.python.util import _pywrap_util_port as port; "
-            "print(port.IsMklEnabled())")
+    # TensorFlow's own answer (compat's query of it; its fallback reads the variable tfapp
+    # sets, which would prove nothing here).
+    code = ("import tfapp, tensorflow as tf; from tfapp import compat; "
+            "assert compat.use_private('onednn_query'); print(compat.onednn_enabled())")
     env = {k: v for k, v in __import__("os").environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
     if user_value is not None:
         env["TF_ENABLE_ONEDNN_OPTS"] = user_value

@@ -128,19 +128,37 @@ def test_environment_problems_name_each_broken_cache_and_tf_config(tmp_path):
         assert len(found) == 1 and problem in found[0][0] and fix in found[0][1], (env, found)
 
 
-def test_an_unwritable_cache_folder_is_a_problem(tmp_path):
-    """chmod 0555: root writes there all the same, so only another user sees a problem."""
+def test_an_unwritable_cache_folder_is_a_problem():
+    """chmod 0555: a folder its user cannot write. The check runs in a forked child that,
+    under root (who writes there all the same), first becomes the user nobody: the same
+    check and verdict for any user running the suite."""
     import os
+    import shutil
+    import tempfile
+    from pathlib import Path
 
-    import pytest
-
-    if os.geteuid() == 0:
-        pytest.skip("running as root, who may write into a 0555 folder: the under-a-file "
-                    "cases above stand for it")
-    locked = tmp_path / "locked"
+    # In /tmp, reachable by nobody (pytest's own temp folders are its user's alone).
+    base = Path(tempfile.mkdtemp(prefix="tfapp-test-doctor-"))
+    base.chmod(0o755)
+    locked = base / "locked"
     locked.mkdir(mode=0o555)
-    found = doctor.environment_problems({"TFAPP_CACHE_DIR": str(locked / "cache")})
-    assert found and f"{locked} cannot be written" in found[0][0]
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child reports through the pipe)
+        try:
+            if os.geteuid() == 0:
+                os.setgid(65534)
+                os.setuid(65534)
+            found = doctor.environment_problems({"TFAPP_CACHE_DIR": str(locked / "cache")})
+            os.write(write, json.dumps(found).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as fh:
+        found = json.loads(fh.read() or "null")
+    os.waitpid(child, 0)
+    shutil.rmtree(base)
+    assert found and f"{locked} cannot be written" in found[0][0], found
 
 
 def test_doctor_with_a_broken_environment_lists_the_problems_without_a_traceback(tmp_path):

@@ -344,9 +344,15 @@ def test_lr_find_cli_leaves_the_run_directory_alone(data_dir, tmp_path):
     kept = [o for o in overrides if not o.startswith("optimizer.learning_rate=")]
     assert used == "use it: " + suggested_command(None, kept, suggestion)
     assert "model.units=12" in used and "optimizer.learning_rate=0.5" not in used
-    from tfapp.training.run_directory import _check_is_a_run
+    from tfapp.config import load_config
+    from tfapp.tasks import get_task
+    from tfapp.training.context import RunContext
+    from tfapp.training.run_directory import RunDirectory
 
-    _check_is_a_run(run)  # no "not a tfapp run directory" refusal
+    # The training loop takes the folder as a new run (no "not a tfapp run directory").
+    cfg = load_config(None, [f"output_dir={tmp_path / 'runs'}", "name=sweep"])
+    RunDirectory.take(RunContext.create(cfg, task=get_task(cfg.task))).release()
+    assert (run / "params.yaml").is_file()
 
     bad = run_tfapp("tfapp.lr_find", ["--output", str(tmp_path / "no" / "x.png")])
     assert bad.returncode == 2

@@ -22,7 +22,7 @@ from tfapp.tasks import get_task
 
 import numpy as np
 import pytest
-from conftest import NER_RUN, REPO, shared_run
+from conftest import CLASSIFIER_RUN, NER_RUN, REPO, shared_run
 from safetensors.numpy import load_file
 from test_hub_convert import numpy_bert
 
@@ -45,8 +45,7 @@ def classifier_run(tmp_path_factory) -> Path:
     # A high learning rate for 4 steps (1e-2 collapsed every text to one score on some
     # data orders): the pooler and head move far from their start,
     # so the probabilities differ from text to text (a wrong weight would show).
-    return _train(tmp_path_factory, "configs/classifier_local.yaml", "trainer.epochs=1",
-                  "trainer.steps_per_epoch=4", "optimizer.learning_rate=3e-3")
+    return shared_run(tmp_path_factory, *CLASSIFIER_RUN)  # test_bad_inputs reads it too
 
 
 def _features(out: Path, texts: list[str], seq_length: int, *, pooler: bool = True,

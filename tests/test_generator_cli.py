@@ -49,7 +49,23 @@ def test_train_then_generate_from_the_command_line(tmp_path, capsys):
     run_dir = tmp_path / "generator_local"
     assert "exported model:  " + str(run_dir / "export") in train.stdout
     assert "sample (greedy): " in train.stdout
-    assert (run_dir / "vocab.txt").is_file() and (run_dir / "logs" / "samples").is_dir()
+    assert (run_dir / "vocab.txt").is_file()
+    # The samples in TensorBoard's Text tab: the untrained model's, then one per epoch, the
+    # last the text the log line of epoch 2 shows for each prompt.
+    import tensorflow as tf
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    samples = ea.EventAccumulator(str(run_dir / "logs" / "samples"),
+                                  size_guidance={ea.TENSORS: 0})
+    samples.Reload()
+    texts = samples.Tensors("generated_text")
+    assert [e.step for e in texts] == [0, 1, 2]
+    table = tf.make_ndarray(texts[-1].tensor_proto).item().decode().splitlines()
+    assert table[0].startswith("| prompt | greedy continuation") and len(table) > 2
+    logged = next(line for line in train.stderr.splitlines() if "epoch 2 samples: " in line)
+    for row in table[2:]:
+        prompt, text = (cell.strip() for cell in row.strip("|").split(" | "))
+        assert text and f"{prompt if prompt != '(empty)' else ''!r} -> {text!r}" in logged
 
     # The test report: every window of the 40 lines (each has <= 30 words, so at most
     # 31 windows and 8 target tokens a window), pooled perplexity and token accuracy.

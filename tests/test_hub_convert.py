@@ -207,10 +207,9 @@ def test_converted_dir_is_a_model_hub_handle(converted):
     assert len(layer.trainable_weights) == 2 * 16 + 5 + 2  # layers, embeddings, pooler
 
 
+@pytest.mark.parametrize("converted", ["bertmodel"], indirect=True)  # one checkpoint is enough
 def test_cli_one_line_errors(converted, tmp_path, capsys):
-    variant, root, _, _, out = converted
-    if variant != "bertmodel":
-        pytest.skip("one checkpoint is enough")
+    _, root, _, _, out = converted
     src = root / "hf"
 
     def error(src_dir, out_dir=tmp_path / "bad", *extra: str) -> str:

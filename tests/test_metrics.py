@@ -3,14 +3,11 @@ scikit-learn on the same predictions, and the report matches hand-computed value
 
 from __future__ import annotations
 
-import json
-import textwrap
-
 from tfapp.training.metrics import MacroF1, OneVsRestAUC, classification_report, label_mode
 
 import numpy as np
 import pytest
-from conftest import run_python, subprocess_env
+from conftest import two_replica_results
 from sklearn import metrics as skm
 
 
@@ -100,38 +97,12 @@ def test_macro_f1_round_trips_through_its_config():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("multi_label,classes", [(False, 3), (True, 3)])
-def test_streaming_metrics_on_two_replicas_equal_sklearn(multi_label, classes):
+def test_streaming_metrics_on_two_replicas_equal_sklearn(multi_label, classes,
+                                                        tmp_path_factory):
     """evaluate() over MirroredStrategy on 2 logical CPUs (uneven last batch): macro_f1 and
-    accuracy equal scikit-learn's on the model's own predictions."""
-    script = textwrap.dedent(f"""
-        import json
-        import tfapp
-        from tfapp.config import RuntimeConfig
-        from tfapp.runtime import setup
-        rt = setup(RuntimeConfig(strategy="mirrored", cpu_devices=2, seed=1))
-        import numpy as np
-        import tensorflow as tf
-        from tfapp.training.metrics import build_loss, build_metrics
-
-        rng = np.random.default_rng(0)
-        x = rng.normal(size=(45, 4)).astype("float32")
-        y = ((rng.random((45, {classes})) > 0.5).astype("float32") if {multi_label}
-             else rng.integers(0, {classes}, 45))
-        with rt.strategy.scope():
-            model = tf.keras.Sequential([tf.keras.layers.Dense(
-                {classes}, activation="sigmoid" if {multi_label} else "softmax",
-                input_shape=(4,))])
-            model.compile("sgd", build_loss({classes}, {multi_label}),
-                          metrics=build_metrics({classes}, {multi_label}))
-        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
-        scores = model.evaluate(ds, return_dict=True, verbose=0)
-        print(json.dumps({{"replicas": rt.num_replicas, "scores": scores,
-                          "y": y.tolist(), "p": model.predict(x, verbose=0).tolist()}}))
-    """)
-    proc = run_python(["-c", script], timeout=300, env=subprocess_env())
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["replicas"] == 2
+    accuracy equal scikit-learn's on the model's own predictions
+    (tests/workers/two_replicas.py)."""
+    out = two_replica_results(tmp_path_factory)["streaming_metrics"][f"{multi_label}-{classes}"]
     expected = _sklearn_scores(np.array(out["y"]), np.array(out["p"]), multi_label, classes)
     for key in ("macro_f1", "accuracy"):
         assert out["scores"][key] == pytest.approx(expected[key], abs=1e-6), key

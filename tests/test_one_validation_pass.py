@@ -4,9 +4,6 @@ from a second prediction over the split; the counts equal those of ``model.predi
 
 from __future__ import annotations
 
-import json
-import textwrap
-
 from tfapp.data.text.tags import tag_names, to_iob2
 from tfapp.tasks.ner.metrics import EntityCounts, micro_scores
 from tfapp.tasks.ner.scores import entity_report
@@ -14,7 +11,7 @@ from tfapp.training.metrics import ConfusionMatrix
 
 import numpy as np
 import pytest
-from conftest import run_python, subprocess_env
+from conftest import two_replica_results
 
 
 def test_confusion_matrix_counts_as_sklearn_and_stays_out_of_the_logs():
@@ -72,76 +69,12 @@ def test_entity_counts_equal_seqeval_strict_per_type():
 
 
 @pytest.mark.slow
-def test_validation_reads_its_data_once_per_epoch_on_two_replicas():
+def test_validation_reads_its_data_once_per_epoch_on_two_replicas(tmp_path_factory):
     """fit with validation over MirroredStrategy on 2 logical CPUs (an uneven last batch),
     with the callbacks the tasks install: each epoch reads the validation batches once
-    (a counter in the dataset), and the matrix / entity scores equal those of predict."""
-    script = textwrap.dedent("""
-        import json, sys
-        import tfapp
-        from tfapp.config import RuntimeConfig
-        from tfapp.runtime import setup
-        rt = setup(RuntimeConfig(strategy="mirrored", cpu_devices=2, seed=1))
-        import numpy as np
-        import tensorflow as tf
-        from tfapp.training.metrics import ConfusionMatrix, build_loss
-        from tfapp.training.tb_logging import ConfusionMatrixImage
-        from tfapp.tasks.ner.metrics import EntityCounts
-        from tfapp.tasks.ner.task import EntityF1
-        from tfapp.models.token_classifier import masked_token_loss
-        from tfapp.data.text.tags import tag_names
-
-        rng = np.random.default_rng(0)
-        out = {"replicas": rt.num_replicas}
-        read = tf.Variable(0, dtype=tf.int64)  # validation rows read: one pass per epoch
-
-        def counted(x, y):
-            ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
-            return ds.map(lambda a, b: (a, b) if read.assign_add(
-                tf.cast(tf.shape(a)[0], tf.int64)) is None else (a, b))
-
-        # classifier: 3 classes, 45 validation rows
-        x = rng.normal(size=(45, 4)).astype("float32"); y = rng.integers(0, 3, 45)
-        with rt.strategy.scope():
-            model = tf.keras.Sequential([tf.keras.layers.Dense(3, activation="softmax",
-                                                               input_shape=(4,))])
-            matrix = ConfusionMatrix(3, "multiclass")
-            model.compile("sgd", build_loss(3, False), metrics=["accuracy", matrix])
-        image = ConfusionMatrixImage(matrix, ["a", "b", "c"], sys.argv[1])
-        history = model.fit(x, y, batch_size=8, epochs=2, verbose=0,
-                            validation_data=counted(x, y), callbacks=[image])
-        out["classifier"] = {"read": int(read.numpy()), "matrix": image.matrix.tolist(),
-                             "logs": sorted(history.history),
-                             "predicted": model.predict(x, verbose=0).argmax(1).tolist(),
-                             "y": y.tolist()}
-
-        # NER: windows of 6 positions, 3 entity types, 37 validation windows
-        names = tag_names(["LOC", "ORG", "PER"])
-        ids = rng.integers(1, 50, (37, 6)).astype("int32")
-        labels = np.where(rng.random((37, 6)) < 0.7, rng.integers(0, len(names), (37, 6)), -1)
-        read.assign(0)
-        with rt.strategy.scope():
-            tagger = tf.keras.Sequential([tf.keras.layers.Embedding(50, 8, input_length=6),
-                                          tf.keras.layers.Dense(len(names),
-                                                                activation="softmax")])
-            entities = EntityCounts(names)
-            tagger.compile("sgd", masked_token_loss, metrics=[entities])
-        f1 = EntityF1(entities)
-        history = tagger.fit(ids, labels, batch_size=8, epochs=2, verbose=0,
-                             validation_data=counted(ids, labels), callbacks=[f1])
-        out["ner"] = {"read": int(read.numpy()), "counts": {k: v.tolist() for k, v in
-                                                            entities.counts().items()},
-                      "history": history.history, "names": names, "labels": labels.tolist(),
-                      "predicted": tagger.predict(ids, verbose=0).argmax(-1).tolist()}
-        print(json.dumps(out))
-    """)
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as logs:
-        proc = run_python(["-c", script, logs], timeout=300, env=subprocess_env())
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["replicas"] == 2
+    (a counter in the dataset), and the matrix / entity scores equal those of predict
+    (tests/workers/two_replicas.py)."""
+    out = two_replica_results(tmp_path_factory)["validation_pass"]
 
     c = out["classifier"]
     assert c["read"] == 2 * 45  # two epochs, each reads the 45 validation rows once

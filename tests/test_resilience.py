@@ -181,15 +181,14 @@ def test_a_dead_worker_stops_the_other_with_one_clear_line(tmp_path):
         return lines[-1].startswith("[worker 0] Epoch 1/")
     _wait_for(training, proc, 300, "training start")
     os.kill(pids[1], signal.SIGKILL)
-    killed = time.time()
+    # communicate's timeout only keeps a hang from stalling the suite; the heartbeats that
+    # bound it are timed in tfapp, the verdict is the exit code and the line.
     out = "".join(lines) + proc.communicate(timeout=180)[0]
-    took = time.time() - killed
     assert proc.returncode == 75, out[-4000:]
     assert "worker exit codes [75, -9]" in out
     errors = [ln for ln in out.splitlines() if ln.startswith("[worker 0] tfapp: error:")]
     assert len(errors) == 1 and "worker 1 (127.0.0.1:" in errors[0], out[-4000:]
     assert "Traceback" not in out
-    assert took < 60  # measured: a few seconds (the socket closes); heartbeats bound a hang
     assert _status(tmp_path / "classifier_local")["state"] == "failed"
 
 

@@ -219,19 +219,34 @@ def test_a_resumed_run_counts_the_time_trained_before_it(tmp_path):
     assert fresh_dir.train_seconds() < 60
 
 
+def _back_up(root, epoch: int, step: int, steps_per_epoch: int) -> None:
+    """The backup a run killed at (epoch, step) leaves: BackupAndRestore's position
+    variables in backup/chief and the batches per fit epoch in input_state.json."""
+    import tensorflow as tf
+
+    checkpoint = tf.train.Checkpoint(ckpt_saved_epoch=tf.Variable(epoch, dtype=tf.int64),
+                                     ckpt_saved_batch=tf.Variable(step, dtype=tf.int64))
+    checkpoint.save(str(root / "backup" / "chief" / "ckpt"))
+    (root / "input_state.json").write_text(json.dumps({"fit_steps_per_epoch": steps_per_epoch}))
+
+
 def test_a_resume_may_change_where_data_is_served_from_and_what_is_logged(tmp_path):
     ctx = _create(_cfg(tmp_path, "data.service.address=localhost:1"))
     ctx_dir = _take(ctx)
+    ctx_dir.keep_config_with_backup()
     ctx_dir.release()
-    (tmp_path / "run" / "backup").mkdir(exist_ok=True)
-    (tmp_path / "run" / "backup" / "checkpoint").write_text("x")
+    _back_up(tmp_path / "run", epoch=1, step=4, steps_per_epoch=10)
     again = _create(_cfg(tmp_path, "data.service.address=localhost:2",
                                    "tracking.tensorboard=false", "trainer.epochs=9",
                                    "trainer.profiler_port=6009",
                                    "trainer.profiler_listen_all=true"))
-    # a new dispatcher port, no TensorBoard, longer, a profiler server: the same training
+    # a new dispatcher port, no TensorBoard, longer, a profiler server: the same training,
+    # resumed without --resume-anyway, its input after the 10 + 5 batches it had read
+    assert again.resuming
     again_dir = _take(again)
     again_dir.release()
+    assert again_dir.changed_since_backup == ()
+    assert again.resumed_batches() == 15
 
 
 def test_a_finished_run_is_trained_again_only_under_its_own_config(tmp_path):
@@ -279,14 +294,16 @@ def test_a_folder_of_other_files_is_never_taken_as_a_run_directory(tmp_path):
 def test_a_moved_run_directory_still_resumes(tmp_path):
     ctx = _create(_cfg(tmp_path / "a"))
     ctx_dir = _take(ctx)
+    ctx_dir.keep_config_with_backup()
     ctx_dir.release()
-    (tmp_path / "a" / "run" / "backup").mkdir(exist_ok=True)
-    (tmp_path / "a" / "run" / "backup" / "checkpoint").write_text("x")
+    _back_up(tmp_path / "a" / "run", epoch=0, step=6, steps_per_epoch=10)
     (tmp_path / "a" / "run").rename(tmp_path / "moved")  # output_dir and name both change
     moved = _create(load_config(None, [f"output_dir={tmp_path}", "name=moved"]))
+    assert moved.resuming
     moved_dir = _take(moved)  # where a run lives is not part of its training
     moved_dir.release()
-    assert (tmp_path / "moved" / "backup" / "checkpoint").is_file()
+    assert moved_dir.changed_since_backup == ()
+    assert moved.resumed_batches() == 7  # the backup's position, read in its new place
 
 
 def test_a_stored_config_of_another_task_differs_by_its_task(tmp_path):

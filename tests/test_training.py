@@ -60,8 +60,13 @@ def test_adamw_skips_decay_on_biases_and_layer_norm():
     opt = build_optimizer(OptimizerConfig(name="adamw", weight_decay=0.1), peak=1e-3,
                           total_steps=10)
     opt.build(model.trainable_variables)
+    # One step of zero gradients from weights of ones: Adam's update is 0, so a weight
+    # moves only if it is decayed.
+    for v in model.trainable_variables:
+        v.assign(tf.ones_like(v))
+    opt.apply_gradients([(tf.zeros_like(v), v) for v in model.trainable_variables])
     decayed = {v.name.split("/")[-1].split(":")[0] + "@" + v.name.split("/")[0]
-               for v in model.trainable_variables if opt._use_weight_decay(v)}
+               for v in model.trainable_variables if not np.all(v.numpy() == 1.0)}
     assert decayed == {"kernel@dense"}
 
 

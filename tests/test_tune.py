@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 import subprocess
 import sys
@@ -27,6 +28,14 @@ TINY = ["--config", "configs/classifier_local.yaml", "model.kind=cnn", "model.un
         f"data.validation_files={REPO / 'tests/fixtures/reviews_validation_64.csv'}",
         f"data.test_files={REPO / 'tests/fixtures/reviews_test_64.csv'}",
         "tune.objective=val_loss", SPACE]
+
+
+def _in_its_search_dir(cfg, oracle) -> None:
+    """Give ``oracle`` its search directory (output_dir/name) as tfapp.tune does: through
+    the tuner built on it (KerasTuner's public way)."""
+    from tfapp.tuning.tuner import ConfigTuner
+
+    ConfigTuner(cfg, oracle)
 
 
 @pytest.mark.parametrize("space,fragment", [
@@ -73,37 +82,35 @@ def test_a_worker_with_no_chief_says_so_in_one_line(tmp_path):
     """KerasTuner's client waits up to an hour for an oracle; a worker now gives up after
     min(60 s, tune.worker_timeout_s) with one line."""
     import socket
-    import time
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    started = time.monotonic()
     proc = run_python(["-m", "tfapp.tune", *TINY, f"output_dir={tmp_path}", "--worker", "1",
                        "--oracle", f"127.0.0.1:{port}", "tune.worker_timeout_s=3"], timeout=120)
-    waited = time.monotonic() - started
     errors = [line for line in proc.stderr.splitlines() if line.startswith("tfapp: error: ")]
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert errors == [f"tfapp: error: no tuning chief answers at 127.0.0.1:{port} after 3 s; "
                       f"start it first (python -m tfapp.tune ... --chief --oracle "
                       f"127.0.0.1:{port}) or fix --oracle"]
-    assert waited < 100  # not KerasTuner's hour (the import of TensorFlow is most of it)
+    # Not KerasTuner's hour: the line names the 3 s it waited, and run_python's timeout (120 s)
+    # keeps a hang from stalling the suite.
 
 
 def test_a_search_dir_resumes_only_its_own_search(tmp_path):
-    from tfapp.tune import _check_same_search
+    from tfapp.tune import check_same_search
 
     cfg = load_config(None, [f"output_dir={tmp_path}", "name=s", SPACE])
-    _check_same_search(cfg, "local", start_over=False)
-    _check_same_search(cfg, "local", start_over=False)  # the same search: resumes
+    check_same_search(cfg, "local", start_over=False)
+    check_same_search(cfg, "local", start_over=False)  # the same search: resumes
     more = load_config(None, [f"output_dir={tmp_path}", "name=s", SPACE, "tune.max_trials=99"])
-    _check_same_search(more, "local", start_over=False)  # more trials: continues the search
+    check_same_search(more, "local", start_over=False)  # more trials: continues the search
     changed = load_config(None, [f"output_dir={tmp_path}", "name=s", SPACE, "tune.tuner=grid"])
     with pytest.raises(ConfigError, match="holds a different search.*nothing was changed; "
                                           "pass --start-over"):
-        _check_same_search(changed, "local", start_over=False)
+        check_same_search(changed, "local", start_over=False)
     (tmp_path / "s" / "trial_0").mkdir()  # a trial of the first search
-    _check_same_search(changed, "local", start_over=True)
+    check_same_search(changed, "local", start_over=True)
     assert load_config(tmp_path / "s" / "search.yaml").tune.tuner == "grid"
     (aside,) = tmp_path.glob("s.old-*")  # the first search: moved aside, not deleted
     assert (aside / "trial_0").is_dir()
@@ -115,7 +122,7 @@ def test_a_search_dir_resumes_only_its_own_search(tmp_path):
     (run / "params.yaml").write_text("task: classifier\n")
     named_like_it = load_config(None, [f"output_dir={tmp_path}", "name=trained", SPACE])
     with pytest.raises(ConfigError, match="is not a tfapp search .*nothing was changed"):
-        _check_same_search(named_like_it, "local", start_over=True)
+        check_same_search(named_like_it, "local", start_over=True)
     assert (run / "params.yaml").read_text() == "task: classifier\n"
     assert (run / "export").is_dir()
 
@@ -130,7 +137,7 @@ def test_oracles_sample_the_config_space_into_trial_configs(tmp_path):
                              "tune.max_trials=50", grid_space])
     obj = objective(cfg, "val_accuracy")
     oracle = build_oracle(cfg, obj)
-    oracle._set_project_dir(str(tmp_path), "g")
+    _in_its_search_dir(cfg, oracle)
     seen = []
     while True:
         trial = oracle.create_trial("t0")
@@ -151,7 +158,7 @@ def test_oracles_sample_the_config_space_into_trial_configs(tmp_path):
                              "tune.epochs=4", "tune.hyperband_factor=2", SPACE])
     obj = objective(cfg, "val_accuracy")
     oracle = build_oracle(cfg, obj)
-    oracle._set_project_dir(str(tmp_path), "h")
+    _in_its_search_dir(cfg, oracle)
     trial = oracle.create_trial("t0")
     run = trial_config(cfg, trial.hyperparameters.values, trial.trial_id, 0, obj)
     assert run.trainer.epochs == trial.hyperparameters.values["tuner/epochs"] <= 4
@@ -162,7 +169,7 @@ def test_oracles_sample_the_config_space_into_trial_configs(tmp_path):
         cfg = load_config(None, [f"output_dir={tmp_path}", f"name={tuner}",
                                  f"tune.tuner={tuner}", SPACE])
         oracle = build_oracle(cfg, objective(cfg, "val_loss"))
-        oracle._set_project_dir(str(tmp_path), tuner)
+        _in_its_search_dir(cfg, oracle)
         values = oracle.create_trial("t0").hyperparameters.values
         assert 1e-4 <= values["optimizer.learning_rate"] <= 1e-2
 
@@ -239,9 +246,30 @@ def test_killed_search_resumes_and_best_config_trains(tmp_path):
     events = list((search / "trial_0" / "run_0" / "logs").glob("events.out.tfevents.*"))
     assert any(b"hparams" in e.read_bytes() for e in events)
 
+    # The share report reads this real search folder (test_tracking checks its page and
+    # rendering on fixed numbers): each trial once, in results.json's order, best first.
+    assert run_tfapp("tfapp.share", [str(search), "--no-sync", "--no-profile"]).returncode == 0
+    page = (search / "report.html").read_text()
+    assert re.search(r"<h1>tfapp search search: \w+, val_loss \(min\)</h1>", page), page[:500]
+    table = page[page.index("<table class='trials'>"):]
+    table = table[:table.index("</table>")]
+    rows = [re.findall(r"<td>(.*?)</td>", r) for r in re.findall(r"<tr[^>]*>(.*?)</tr>", table)]
+    assert [r[2] for r in rows[1:]] == [f"trial_{t['trial']}" for t in results["trials"]]
+    assert rows[1][0] == "&#9733; best" and [r[0] for r in rows[2:]] == ["", ""]
+    assert "<a href='best_params.yaml'>best_params.yaml</a>" in page
+
     train = run_tfapp("tfapp.train", ["--config", str(search / "best_params.yaml")])
     assert train.returncode == 0, train.stderr[-3000:]
-    assert (tmp_path / "search_best" / "params.yaml").is_file()
+    # The retrained run trained the chosen trial's values to the end and scored them.
+    retrained = tmp_path / "search_best"
+    used = load_config(retrained / "params.yaml")
+    assert used.optimizer.learning_rate == pytest.approx(chosen["optimizer.learning_rate"])
+    assert used.model.dropout == pytest.approx(chosen["model.dropout"])
+    assert json.loads((retrained / "status.json").read_text())["state"] == "finished"
+    with (retrained / "history.csv").open() as fh:
+        history = list(csv.DictReader(fh))
+    assert best.trainer.epochs == len(history) == 3  # the search's trainer.epochs, all run
+    assert all(math.isfinite(float(row["val_loss"])) for row in history)
 
 
 def _wait_for_line(log: Path, pattern: str, proc: subprocess.Popen, seconds: float) -> None:
@@ -465,7 +493,7 @@ def test_the_oracle_stops_after_three_failed_trials_in_a_row(tmp_path, tuner):
 
     def new_oracle():
         oracle = build_oracle(cfg, objective(cfg, "val_loss"))
-        oracle._set_project_dir(str(tmp_path), "f")
+        _in_its_search_dir(cfg, oracle)
         return oracle
 
     def run(oracle, statuses):

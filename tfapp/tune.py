@@ -27,7 +27,7 @@ def _same_but_max_trials(cfg: ExperimentConfig) -> str:
     return to_yaml(dataclasses.replace(cfg, tune=dataclasses.replace(cfg.tune, max_trials=1)))
 
 
-def _check_same_search(cfg: ExperimentConfig, role: str, start_over: bool) -> None:
+def check_same_search(cfg: ExperimentConfig, role: str, start_over: bool) -> None:
     """A search directory resumes only the search that made it (same config; a larger
     tune.max_trials is fine: it runs that many trials in all). ``start_over`` moves it
     aside (never deletes it) and starts a new search."""
@@ -88,7 +88,7 @@ def command(cfg: ExperimentConfig, args: SimpleNamespace) -> int:
     from tfapp.tuning import distributed
 
     role = distributed.configure(args.chief, args.worker, args.oracle)
-    _check_same_search(cfg, role, args.start_over)
+    check_same_search(cfg, role, args.start_over)
     return _search(cfg, role, args.top)
 
 

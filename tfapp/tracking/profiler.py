@@ -137,7 +137,7 @@ def summarize(session: str | Path, top: int = 10) -> dict[str, Any]:
     if not steps:
         # xprof groups no steps for some models (seen: any LSTM/while-loop model on CPU) even
         # though Keras marked them; measure from the same capture's trace instead.
-        steps = _steps_from_trace(paths)
+        steps = steps_from_trace(paths)
         out["steps"] = len(steps)
         out["step_source"] = "keras step markers in the trace (xprof grouped no steps)"
     if not steps:
@@ -154,7 +154,7 @@ def summarize(session: str | Path, top: int = 10) -> dict[str, Any]:
                                "median": times[len(times) // 2]}
         out["input_percent"] = 100.0 * waiting / total
         out["input_bound"] = input_verdict(out["input_percent"])
-        out["advice"] = _advice(out["input_percent"], input_ops_table.get("p", {}),
+        out["advice"] = advice(out["input_percent"], input_ops_table.get("p", {}),
                                 _run_data_config(session))
     op_table = _tables(paths, "framework_op_stats")[0]
     out["top_ops"] = _top_ops(op_table, top)
@@ -164,7 +164,7 @@ def summarize(session: str | Path, top: int = 10) -> dict[str, Any]:
     return out
 
 
-def _steps_from_trace(paths: list[str]) -> list[dict]:
+def steps_from_trace(paths: list[str]) -> list[dict]:
     """Per Keras step marker ("train" events with a step_num, from the trace viewer's
     converter): its duration and the time ``IteratorGetNext`` spent inside it (the wait for
     the next batch, what xprof reports as input time)."""
@@ -192,7 +192,7 @@ def _run_data_config(session: Path) -> dict | None:
     return None
 
 
-def _advice(input_percent: float, times: dict, data: dict | None) -> list[str]:
+def advice(input_percent: float, times: dict, data: dict | None) -> list[str]:
     """What to change, from xprof's split of the input time (file reads vs preprocessing)
     and, for a tfapp run, what its data config already does (``data`` from params.yaml;
     None for other captures: then every remedy is listed)."""
@@ -203,29 +203,29 @@ def _advice(input_percent: float, times: dict, data: dict | None) -> list[str]:
     read = us.get("demanded_file_read_us", 0.0) + us.get("advanced_file_read_us", 0.0)
     data = data if data is not None else {}
     tfapp_run = bool(data)
-    advice = []
+    remedies = []
     if read > us.get("preprocessing_us", 0.0):
-        advice.append(f"reading files takes {read / 1e3:.1f} ms vs preprocessing "
+        remedies.append(f"reading files takes {read / 1e3:.1f} ms vs preprocessing "
                       f"{us.get('preprocessing_us', 0.0) / 1e3:.1f} ms: read ahead "
                       "(interleave + prefetch), or keep the data local / in data.cache")
     if not tfapp_run:  # tfapp's own pipelines always map in parallel
-        advice.append("map with num_parallel_calls=tf.data.AUTOTUNE (parallel map), "
+        remedies.append("map with num_parallel_calls=tf.data.AUTOTUNE (parallel map), "
                       "deterministic=False where order does not matter")
     if not data.get("prefetch", False):
-        advice.append("prefetch(tf.data.AUTOTUNE) at the end of the pipeline "
+        remedies.append("prefetch(tf.data.AUTOTUNE) at the end of the pipeline "
                       "(data.prefetch=true) so input overlaps the train step")
     if not data.get("cache"):
-        advice.append("cache the preprocessed data (data.cache=memory when it fits in RAM, "
+        remedies.append("cache the preprocessed data (data.cache=memory when it fits in RAM, "
                       "else a file prefix) so later epochs skip the work")
     if not data.get("snapshot"):
-        advice.append("snapshot it (data.snapshot=DIR): preprocessed once, reused by later "
+        remedies.append("snapshot it (data.snapshot=DIR): preprocessed once, reused by later "
                       "runs and tuner trials")
     if not (data.get("service") or {}).get("address"):
-        advice.append("if the host CPUs are saturated, move preprocessing to other machines "
+        remedies.append("if the host CPUs are saturated, move preprocessing to other machines "
                       "with the tf.data service (data.service.address)")
     else:
-        advice.append("the tf.data service is on: add service workers")
-    return advice
+        remedies.append("the tf.data service is on: add service workers")
+    return remedies
 
 
 def _top_ops(table: dict, top: int) -> list[dict]:
