@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.data.formats.files import Fallback
@@ -82,22 +81,33 @@ FIELD = st.lists(st.sampled_from(["a", "b", " ", ",", '"', "\n", "\r\n", "\r", "
                                   "\udcff", "x|y", "1.0", "\t", "7"]), max_size=5).map("".join)
 
 
-@settings(max_examples=300, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(header=st.sampled_from(["text,label", "text,label,extra", "label,text"]),
-       lines=st.lists(FIELD, max_size=8), final_newline=st.booleans(),
-       kind=st.sampled_from(["labelled", "multi", "texts", "pairs"]))
-def test_the_arrow_reader_agrees_with_csv_row_for_row(tmp_path, header, lines, final_newline,
-                                                      kind):
-    spec = {"labelled": LABELLED, "multi": RowSpec(kind="labelled", multi_label=True),
-            "texts": RowSpec(kind="texts"),
-            "pairs": RowSpec(kind="pairs", source_column="text", target_column="label")}[kind]
-    body = "\n".join([header, *lines]) + ("\n" if final_newline else "")
-    path = tmp_path / f"f{abs(hash((header, tuple(lines), final_newline, kind)))}.csv"
-    path.write_bytes(body.encode("utf-8", "surrogateescape"))
-    fast, slow = _read_both(str(path), spec)
-    if fast is not None:
-        assert fast == slow
+def test_the_arrow_reader_agrees_with_csv_row_for_row(tmp_path):
+    """On 300 generated CSVs, the Arrow path reads what the csv module reads, row for row,
+    wherever it reads the file itself; and it does read most of them (a fast path that
+    handed every file to csv would compare nothing)."""
+    ran = {True: 0, False: 0}  # did the Arrow path read the file?
+
+    @settings(max_examples=300, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(header=st.sampled_from(["text,label", "text,label,extra", "label,text"]),
+           lines=st.lists(FIELD, max_size=8), final_newline=st.booleans(),
+           kind=st.sampled_from(["labelled", "multi", "texts", "pairs"]))
+    def check(header, lines, final_newline, kind):
+        spec = {"labelled": LABELLED, "multi": RowSpec(kind="labelled", multi_label=True),
+                "texts": RowSpec(kind="texts"),
+                "pairs": RowSpec(kind="pairs", source_column="text", target_column="label")
+                }[kind]
+        body = "\n".join([header, *lines]) + ("\n" if final_newline else "")
+        path = tmp_path / f"f{abs(hash((header, tuple(lines), final_newline, kind)))}.csv"
+        path.write_bytes(body.encode("utf-8", "surrogateescape"))
+        fast, slow = _read_both(str(path), spec)
+        ran[fast is not None] += 1
+        if fast is not None:
+            assert fast == slow
+
+    check()
+    print("Arrow path read / handed to csv:", ran)
+    assert ran[True] >= 100, ran  # 158 of the 300 here
 
 
 def test_a_field_longer_than_the_csv_modules_default_limit_is_text(tmp_path):
@@ -219,11 +229,11 @@ def test_a_rerun_resumes_the_sources_left_and_refuses_a_changed_one(tmp_path):
     part = tmp_path / "out" / P.PARTS / "source-00001.json"
     shard = tmp_path / "out" / "00001-0000.tfrecord"
     os.remove(part)  # as if killed while source 1 was prepared
-    kept = (tmp_path / "out" / "00000-0000.tfrecord").stat().st_mtime_ns
-    time.sleep(0.01)
+    kept = (tmp_path / "out" / "00000-0000.tfrecord").stat().st_ino
     manifest = P.prepare(files, out, LABELLED)
     assert manifest.rows == 600 and part.exists() and shard.exists()
-    assert (tmp_path / "out" / "00000-0000.tfrecord").stat().st_mtime_ns == kept
+    # a rewrite lands as a new file (written aside, renamed in): a new inode
+    assert (tmp_path / "out" / "00000-0000.tfrecord").stat().st_ino == kept
     write_csv(tmp_path / "p2.csv", 201, 400)
     with pytest.raises(DataError, match=r"p2.csv changed since it was prepared"):
         P.prepare(files, out, LABELLED)
