@@ -309,6 +309,83 @@ def test_prepare_reads_back_every_row_or_fails_in_one_line(case) -> None:
         assert _hashes(path) == before
 
 
+
+# Well-formed files written by Python's own csv and json modules (and by hand for fastText
+# lines and CoNLL) from rows the test draws: the rows themselves are the oracle, so a
+# reader that both prepare and the check above share cannot hide its own mistake here.
+CLEAN_WORD = st.text("abcXYZé,\"'\t\u2028|", min_size=1, max_size=6).filter(
+    lambda w: w.strip() == w)
+CLEAN_TEXT = st.lists(CLEAN_WORD, min_size=1, max_size=4).map(" ".join)
+CLEAN_LABEL = st.sampled_from(["pos", "neg", "b c"])
+NAME_WORD = st.text("abcXYZé", min_size=1, max_size=6)
+
+
+@st.composite
+def tagged_sentence(draw: st.DrawFn) -> tuple[list[str], list[str]]:
+    """Words and valid IOB2 tags: an I- only continues an entity of its own type."""
+    words = draw(st.lists(NAME_WORD, min_size=1, max_size=5))
+    tags: list[str] = []
+    for _ in words:
+        options = ["O", "B-PER", "B-LOC"] + ([f"I-{tags[-1][2:]}"] if tags and
+                                             tags[-1] != "O" else [])
+        tags.append(draw(st.sampled_from(options)))
+    return words, tags
+
+
+def _written(fmt: str, rows: list) -> tuple[str, list[tuple[int, dict[str, Any]]]]:
+    """The file body of ``rows`` in ``fmt`` and what prepare must hold: (line, features)."""
+    import csv
+    import io
+
+    want = []
+    if fmt == "tsv":  # no quoting in TSV: a quote is text, and a text holds no tab
+        rows = [(t.replace("\t", " "), lab) for t, lab in rows]
+        body = "text\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in rows)
+        want = [(i + 2, t, lab) for i, (t, lab) in enumerate(rows)]
+    elif fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(["text", "label"])
+        for text, label in rows:
+            line = out.getvalue().count("\n") + 1
+            writer.writerow([text, label])
+            want.append((line, text, label))
+        body = out.getvalue()
+    elif fmt == "jsonl":
+        body = "".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in rows)
+        want = [(i + 1, t, lab) for i, (t, lab) in enumerate(rows)]
+    elif fmt == "txt":  # fastText: words are what a line holds, one space apart
+        rows = [(" ".join(t.split()), lab.replace(" ", "_")) for t, lab in rows]
+        body = "".join(f"__label__{lab} {t}\n" for t, lab in rows)
+        want = [(i + 1, t, lab) for i, (t, lab) in enumerate(rows)]
+    else:  # conll
+        lines, tagged = [], []
+        for words, tags in rows:
+            tagged.append((len(lines) + 1, {"words": [w.encode() for w in words],
+                                            "tags": [t.encode() for t in tags]}))
+            lines += [f"{w} {t}" for w, t in zip(words, tags, strict=True)] + [""]
+        return "\n".join(lines), tagged
+    return body, [(line, {"text": [t.encode()], "labels": [lab.encode()]})
+                  for line, t, lab in want]
+
+
+@fuzz(20)
+@given(st.sampled_from(["csv", "tsv", "jsonl", "txt"]),
+       st.lists(st.tuples(CLEAN_TEXT, CLEAN_LABEL), min_size=1, max_size=6),
+       st.lists(tagged_sentence(), min_size=1, max_size=4))
+def test_prepare_holds_exactly_the_rows_python_wrote(fmt, rows, sentences) -> None:
+    TRIED["prepare_oracle"] += 1
+    with _tmpdir() as tmp:
+        for name, spec, data in [(f"data.{fmt}", RowSpec(kind="labelled"), rows),
+                                 ("data.conll", RowSpec(kind="tagged"), sentences)]:
+            body, want = _written(name.rsplit(".", 1)[1], data)
+            path = tmp / name
+            path.write_bytes(body.encode("utf-8"))
+            manifest = P.prepare([str(path)], str(tmp / f"out-{name}"), spec, mode="fail")
+            # (prepare permutes the rows of a shard: compared in line order)
+            assert sorted(_prepared_rows(manifest), key=lambda r: r[0]) == want, body
+
+
 # ---------------------------------------------------------------------------- configs
 def _nested_keys() -> list[str]:
     """The top-level and group keys of every task's class (a key of another task is an
