@@ -45,7 +45,7 @@ def test_the_export_and_final_metrics_are_the_best_epochs(tmp_path):
     assert report["macro_f1"] != pytest.approx(float(rows[-1]["val_macro_f1"]), abs=1e-5)
     # The test split (the demo's test file) is scored with the same exported model.
     test = json.loads((run / "test_report.json").read_text())
-    assert test["examples"] == 300
+    assert test["examples"] == 500
     assert result.metrics["test_accuracy"] == pytest.approx(test["accuracy"])
     assert "test report:" in result.summary()
     from tensorboard.backend.event_processing import event_accumulator as ea
@@ -61,7 +61,7 @@ def test_the_export_and_final_metrics_are_the_best_epochs(tmp_path):
     card = (run / "export" / "README.md").read_text()
     assert f"* weights: epoch {best + 1}, the best `val_loss`" in card
     assert "* labels (2): `negative`, `positive`" in card
-    assert "| test | the demo's | 300 |" in card
+    assert "| test | the demo's | 500 |" in card
     assert f"| validation | {report['accuracy']:.4f} | {report['auc']:.4f} |" in card
     assert "cut to 32 word pieces" in card and "Latin 100%" in card
     snippet = card.split("```python\n")[1].split("```")[0]

@@ -236,7 +236,7 @@ def test_load_and_feed_the_demo_end_to_end(vocab_file, tmp_path):
     pre = make_bert_preprocess_fn(vocab_file=vocab_file, seq_length=16)
     ds = classification_batches(splits, splits.validation, pre, data_cfg(seq_length=16),
                                      batch_size=32, training=False, seed=0)
-    assert sum(len(y) for _, y in ds.as_numpy_iterator()) == 300
+    assert sum(len(y) for _, y in ds.as_numpy_iterator()) == 500
     assert splits.label_names == ["negative", "positive"]
 
 

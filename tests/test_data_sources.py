@@ -181,7 +181,7 @@ def test_demo_resolves_to_shipped_files(tmp_path):
     assert all(Path(p).is_file() for p in (train, val, test))
     splits = load_classification_splits(ClassifierDataConfig(), seed=42)
     assert [splits.size(s) for s in (splits.train, splits.validation, splits.test)] == [
-        1500, 300, 300]
+        20000, 500, 500]
     assert splits.label_names == ["negative", "positive"]
     share = rows(splits, "train").labels.mean()
     assert 0.4 < share < 0.6

@@ -614,7 +614,7 @@ def test_failed_trials_in_a_row_end_the_search_alike_with_and_without_a_chief(tm
         assert [(t["trial"], t["status"]) for t in trials] == [
             ("00", "FAILED"), ("01", "FAILED"), ("02", "FAILED")]
         batch = trials[2]["values"]["data.batch_size"]
-        why = (f"the train split has 1500 example(s), fewer than one batch of {batch}; "
+        why = (f"the train split has 20000 example(s), fewer than one batch of {batch}; "
                "training drops incomplete batches, so lower data.batch_size or add data")
         assert trials[2]["error"] == why
         csv = tmp_path / search / "results.csv"

@@ -124,8 +124,8 @@ class TrainerConfig:
       export: write the serving SavedModel at the end of training.
     """
 
-    # 2 epochs take the default run (tiny BERT, 20,000 demo reviews) to ~0.93 test accuracy
-    # and 0.92 on tests/fixtures/plain/reviews.csv in ~2 CPU-minutes.
+    # 2 epochs take the default run (tiny BERT, 20,000 demo reviews) to ~0.91 test accuracy
+    # and 0.96 on tests/fixtures/plain/reviews.csv in ~2 CPU-minutes.
     epochs: int = bounded(2, min=1, resume=LONGER)
     steps_per_epoch: int = bounded(0, min=0, resume=MATCH)
     max_steps: int = bounded(0, min=0, resume=LONGER)

@@ -3,7 +3,7 @@
 ``resolve_hub_handle(handle) -> (encoder_handle, preprocessor_handle_or_empty)``:
 
 * ``builtin:tiny`` -- a tiny BERT (2 layers, hidden 128, 2 heads, intermediate 256)
-  with a vocab of the whole words of the shipped demo training texts, built once
+  with a WordPiece vocab learned from the shipped demo training texts, built once
   into ``$TFAPP_CACHE_DIR/hub/tiny-bert-<hash>`` (default ``~/.cache/tfapp``) and
   reused. The hash covers the build parameters, the corpus bytes and the module
   format, so a change rebuilds instead of reusing a stale module. The build runs in a
@@ -60,7 +60,7 @@ BUILTIN_MODULES: dict[str, tuple[BuildParams, str, str]] = {
                                     num_heads=2, intermediate_size=256,
                                     max_position_embeddings=512, dropout=0.1,
                                     attention_dropout=0.1),
-                         lower_case=True, seed=0, seq_length=128, whole_words=True),
+                         lower_case=True, seed=0, seq_length=128),
              ("reviews_train.csv",), "text"),
     # the tagger's: names keep their capitals, and an unseen name is read as word pieces
     "tiny-cased": (BuildParams(BertConfig(vocab_size=4000, hidden_size=128, num_layers=2,
