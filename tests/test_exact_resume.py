@@ -25,19 +25,10 @@ from conftest import REPO, subprocess_env
 ROWS = 320  # training rows (generator: lines / 5); batches of 16 per replica
 
 
-# Words of builtin:tiny's vocabulary: with whole words only, an unknown word (a number)
-# is [UNK], and texts that differ only there would be one example twice.
-WORDS = ["the", "battery", "screen", "sound", "room", "staff", "food", "plot", "great",
-         "price", "delivery", "camera", "book", "film", "hotel", "phone", "fit", "service",
-         "bad", "was"]
-
-
 def _reviews(path: Path, ids: range) -> str:
-    """A distinct text per id (two words by the id's digits in base 20)."""
     path.write_text("text,label\n" + "".join(
-        f"{WORDS[i % 20]} {WORDS[i // 20 % 20]}{' the film' * (i % 7)} was "
-        f"{'good' if i % 2 else 'poor'},"
-        f"{'positive' if i % 2 else 'negative'}\n" for i in ids))
+        f"review {i} was {'fine' if i % 2 else 'poor'},{'positive' if i % 2 else 'negative'}\n"
+        for i in ids))
     return str(path)
 
 

