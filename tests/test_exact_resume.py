@@ -25,9 +25,19 @@ from conftest import REPO, subprocess_env
 ROWS = 320  # training rows (generator: lines / 5); batches of 16 per replica
 
 
+# Words of builtin:tiny's vocabulary, one token each.
+WORDS = ["the", "battery", "screen", "sound", "room", "staff", "food", "plot", "great",
+         "price", "delivery", "camera", "book", "film", "hotel", "phone", "fit", "service",
+         "bad", "was"]
+
+
 def _reviews(path: Path, ids: range) -> str:
+    """A distinct text per id (two words by its digits in base 20), of 6 to 12 tokens:
+    two length buckets, whose windows must not carry examples from one pass into the
+    next."""
     path.write_text("text,label\n" + "".join(
-        f"review {i} was {'fine' if i % 2 else 'poor'},{'positive' if i % 2 else 'negative'}\n"
+        f"{WORDS[i % 20]} {WORDS[i // 20 % 20]}{' the film' * (i % 4)} was "
+        f"{'good' if i % 2 else 'poor'},{'positive' if i % 2 else 'negative'}\n"
         for i in ids))
     return str(path)
 

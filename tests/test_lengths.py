@@ -175,6 +175,36 @@ def test_a_grouped_stream_resumed_mid_window_gives_the_same_batches(replicas, ta
     assert "SubBuffer" not in capfd.readouterr().err
 
 
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_each_pass_of_a_grouped_stream_trains_each_example_once(replicas):
+    # 700 examples in batches of 8 per replica: 87 (or 2 x 43) steps a pass, not a whole
+    # number of 50-batch windows, so a window that ran on into the next pass would train
+    # some examples twice in one epoch and leave others to the next.
+    source = Source("train", ("a",), COUNTS[:1])
+    grouping = lengths.Grouping((8, 16, SEQ), SEQ, seed=7)
+    per_step = 8 * replicas
+    steps = steps_per_pass(source, 1, per_step, 7)
+
+    def run(start, n):
+        plan = StepPlan(per_step, 1, steps, start, seed=7)
+        return batches_of(stream.batches(
+            source, examples, ClassifierDataConfig(shuffle_buffer=256), plan=plan,
+            training=True, grouping=grouping,
+            input_context=tf.distribute.InputContext(1, 0, replicas)), n)
+
+    full = run(Start(), 3 * steps * replicas)
+    assert len({b["input_mask"].shape[1] for b in full}) == 3
+    for e in range(3):
+        ids = np.concatenate([b["id"] for b in full[e * steps * replicas:
+                                                    (e + 1) * steps * replicas]])
+        assert len(set(ids.tolist())) == len(ids) == steps * per_step
+    for at in (steps - 1, steps + 30):  # in a pass's short last window, then the next pass
+        resumed = run(start_at(at, steps, per_step), 10)
+        first = at * replicas
+        assert [b["id"].tolist() for b in resumed] == \
+            [b["id"].tolist() for b in full[first:first + 10]]
+
+
 @pytest.mark.slow
 @pytest.mark.xla_cpu
 def test_xla_compiles_the_train_step_at_most_once_per_bucket(tmp_path):

@@ -5,9 +5,10 @@ How a pipeline's batches are made (``group``):
 
 1. The stream's examples are taken a *window* at a time: ``WINDOW_BATCHES`` batches' worth
    (rounded up to whole units), as Hugging Face's ``LengthGroupedSampler`` takes
-   megabatches of 50 batches. Training windows are aligned to the stream's batch count,
-   so a resume rebuilds the window it stopped in and skips the batches already trained
-   on (``stream.batches``): the batches are exactly those of an uninterrupted run.
+   megabatches of 50 batches. Training windows are cut from one pass each (a pass's last
+   window is shorter), so an epoch trains each example once; a resume rebuilds the window
+   it stopped in and skips the batches already trained on (``stream.batches``): the
+   batches are exactly those of an uninterrupted run.
 2. The window is sorted by bucket (longest first; randomly within a bucket, whose
    examples all pad to one length anyway) and cut into batches of the same
    number of examples as without buckets, so steps per pass, the learning-rate schedule

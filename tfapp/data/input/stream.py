@@ -178,12 +178,14 @@ def _permute_blocks(dataset: tf.data.Dataset, block: int, first_block: tf.Tensor
 
 def training_stream(source: Source, part: Part, examples: ExamplesFn, *, seed: int,
                     block: int, examples_per_pass: int, start: Start | None = None,
-                    read_to_end: bool = False) -> tf.data.Dataset:
+                    read_to_end: bool = False, window: int = 0) -> tf.data.Dataset:
     """The endless chunked example stream of one pipeline: pass after pass from ``start``.
 
     ``block`` is the shuffle block (0: no shuffling, files in order); each pass yields
-    ``examples_per_pass`` examples. ``examples(file, file_index)`` gives the examples of
-    one shard file in chunks, in file order, the same on every call. ``read_to_end``
+    ``examples_per_pass`` examples. With a ``window``, each pass comes in chunks of
+    ``window`` examples, its last chunk shorter: a window never holds two passes.
+    ``examples(file, file_index)`` gives the examples of one shard file in chunks, in
+    file order, the same on every call. ``read_to_end``
     reads the rest of each pass's files (what a pass does not use, less than a global
     batch on one pipeline) instead of stopping: a store (``tfapp.data.input.store``) then
     completes every file in the first pass.
@@ -205,7 +207,9 @@ def training_stream(source: Source, part: Part, examples: ExamplesFn, *, seed: i
         else:
             dataset = _in_order(block_start)
         dataset = skip_rows(dataset, at - block_start)
-        return take_rows(dataset, total - at, read_to_end)
+        dataset = take_rows(dataset, total - at, read_to_end)
+        # Own buffers before the windows are cut (see batches).
+        return dataset.map(_own_buffers).rebatch(window) if window else dataset
 
     def _merged_pass(epoch, block_start):
         # Element sharding: this pipeline's example k is the pass's example k * count + i.
@@ -297,8 +301,9 @@ def batches(source: Source, examples: ExamplesFn, data_cfg: Any, *, plan: StepPl
     (``what``: its unit, for it).
 
     With a ``grouping`` (``tfapp.data.input.lengths.Grouping``) batches are grouped by
-    length (windows of whole batches, aligned to the stream's batch count so a resume
-    rebuilds its window and skips the batches already done)."""
+    length: each pass is cut into windows of whole batches (its last window shorter, so
+    an epoch trains each example once), and a resume rebuilds its window and skips the
+    batches already done."""
     seed, start = plan.seed, plan.start
     pipelines, index, local_batch, replicas = 1, 0, plan.global_batch, 1
     if input_context is not None:
@@ -330,21 +335,25 @@ def batches(source: Source, examples: ExamplesFn, data_cfg: Any, *, plan: StepPl
             + f", fewer than one batch of {per_step}; training drops incomplete batches, "
             "so lower data.batch_size or add data")
     first = plan.first_batch(local_batch)
-    aligned = first - first % length_plan.window_batches if length_plan is not None else first
-    if aligned != first:
+    aligned, first_window = first, 0
+    if length_plan is not None:  # back to the start of first's window in its pass
+        pass_batches = steps * per_step // local_batch
+        window = length_plan.window_batches
+        epoch, at = divmod(first, pass_batches)
+        aligned = first - at % window
+        first_window = epoch * -(-pass_batches // window) + at // window
         done = aligned * local_batch
         start = Start(done // (steps * per_step), done % (steps * per_step))
     dataset = training_stream(source, part, examples, seed=seed, block=data_cfg.shuffle_buffer,
                               examples_per_pass=steps * per_step, start=start,
-                              read_to_end=store is not None and store.done() < len(source.files))
+                              read_to_end=store is not None and store.done() < len(source.files),
+                              window=length_plan.window_examples if length_plan else 0)
     # Own buffers: rebatching chunks that were cut at a pass's end (slices aliasing their
     # chunk) makes TensorFlow log a 'RefCount not reliable' error line for each.
     dataset = dataset.map(_own_buffers)
     if length_plan is None:
         dataset = dataset.rebatch(local_batch, drop_remainder=True)
     else:
-        dataset = grouping(dataset.rebatch(length_plan.window_examples, drop_remainder=True),
-                           length_plan, training=True,
-                           first_window=aligned // length_plan.window_batches)
+        dataset = grouping(dataset, length_plan, training=True, first_window=first_window)
         dataset = dataset.skip(first - aligned)
     return stages.log_ids(dataset, first_batch=first, pipeline=index)
