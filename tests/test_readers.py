@@ -188,16 +188,16 @@ def test_prompts_file_and_stdin_drop_the_bom_and_split_on_newline_only(tmp_path,
 def test_predict_input_file_and_stdin_drop_the_bom(tmp_path, monkeypatch):
     path = tmp_path / "texts.txt"
     path.write_bytes(BOM + b"great\x0cphone\r\n\n  broke  \n")
-    assert predict._read_lines(str(path)) == ["great\x0cphone", "broke"]
+    assert predict.read_input(str(path)) == ["great\x0cphone", "broke"]
     stdin(monkeypatch, BOM + b"from stdin\n")
-    assert predict._read_lines("-") == ["from stdin"]
+    assert predict.read_input("-") == ["from stdin"]
 
 
 def test_stdin_with_no_bytes_beneath_or_closed(tmp_path, monkeypatch, capsys):
     """A text-only stream (IDE consoles replace sys.stdin with one) reads the same way; a
     closed stdin (sys.stdin is None) is one line, not an AttributeError."""
     monkeypatch.setattr(sys, "stdin", io.StringIO("\ufeffone\u2028two\r\nthree\n"))
-    assert predict._read_lines("-") == ["one\u2028two", "three"]
+    assert predict.read_input("-") == ["one\u2028two", "three"]
     monkeypatch.setattr(sys, "stdin", None)
     assert predict.main(["--model", str(tmp_path), "--input", "-"]) == 2
     assert capsys.readouterr().err == ("tfapp: error: <stdin>: standard input is closed; give "

@@ -32,8 +32,9 @@ FLAGS = {"data.text_column": "--text-column", "data.text_pair_column": "--text-p
           "data.format": "--format", "data.on_bad_rows": "--on-bad-rows"}
 
 
-def _read_lines(path: str) -> list[str]:
-    """The non-blank lines of ``--input`` (a file, or stdin for '-'), stripped."""
+def read_input(path: str) -> list[str]:
+    """The texts of ``--input PATH``: the non-blank lines of the file (of stdin for '-'),
+    stripped; a file that is missing or unreadable is a ConfigError."""
     if path == "-":
         lines = textio.stdin_lines()
     else:
@@ -95,7 +96,7 @@ def command(args: SimpleNamespace) -> int:
     if args.output or args.keep:
         raise ConfigError("--output and --keep go with --data FILES (rows read from files); "
                           "texts given as arguments or --input are printed")
-    texts = list(args.texts) + (_read_lines(args.input) if args.input else [])
+    texts = list(args.texts) + (read_input(args.input) if args.input else [])
     if not texts:
         raise ConfigError("no texts given; pass them as arguments, with --input FILE, or "
                           "--data FILES --output OUT")
