@@ -225,9 +225,19 @@ def test_service_workers_share_the_files_as_the_mode_says(shards, mode, copies):
 def test_store_narrow_dtypes_must_hold_the_values(tmp_path):
     # int16 keeps -1 (NER's IGNORE); a cast would wrap a value the dtype cannot hold.
     spec = {"labels": tf.TensorSpec([None], tf.int32)}
-    store = Store(str(tmp_path / "n"), spec, [1], storage={"labels": tf.int16})
-    data = store._decode(store._encode({"labels": tf.constant([-1, 5, 300], tf.int32)}))
-    assert data["labels"].numpy().tolist() == [-1, 5, 300]
+
+    def read(labels):
+        """One file of one chunk through a store: written by the first read, replayed
+        (``labels`` unread) after."""
+        store = Store(str(tmp_path / "n"), spec, [1], storage={"labels": tf.int16})
+        examples = store.examples(lambda file, index: tf.data.Dataset.from_tensors(
+            {"labels": tf.constant(labels, tf.int32)}))
+        chunks = examples(tf.constant("f"), tf.constant(0, tf.int64))
+        return store, [c["labels"].tolist() for c in chunks.as_numpy_iterator()]
+
+    store, written = read([-1, 5, 300])
+    assert store.done() == 1 and written == [[-1, 5, 300]]
+    assert read([7])[1] == [[-1, 5, 300]]  # the stored int16 chunk, widened back
     shutil.rmtree(tmp_path / "n")
     assert not os.path.exists(tmp_path / "n")
 
