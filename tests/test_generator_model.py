@@ -139,7 +139,7 @@ def test_lm_loss_counts_each_token_of_a_line_once():
     model = seq2seq.Seq2Seq(8, embedding_dim=4, units=4, lm_loss=True).build_for(4, 3)
     model.compile(loss=seq2seq.MaskedSequenceLoss())
     x = {k: windows[k] for k in ("encoder_ids", "decoder_ids")}
-    losses, mask = seq2seq._token_losses(windows["labels"], model(x))
+    losses, mask, _ = seq2seq.token_scores(windows["labels"], model(x))
     expected = float(tf.reduce_sum(losses * weights) / tf.reduce_sum(mask * weights))
     assert expected != pytest.approx(float(tf.reduce_sum(losses) / tf.reduce_sum(mask)))
     assert model.evaluate(x, windows["labels"], verbose=0) == pytest.approx(expected, rel=1e-5)
@@ -181,7 +181,7 @@ def test_a_window_padded_to_a_shorter_bucket_has_the_same_loss_and_metrics():
     assert model.evaluate(cut, y[:, :8], verbose=0) == pytest.approx(full, rel=1e-6)
     # The weights matter here: the mean is not the unweighted one, and weights capped at
     # the cut width (8, what the labels' width would give) are others.
-    losses, mask = seq2seq._token_losses(y, model(x))
+    losses, mask, _ = seq2seq.token_scores(y, model(x))
     assert full[0] != pytest.approx(float(tf.reduce_sum(losses) / tf.reduce_sum(mask)),
                                     rel=1e-3)
     real = y.numpy()[:, :8] != 0
