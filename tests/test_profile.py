@@ -133,7 +133,7 @@ def test_one_verdict_per_capture_when_xprof_grouped_no_steps():
         "input-bound: unknown (no step markers)")
 
 
-def test_keras_step_marker_fallback_measures_the_wait_inside_each_step(monkeypatch):
+def test_keras_step_marker_fallback_measures_the_wait_inside_each_step():
     """The fallback's arithmetic on a fixed trace: IteratorGetNext time that overlaps a
     step counts toward that step only (microseconds in, milliseconds out)."""
     events = [
@@ -146,8 +146,7 @@ def test_keras_step_marker_fallback_measures_the_wait_inside_each_step(monkeypat
         {"ph": "X", "name": "IteratorGetNextOp::DoCompute", "ts": 40000, "dur": 5000},  # after
         {"ph": "i", "name": "IteratorGetNextOp::DoCompute", "ts": 12000},  # not a span
     ]
-    monkeypatch.setattr(profiler, "_tables", lambda paths, tool: {"traceEvents": events})
-    assert profiler.steps_from_trace(["unused.xplane.pb"]) == [
+    assert profiler.steps_from_events(events) == [
         {"stepTimeMs": 10.0, "infeedTimeMs": 3.0}, {"stepTimeMs": 20.0, "infeedTimeMs": 4.0}]
 
 

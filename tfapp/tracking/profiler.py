@@ -165,10 +165,14 @@ def summarize(session: str | Path, top: int = 10) -> dict[str, Any]:
 
 
 def steps_from_trace(paths: list[str]) -> list[dict]:
+    """``steps_from_events`` of the capture files ``paths`` (their trace viewer events)."""
+    return steps_from_events(_tables(paths, "trace_viewer").get("traceEvents", []))
+
+
+def steps_from_events(events: list[dict]) -> list[dict]:
     """Per Keras step marker ("train" events with a step_num, from the trace viewer's
     converter): its duration and the time ``IteratorGetNext`` spent inside it (the wait for
-    the next batch, what xprof reports as input time)."""
-    events = _tables(paths, "trace_viewer").get("traceEvents", [])
+    the next batch, what xprof reports as input time), in milliseconds."""
     spans = [e for e in events if e.get("ph") == "X" and "step_num" in e.get("args", {})
              and str(e.get("name", "")).split(" ")[0] == "train"]
     gets = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("ph") == "X"
