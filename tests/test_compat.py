@@ -350,7 +350,7 @@ def test_oracle_client_routing_both_ways(monkeypatch, tmp_path, forced):
     monkeypatch.setenv(distributed.ENV_TOKEN, "s3cret")
     oracle = _oracle(tmp_path)
     servicer_class, add, _ = compat.oracle_server_parts(lambda request, context: None)
-    server = distributed.build_server(distributed._Workers(60.0),
+    server = distributed.build_server(distributed.Workers(60.0),
                                       lambda server: add(servicer_class(oracle), server))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()

@@ -9,6 +9,7 @@ import math
 import re
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -412,10 +413,10 @@ def test_the_oracle_address_is_loopback_unless_told_and_needs_a_token_elsewhere(
 
 def test_worker_ids_and_silence_follow_the_clock():
     """The chief's bookkeeping of worker ids against explicit timestamps (timeout 10 s)."""
-    from tfapp.tuning.distributed import _Workers
+    from tfapp.tuning.distributed import Workers
 
     now = [0.0]
-    workers = _Workers(10.0, clock=lambda: now[0])
+    workers = Workers(10.0, clock=lambda: now[0])
     assert workers.heard("tuner-0", "first") is None
     now[0] = 4.0
     assert workers.heard("tuner-0", "second") == 4.0  # another live process: refused
@@ -447,14 +448,14 @@ def test_the_chief_checks_the_token_and_the_worker_id_of_every_call(kt_env, monk
     import grpc
 
     monkeypatch.setenv(d.ENV_TOKEN, "s3cret")
-    workers = d._Workers(60.0)
+    workers = d.Workers(60.0)
     server = d.build_server(workers, lambda server: None)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
         d.configure(False, "7", str(port))
         d.wait_for_chief(10)                              # the right token: taken
-        assert list(workers._last) == ["tuner-7"]
+        assert workers.heard("tuner-7", "another-process") is not None  # held by this one
         monkeypatch.setenv(d.ENV_TOKEN, "s3creT")
         with pytest.raises(ConfigError) as err:
             d.wait_for_chief(10)
@@ -466,17 +467,24 @@ def test_the_chief_checks_the_token_and_the_worker_id_of_every_call(kt_env, monk
             d.wait_for_chief(10)
         raw = grpc.insecure_channel(f"127.0.0.1:{port}")  # no metadata at all
         with pytest.raises(grpc.RpcError) as rpc:
-            d._heartbeat_call(raw)(b"tuner-7", timeout=10)
+            d.heartbeat_call(raw)(b"tuner-7", timeout=10)
         assert rpc.value.code() == grpc.StatusCode.UNAUTHENTICATED
         raw.close()
 
-        monkeypatch.setenv(d.ENV_TOKEN, "s3cret")
-        monkeypatch.setattr(d, "_NONCE", "another-process")
-        with pytest.raises(ConfigError) as err:
-            d.wait_for_chief(10)
+        # A second worker process started with the same id (its own nonce): refused.
+        second = run_python(["-c", textwrap.dedent(f"""
+            from tfapp.config import ConfigError
+            from tfapp.tuning import distributed as d
+            d.configure(False, "7", "{port}")
+            try:
+                d.wait_for_chief(10)
+            except ConfigError as err:
+                print(err)
+            """)], timeout=60, env=subprocess_env(**{d.ENV_TOKEN: "s3cret"}))
+        assert second.returncode == 0, second.stderr
         assert re.fullmatch(r"--worker 7: another worker process with this id is alive \(the "
                             r"chief heard from another process as tuner-7 \d+ s ago\); give "
-                            r"each worker its own --worker ID .*", str(err.value)), err.value
+                            r"each worker its own --worker ID .*\n", second.stdout), second
     finally:
         server.stop(grace=0)
 

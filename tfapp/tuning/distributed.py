@@ -191,7 +191,10 @@ def refusal(err: BaseException) -> ConfigError | None:
     return None
 
 
-def _heartbeat_call(channel: grpc.Channel) -> Callable[..., Any]:
+def heartbeat_call(channel: grpc.Channel) -> Callable[..., Any]:
+    """The chief's heartbeat method on ``channel``: called with a worker id (bytes), it
+    tells the chief that worker is alive. The call carries the metadata the channel sends
+    (``worker_channel``), none on a plain one."""
     return channel.unary_unary(f"/{_HEARTBEAT_SERVICE}/{_HEARTBEAT_METHOD}")
 
 
@@ -209,7 +212,7 @@ def wait_for_chief(timeout_s: float) -> None:
     try:
         # A first heartbeat: a wrong token or an id in use is one line now, not a
         # traceback from KerasTuner's client later.
-        _heartbeat_call(worker_channel(raw))(os.environ[ENV_ID].encode(), timeout=timeout_s)
+        heartbeat_call(worker_channel(raw))(os.environ[ENV_ID].encode(), timeout=timeout_s)
     except grpc.RpcError as err:
         refused = refusal(err)
         if refused is not None:
@@ -225,7 +228,7 @@ def start_heartbeat(worker_timeout_s: float) -> threading.Event:
     a daemon thread, until the returned event is set (or the process ends)."""
     tuner_id = os.environ[ENV_ID].encode()
     raw = grpc.insecure_channel(address())
-    beat = _heartbeat_call(worker_channel(raw))
+    beat = heartbeat_call(worker_channel(raw))
     every = max(0.5, worker_timeout_s / 6)
     stop = threading.Event()
 
@@ -253,7 +256,7 @@ def serve_oracle(oracle, worker_timeout_s: float = 120.0, poll_seconds: float = 
     Returns False, having served nothing, where this KerasTuner's service cannot be reached
     (``compat.oracle_server_parts``): the caller then runs KerasTuner's own chief, which
     checks no token (so one is refused) and no worker ids."""
-    workers = _Workers(worker_timeout_s)
+    workers = Workers(worker_timeout_s)
     # Asking for a trial also says "alive": a worker killed before its first heartbeat
     # got through is still noticed.
     parts = compat.oracle_server_parts(
@@ -291,7 +294,7 @@ def serve_oracle(oracle, worker_timeout_s: float = 120.0, poll_seconds: float = 
     return True
 
 
-def build_server(workers: _Workers, add_services: Callable[[grpc.Server], None]
+def build_server(workers: Workers, add_services: Callable[[grpc.Server], None]
                  ) -> grpc.Server:
     """The chief's gRPC server (not yet bound): the heartbeat method, what
     ``add_services`` adds, and the guard (token, worker ids) in front of every call."""
@@ -314,9 +317,9 @@ def build_server(workers: _Workers, add_services: Callable[[grpc.Server], None]
 
 class _Guard(grpc.ServerInterceptor):
     """Before every call: the token (when the chief has one), then the caller's worker id
-    and nonce (``_Workers.heard``)."""
+    and nonce (``Workers.heard``)."""
 
-    def __init__(self, secret: str | None, workers: _Workers) -> None:
+    def __init__(self, secret: str | None, workers: Workers) -> None:
         self._secret = secret.encode() if secret is not None else None
         self._workers = workers
 
@@ -342,7 +345,7 @@ def _refuse(code: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler:
     return grpc.unary_unary_rpc_method_handler(refuse)
 
 
-class _Workers:
+class Workers:
     """Which process holds each worker id and when it last called (gRPC threads write,
     the serve loop reads). ``clock`` returns seconds; tests pass their own."""
 
