@@ -20,7 +20,7 @@ import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 import numpy as np
 import pytest
 import tensorflow_hub as hub
-from test_hub_convert import _inputs, numpy_bert, write_hf_checkpoint
+from test_hub_convert import encoder_inputs, numpy_bert, write_hf_checkpoint
 
 REPO, COMMIT = "acme/tiny-bert", "3f1c2a9d8e7b6a5c4d3e2f1a0b9c8d7e6f5a4b3c"
 
@@ -106,7 +106,7 @@ def test_an_hf_id_resolves_offline_and_converts_once(hf_cache):
 
     # The converted encoder computes the checkpoint's BERT.
     config = json.loads((tmp / "checkpoint" / "config.json").read_text())
-    ids, mask, types = _inputs()
+    ids, mask, types = encoder_inputs()
     got = hub.load(str(module / "encoder"))(
         {"input_word_ids": ids, "input_mask": mask, "input_type_ids": types}, training=False)
     want = numpy_bert(weights, config, ids, mask, types)

@@ -128,7 +128,9 @@ def write_hf_checkpoint(path: Path, *, hidden_act="gelu", layer_norm_eps=1e-12, 
     return w
 
 
-def _inputs():
+def encoder_inputs():
+    """(ids, mask, type ids) of two BERT inputs padded to 12: a sentence pair and one
+    sentence."""
     ids = np.array([[2, 9, 10, 11, 12, 7, 3, 40, 41, 3, 0, 0],
                     [2, 19, 20, 21, 24, 25, 3, 0, 0, 0, 0, 0]], np.int32)
     mask = (ids != 0).astype(np.int32)
@@ -164,7 +166,7 @@ def converted(request, tmp_path_factory):
 def test_encoder_matches_numpy_bert(converted):
     variant, _, weights, config, out = converted
     enc = hub.load(str(out / "encoder"))
-    ids, mask, types = _inputs()
+    ids, mask, types = encoder_inputs()
     got = enc({"input_word_ids": ids, "input_mask": mask, "input_type_ids": types},
               training=False)
     want = numpy_bert(weights, config, ids, mask, types)
@@ -268,7 +270,7 @@ def test_matches_transformers_bertmodel(tmp_path):
 
     write_hf_checkpoint(tmp_path / "hf", seed=4)
     out = convert_hf_bert(tmp_path / "hf", tmp_path / "hub")
-    ids, mask, types = _inputs()
+    ids, mask, types = encoder_inputs()
     ref = BertModel.from_pretrained(str(tmp_path / "hf")).eval()
     with torch.no_grad():
         want = ref(input_ids=torch.tensor(ids, dtype=torch.long),

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
-from test_prepare import _rows, read_rows
+from test_prepare import read_rows, row_tuples
 
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima".split()
 TEXTS = [f"{WORDS[i % 12]}, {WORDS[i // 12]} {'great' if i % 3 else 'awful'} \u00e9t\u00e9"
@@ -107,8 +107,8 @@ def test_the_columnar_path_gives_the_rows_and_messages_of_the_python_readers(tmp
     path = str(tmp_path / "odd.parquet")
     spec = RowSpec(kind=kind, multi_label=True, source_column="text", target_column="label")
     logs = [SourceLog(path, "skip", "train", "data.on_bad_rows=skip") for _ in range(2)]
-    fast = _rows(fast_rows(path, "parquet", spec, logs[0]))
-    slow = _rows(python_rows(path, "parquet", spec, logs[1]))
+    fast = row_tuples(fast_rows(path, "parquet", spec, logs[0]))
+    slow = row_tuples(python_rows(path, "parquet", spec, logs[1]))
     assert sorted(fast, key=lambda r: r[0]) == slow and len(slow) > 20
     assert [str(b) for b in logs[0].report.examples] == [str(b) for b in logs[1].report.examples]
     assert logs[0].report.count == logs[1].report.count > (0 if kind != "pairs" else -1)

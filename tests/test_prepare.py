@@ -43,7 +43,9 @@ def read_rows(manifest) -> list[dict]:
     return out
 
 
-def _rows(rows_iter) -> list[tuple]:
+def row_tuples(rows_iter) -> list[tuple]:
+    """(line, {column: value}) of each row of a reader's row batches (``fast_rows``,
+    ``python_rows``): what the two readers are compared by."""
     out = []
     for r in rows_iter:
         cols = {}
@@ -64,8 +66,8 @@ def _read_both(path: str, spec: RowSpec):
     for fast in (True, False):
         log = SourceLog(path, "skip", "train", "data.on_bad_rows=skip")
         try:
-            rows = _rows(fast_rows(path, "csv", spec, log) if fast else
-                         python_rows(path, "csv", spec, log))
+            rows = row_tuples(fast_rows(path, "csv", spec, log) if fast else
+                              python_rows(path, "csv", spec, log))
         except Fallback:
             out.append(None)
             continue
