@@ -60,7 +60,7 @@ def test_onednn_query_both_ways(monkeypatch, env_value, public):
         assert compat.onednn_enabled() is public
 
 
-def test_determinism_query_both_ways():
+def test_determinism_query_and_reset_both_ways():
     # Op determinism is global to a process: check it in a fresh one.
     code = textwrap.dedent("""
         import tfapp
@@ -75,10 +75,20 @@ def test_determinism_query_both_ways():
             print(compat.op_determinism_enabled())       # cannot know
             compat.enable_op_determinism()
             print(compat.op_determinism_enabled())
+        with compat.public_path("determinism_reset"):
+            print(compat.disable_op_determinism())       # cannot turn it off
+            print(compat.op_determinism_enabled())
+        print(compat.disable_op_determinism())
+        print(compat.op_determinism_enabled())
+        with compat.public_path("determinism_query"):
+            print(compat.op_determinism_enabled())
+        with compat.public_path("determinism_reset"):
+            print(compat.disable_op_determinism())       # off already
     """)
     proc = run_python(["-c", code], timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split() == ["False", "False", "True", "False", "True"]
+    assert proc.stdout.split() == ["False", "False", "True", "False", "True",
+                                   "False", "True", "True", "False", "False", "True"]
 
 
 def test_learning_rate_both_ways():

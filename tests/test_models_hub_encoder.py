@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import socket
 
-import tfapp  # noqa: F401
+from tfapp import compat
 from tfapp.config import ClassifierModelConfig, ConfigError
 from tfapp.hub.export import ReusableBertEncoder, export_encoder, float32_policy
 from tfapp.models.bert import BertConfig, BertEncoder, dummy_inputs
@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_hub as hub
-from tensorflow.python.framework import config as tf_config
 
 CFG = BertConfig(vocab_size=30, hidden_size=16, num_layers=1, num_heads=2,
                  intermediate_size=32, max_position_embeddings=16)
@@ -101,9 +100,9 @@ def test_bad_handles_give_one_clear_line(tmp_path, case, pattern):
 @pytest.fixture
 def op_determinism():
     """``runtime.deterministic=true`` for one test (it is process-wide)."""
-    tf.config.experimental.enable_op_determinism()
+    compat.enable_op_determinism()  # as runtime.setup does
     yield
-    tf_config.disable_op_determinism()
+    assert compat.disable_op_determinism(), "op determinism stays on in this test process"
 
 
 def _train_batch() -> tuple[dict[str, tf.Tensor], np.ndarray]:

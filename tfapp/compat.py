@@ -45,6 +45,9 @@ TOUCHES: dict[str, tuple[str, str, str]] = {
                      "read TF_ENABLE_ONEDNN_OPTS; unknown when unset"),
     "determinism_query": ("tensorflow", "TensorFlow's own op-determinism flag",
                           "what tfapp enabled, or TF_DETERMINISTIC_OPS"),
+    "determinism_reset": ("tensorflow", "op determinism turned off again (TensorFlow has no "
+                          "public way), for a process that wanted it for one part only",
+                          "it stays on until the process ends"),
     "learning_rate_schedule": ("tf_keras", "the optimizer's schedule, evaluated at its step",
                                "optimizer.learning_rate (the rate of the last update)"),
     "adam_slots": ("tf_keras", "AdamW's update as one fused ResourceApplyAdam kernel",
@@ -219,6 +222,21 @@ def op_determinism_enabled() -> bool:
             _missing("determinism_query", err)
     env = os.environ.get("TF_DETERMINISTIC_OPS", "").strip().lower()
     return _determinism_enabled_here or env in ("1", "true")
+
+
+def disable_op_determinism() -> bool:
+    """Turn TensorFlow's op determinism off again (it is process-wide, and TensorFlow has
+    only a public way to turn it on); returns whether it is off now."""
+    global _determinism_enabled_here
+    if use_private("determinism_reset"):
+        try:
+            from tensorflow.python.framework import config
+            config.disable_op_determinism()
+            _determinism_enabled_here = False
+            return True
+        except (ImportError, AttributeError) as err:
+            _missing("determinism_reset", err)
+    return not op_determinism_enabled()
 
 
 def current_learning_rate(optimizer: Any) -> float:
