@@ -6,13 +6,17 @@ every module of tfapp (a new module outside them would be unchecked), and that a
 imports a tfapp module only to put off loading TensorFlow (or another heavy library) until
 it is needed -- never to dodge an import cycle -- and that no cycle runs through tfapp's
 modules, imports inside functions included (``lint-imports`` sees those as well, but its
-layers allow a cycle inside one layer, such as a task's own package).
+layers allow a cycle inside one layer, such as a task's own package). And that no module
+of tfapp reaches another's private names, nor any test a private name of tfapp's, of
+another test file's or of a library's (TensorFlow's, tf-keras's and KerasTuner's go
+through tfapp.compat, whose own tests alone touch them).
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import textwrap
 import tomllib
 from pathlib import Path
 
@@ -283,11 +287,17 @@ def _private_reaches(source: str) -> list[str]:
                 elif _module_file(f"{node.module}.{a.name}"):
                     modules.add(a.asname or a.name)
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                and node.value.id in modules and node.attr.startswith("_")
-                and not node.attr.startswith("__")):
-            found.append(f"{node.value.id}.{node.attr}")
+        if isinstance(node, ast.Attribute) and _is_private(node.attr):
+            root = node.value
+            while isinstance(root, ast.Attribute):  # tfapp.tuning.distributed._Workers
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in modules:
+                found.append(f"{ast.unparse(node.value)}.{node.attr}")
     return found
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
 
 
 def test_no_module_reaches_another_modules_private_names():
@@ -303,4 +313,109 @@ def test_the_private_reach_rule_sees_one():
         ["spec._clean"]
     assert _private_reaches("from tfapp.data.rows.spec import _clean\n") == [
         "from tfapp.data.rows.spec import _clean"]
+    assert _private_reaches("import tfapp.tuning.distributed\n"
+                            "tfapp.tuning.distributed._Workers(1)\n") == [
+        "tfapp.tuning.distributed._Workers"]
     assert _private_reaches("from tfapp.data.rows import spec\nspec.__doc__\n") == []
+
+
+TESTS = REPO / "tests"
+#: the internal modules of TensorFlow, tf-keras and KerasTuner (and Keras 3's)
+LIBRARY_INTERNALS = ("tensorflow.python", "tf_keras.src", "keras_tuner.src", "keras.src")
+#: underscore names that are documented public API (``os._exit``, a namedtuple's methods)
+PUBLIC_UNDERSCORE = {"_exit", "_replace", "_asdict", "_fields", "_make"}
+#: calls that name an attribute by a string: ``getattr(x, "_y")``,
+#: ``monkeypatch.setattr(x, "_y", v)``, ``monkeypatch.setattr("pkg.mod._y", v)``
+BY_NAME = {"getattr", "setattr", "hasattr", "delattr"}
+
+
+def _internal_module(name: str) -> bool:
+    return (any(name == m or name.startswith(m + ".") for m in LIBRARY_INTERNALS)
+            or any(_is_private(part) for part in name.split(".")))
+
+
+def _test_reaches(source: str) -> list[str]:
+    """What a test file reaches of code that is not its own, besides tfapp's private module
+    names (``_private_reaches``): an underscore attribute of anything but ``self`` / ``cls``
+    (a tfapp object's, TensorFlow's...), an underscore name given as a string to
+    ``getattr`` / ``setattr`` / ``monkeypatch.setattr``, ``from any_module import _name``
+    (another test file's helper included), and the internal modules of TensorFlow, tf-keras
+    and KerasTuner, imported or named to ``importlib.import_module``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [f"import {a.name}" for a in node.names if _internal_module(a.name)]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            module = node.module or ""
+            if _internal_module(module):
+                found.append(f"from {module} import ...")
+            found += [f"from {module} import {a.name}" for a in node.names
+                      if _is_private(a.name)]
+        elif (isinstance(node, ast.Attribute) and _is_private(node.attr)
+              and node.attr not in PUBLIC_UNDERSCORE
+              and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+            found.append(f"{ast.unparse(node.value)}.{node.attr}")
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else (
+                func.attr if isinstance(func, ast.Attribute) else "")
+            strings = [a.value for a in node.args[:2]
+                       if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if name in BY_NAME:
+                found += [f"{name}(..., {s!r})" for s in strings
+                          if any(_is_private(part) for part in s.split("."))
+                          and s.split(".")[-1] not in PUBLIC_UNDERSCORE]
+            elif name == "import_module":
+                found += [f"import_module({s!r})" for s in strings[:1] if _internal_module(s)]
+    return found
+
+
+def test_no_test_reaches_a_private_name():
+    # Tests use what a user or another module of tfapp can use: a helper a test needs is
+    # public and documented, or the test goes through the command. TensorFlow's, tf-keras's
+    # and KerasTuner's private names go through tfapp.compat, whose own tests
+    # (tests/test_compat.py) are the one place that touches them.
+    files = sorted(TESTS.rglob("*.py"))
+    found = {f"{path.relative_to(REPO)}: {reach}" for path in files
+             for reach in _private_reaches(path.read_text())}
+    found |= {f"{path.relative_to(REPO)}: {reach}" for path in files
+              if path.name != "test_compat.py" for reach in _test_reaches(path.read_text())}
+    assert len(files) > 70 and sorted(found) == [], sorted(found)
+
+
+def test_the_test_rule_sees_each_kind_of_reach():
+    source = textwrap.dedent("""
+        import importlib
+        from tensorflow.python.framework import config
+        import tf_keras.src.engine.training as training
+        from tensorflow.python.util import _pywrap_util_port
+        from test_prepare import _rows, read_rows
+        workers._last
+        oracle._set_project_dir("x")
+        model.optimizer._learning_rate
+        super()._fit()
+        monkeypatch.setattr(d, "_NONCE", "x")
+        monkeypatch.setattr("tfapp.console._FILTER", "x")
+        getattr(layer, "_trainable")
+        importlib.import_module("keras_tuner.src.engine.trial")
+    """)
+    assert sorted(_test_reaches(source)) == sorted([
+        "from tensorflow.python.framework import ...", "import tf_keras.src.engine.training",
+        "from tensorflow.python.util import ...",
+        "from tensorflow.python.util import _pywrap_util_port",
+        "from test_prepare import _rows", "workers._last", "oracle._set_project_dir",
+        "model.optimizer._learning_rate", "super()._fit",
+        "setattr(..., '_NONCE')", "setattr(..., 'tfapp.console._FILTER')",
+        "getattr(..., '_trainable')", "import_module('keras_tuner.src.engine.trial')"])
+    public = textwrap.dedent("""
+        from __future__ import annotations
+        import tensorflow as tf
+        self._count
+        cls._made
+        os._exit(0)
+        row._replace(text="x")
+        tf.__version__
+        monkeypatch.setattr(parts.Output, "write", write)
+        getattr(model, "__dict__")
+    """)
+    assert _test_reaches(public) == []
