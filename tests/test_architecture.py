@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 import textwrap
 import tomllib
 from pathlib import Path
@@ -370,16 +371,46 @@ def _test_reaches(source: str) -> list[str]:
     return found
 
 
+def _code(path: Path) -> list[str]:
+    """A test file's source, and the Python programs it holds as strings (what it runs in a
+    fresh interpreter): strings of several lines that parse, f-strings and ``str.format``
+    templates with their fields left out. This file's strings are the rules' own examples."""
+    source = path.read_text()
+    if path.name == Path(__file__).name:
+        return [source]
+    programs = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(v.value for v in node.values if isinstance(v, ast.Constant))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        else:
+            continue
+        if "\n" not in text:
+            continue
+        for program in (textwrap.dedent(text), textwrap.dedent(re.sub(r"\{\w*\}", "", text))):
+            try:
+                ast.parse(program)
+            except SyntaxError:
+                continue
+            programs.append(program)
+            break
+    return [source, *programs]
+
+
 def test_no_test_reaches_a_private_name():
     # Tests use what a user or another module of tfapp can use: a helper a test needs is
     # public and documented, or the test goes through the command. TensorFlow's, tf-keras's
     # and KerasTuner's private names go through tfapp.compat, whose own tests
     # (tests/test_compat.py) are the one place that touches them.
     files = sorted(TESTS.rglob("*.py"))
-    found = {f"{path.relative_to(REPO)}: {reach}" for path in files
-             for reach in _private_reaches(path.read_text())}
-    found |= {f"{path.relative_to(REPO)}: {reach}" for path in files
-              if path.name != "test_compat.py" for reach in _test_reaches(path.read_text())}
+    found = set()
+    for path in files:
+        for code in _code(path):
+            reaches = _private_reaches(code)
+            if path.name != "test_compat.py":
+                reaches += _test_reaches(code)
+            found |= {f"{path.relative_to(REPO)}: {reach}" for reach in reaches}
     assert len(files) > 70 and sorted(found) == [], sorted(found)
 
 
@@ -419,3 +450,15 @@ def test_the_test_rule_sees_each_kind_of_reach():
         getattr(model, "__dict__")
     """)
     assert _test_reaches(public) == []
+
+
+def test_the_test_rule_reads_the_programs_a_test_runs(tmp_path):
+    test = tmp_path / "test_x.py"
+    test.write_text('CODE = """\n{quiet}import tensorflow as tf\ntf.config._x = 1\n"""\n'
+                    'def test_x(port):\n'
+                    '    run(f"""\n    from tfapp.tuning import distributed as d\n'
+                    '    d.configure(False, "7", "{port}")\n    print(d._NONCE)\n    """)\n')
+    source, *programs = _code(test)
+    assert _test_reaches(source) == [] and len(programs) == 2
+    assert [_private_reaches(p) + _test_reaches(p) for p in programs] == [
+        ["tf.config._x"], ["d._NONCE", "d._NONCE"]]
