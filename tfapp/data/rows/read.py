@@ -20,7 +20,7 @@ import logging
 import os
 from collections.abc import Iterator, Sequence
 
-from tfapp.data.formats.files import TRAIN_FILES, detect_format, resolve_files, tagged_format
+from tfapp.data.formats.files import TRAIN_FILES, detect_format, resolve_files
 from tfapp.data.formats.read import parsed_rows, tagged_sentences
 from tfapp.data.rows.bad_rows import SKIP_OPTION, BadRowPolicy, BadRowReport, SourceLog
 from tfapp.data.rows.columnar import Batcher, RowBatch
@@ -36,20 +36,10 @@ from tfapp.data.text.tags import (
 )
 from tfapp.errors import DataError, Setting
 
-__all__ = ["file_format", "file_formats", "iter_rows", "log_entity_counts", "python_rows",
+__all__ = ["file_formats", "iter_rows", "log_entity_counts", "python_rows",
            "read_texts", "tagged_rows"]
 
 log = logging.getLogger("tfapp.data")
-
-
-def file_format(path: str, spec: RowSpec) -> str:
-    """The format ``path`` is read in as rows of ``spec`` (see ``formats.files``)."""
-    if spec.kind == "tagged":
-        return tagged_format(path, spec.format)
-    if spec.kind == "texts" and spec.format == "auto" and \
-            path.removesuffix(".gz").lower().endswith(".conll"):
-        return "conll"  # a corpus of tagged sentences: each sentence's words are a text
-    return detect_format(path, spec.format, spec.default_format)
 
 
 def _checked(path: str, fmt: str, spec: RowSpec, counts: EntityCounts,
@@ -66,7 +56,7 @@ def _checked(path: str, fmt: str, spec: RowSpec, counts: EntityCounts,
             else:
                 yield start, (words, tags), None, {}
         return
-    if fmt == "conll":  # a corpus read from tagged words (file_format): the words joined
+    if fmt == "conll":  # a corpus read from tagged words (detect_format): the words joined
         for start, words, _, problem in tagged_sentences(path, fmt, -1):
             if problem is not None:
                 yield problem[0], None, problem[1], {}
@@ -98,7 +88,8 @@ def python_rows(path: str, fmt: str, spec: RowSpec, log_: SourceLog) -> Iterator
         if values is None:
             continue
         if spec.kind in ("labelled", "tagged"):  # a sentence is one row: its first line
-            log_.count_labels(values[-1], [line] * len(values[-1]))
+            for name in values[-1]:
+                log_.count_label(name, line)
         done = batcher.add(line, values)
         if done is not None:
             yield done
@@ -170,7 +161,8 @@ def file_formats(files: str | Sequence[str | os.PathLike], spec: RowSpec,
         if not isinstance(files, str):
             raise DataError(what, ": data.format=tfds takes one dataset name, not files")
         return [(files, "tfds")]
-    sources = [(path, file_format(path, spec)) for path in resolve_files(files, what)]
+    sources = [(path, detect_format(path, spec.format, spec.kind))
+               for path in resolve_files(files, what)]
     if any(fmt == "tfds" for _, fmt in sources):
         raise DataError("data.format=tfds takes a dataset name, not files")
     return sources
