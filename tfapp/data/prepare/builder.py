@@ -8,20 +8,11 @@ identity (path, size, modification time), and reuses that next time;
 ``python -m tfapp.prepare`` does it ahead of time into a folder of your choice, in
 parallel over hosts with ``--shard i/N``.
 
-How rows are read (``RowSpec`` says what a row is; ``tfapp.data.rows``):
-
-* CSV and TSV: pyarrow's streaming C++ parser, and NumPy/Arrow over whole batches for the
-  checks (``rows.columnar.fast_rows``); a file pyarrow cannot parse (a malformed quote,
-  say) is read again by Python's csv module, which names the exact line;
-* Parquet files of plain string columns: pyarrow, a batch of rows at a time, with the
-  checks of CSV's Arrow path; other column types (numbers, binary, lists) row by row, as
-  below;
-* JSONL, text lines (fastText labels), TFRecord, TFDS and CoNLL: each format's reader
-  (``tfapp.data.formats``), row by row (``rows.read.python_rows``).
-
-Either way a bad row is reported as ``FILE:LINE: problem`` under ``data.on_bad_rows``
-(fail: the first one stops; skip: counted and listed in the manifest), exactly as the
-readers report it. Rows become records column-wise (``tfapp.data.prepare.records``).
+Rows are read column-wise where they can be (CSV/TSV and Parquet of plain strings:
+``rows.columnar.fast_rows``), else row by row (``rows.read.python_rows``), with the same
+checks and ``FILE:LINE: problem`` messages either way under ``data.on_bad_rows`` (fail: the
+first one stops; skip: counted and listed in the manifest); they become records
+column-wise (``tfapp.data.prepare.records``).
 
 Each source is prepared on its own (sources run in parallel threads): its shards
 (``data/prepare/shards.py``) are written under temporary names and renamed when complete, then a

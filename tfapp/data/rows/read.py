@@ -48,20 +48,15 @@ def _checked(path: str, fmt: str, spec: RowSpec, counts: EntityCounts,
     """``(line, values, problem, kept values)`` of every row of one file: no values for a
     bad row (``problem`` says why) nor for a row that is no example (a blank corpus
     text); ``counts``: a tagged file's entities."""
-    if spec.kind == "tagged":
-        for start, words, tags, problem in tagged_rows(path, fmt, spec.tag_column,
-                                                       spec.tag_scheme, counts):
-            if problem is not None:
-                yield problem[0], None, problem[1], {}
-            else:
-                yield start, (words, tags), None, {}
-        return
-    if fmt == "conll":  # a corpus read from tagged words (detect_format): the words joined
-        for start, words, _, problem in tagged_sentences(path, fmt, -1):
+    tagged = spec.kind == "tagged"
+    if tagged or fmt == "conll":  # else a corpus read from tagged words: the words joined
+        for start, words, tags, problem in (
+                tagged_rows(path, fmt, spec.tag_column, spec.tag_scheme, counts) if tagged
+                else tagged_sentences(path, fmt, -1)):
             if problem is not None:
                 yield problem[0], None, problem[1], {}
             elif words:
-                yield start, (" ".join(words),), None, {}
+                yield start, (words, tags) if tagged else (" ".join(words),), None, {}
         return
     extra = [c for c in kept if c not in spec.columns]
     text_column, label_column, verbatim = spec.text_lines()
@@ -189,28 +184,21 @@ def iter_rows(sources: list[tuple[str, str]], spec: RowSpec, *, split: str = "tr
 
 
 def read_texts(files: str | Sequence[str | os.PathLike], *, text_column: str = "text",
-               fmt: str = "auto", mode: str = "fail", report: BadRowReport | None = None,
-               split: str = "train", what: str = "data.train_files",
-               column_hint: str = "set data.text_column",
+               mode: str = "fail", report: BadRowReport | None = None,
+               what: str = "data.train_files", column_hint: str = "set data.text_column",
                skip_option: str | None = SKIP_OPTION) -> list[str]:
-    """The texts of a corpus, in file and row order, blank texts left out.
-
-    The rows ``iter_rows`` reads (paths, globs, ``gs://``, ``.gz``; ``files`` a
-    comma-joined config value or a list of paths): a text file gives one text per
-    non-blank line, exactly as written; csv/tsv/jsonl/parquet/tfrecord rows (and TFDS)
-    give their ``text_column``; a ``.conll`` file gives each sentence's words joined by
-    spaces. A file whose extension names no format is read as text lines. Bad rows (and
-    empty files) fail or, with ``mode='skip'``, are recorded in
-    ``report`` (a new one, logged here, when none is given). ``what`` names the setting
-    in messages, ``column_hint`` the fix for a missing column and ``skip_option`` the
-    switch that skips bad rows (``None``: the command has none). Raises when no text
-    remains.
+    """The texts of a corpus (rows of kind ``texts``: ``detect_format`` tells how each file
+    holds them), in file and row order, blank texts left out. Bad rows (and empty files)
+    fail or, with ``mode='skip'``, are recorded in ``report`` (a new one, logged here, when
+    none is given). ``what`` names the setting in messages, ``column_hint`` the fix for a
+    missing column and ``skip_option`` the switch that skips bad rows (``None``: the
+    command has none). Raises when no text remains.
     """
     own_report = report is None
     report = BadRowReport() if report is None else report
-    spec = RowSpec(kind="texts", format=fmt, text_column=text_column, column_hint=column_hint)
-    rows = iter_rows(file_formats(files, spec, what), spec, split=split)
-    texts = [row.values[0] for row in BadRowPolicy(mode, report, split, skip_option).good(rows)]
+    spec = RowSpec(kind="texts", text_column=text_column, column_hint=column_hint)
+    rows = iter_rows(file_formats(files, spec, what), spec)
+    texts = [row.values[0] for row in BadRowPolicy(mode, report, "train", skip_option).good(rows)]
     if own_report and report.count:
         log.warning("data: %s", report.summary())
     if not texts:
