@@ -41,10 +41,11 @@ from typing import Any
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import TASK_CONFIGS, ConfigError, load_config, to_yaml
+from tfapp.data.formats.files import detect_format
 from tfapp.data.prepare import builder as P
 from tfapp.data.rows.bad_rows import SourceLog
 from tfapp.data.rows.columnar import BytesList
-from tfapp.data.rows.read import file_format, python_rows
+from tfapp.data.rows.read import python_rows
 from tfapp.data.rows.spec import RowSpec
 
 import pytest
@@ -299,7 +300,8 @@ def test_prepare_reads_back_every_row_or_fails_in_one_line(case) -> None:
         except ConfigError as err:
             _one_line(err)
         else:
-            rows, labels, bad = _reader_rows(str(path), file_format(name, spec), spec, mode)
+            fmt = detect_format(name, spec.format, spec.kind)
+            rows, labels, bad = _reader_rows(str(path), fmt, spec, mode)
             assert _prepared_rows(manifest) == rows
             assert manifest.rows == len(rows)
             assert manifest.labels == dict(sorted(labels.items()))

@@ -6,15 +6,20 @@ from tfapp.data.text.tags import (
     EntityCounts,
     SchemeEvidence,
     begun,
+    from_spans,
     read_entities,
     spans,
     tag_names,
     tag_problem,
-    to_iob2,
 )
 from tfapp.tasks.ner.scores import entity_report, format_entity_report
 
 import pytest
+
+
+def to_iob2(tags: list[str], scheme: str) -> list[str]:
+    """``tags`` of ``scheme`` as IOB2 (malformed fragments, which hold no entity, are O)."""
+    return from_spans(spans(tags, scheme), len(tags))
 
 
 def test_iob2_strict_spans_edges():

@@ -4,7 +4,7 @@ from a second prediction over the split; the counts equal those of ``model.predi
 
 from __future__ import annotations
 
-from tfapp.data.text.tags import tag_names, to_iob2
+from tfapp.data.text.tags import from_spans, spans, tag_names
 from tfapp.tasks.ner.metrics import EntityCounts, micro_scores
 from tfapp.tasks.ner.scores import entity_report
 from tfapp.training.metrics import ConfusionMatrix
@@ -40,7 +40,8 @@ def _tagged_rows(rng, rows: int, length: int, names: list[str]):
     for r in range(rows):
         n = int(rng.integers(0, length - 1))
         at = np.sort(rng.choice(np.arange(1, length), n, replace=False))
-        g = to_iob2([names[i] for i in rng.integers(0, len(names), n)], "iob2")
+        g = [names[i] for i in rng.integers(0, len(names), n)]
+        g = from_spans(spans(g, "iob2"), n)  # made valid IOB2
         p = [t if rng.random() < 0.8 else names[rng.integers(0, len(names))] for t in g]
         labels[r, at] = [names.index(t) for t in g]
         probs[r, at] = 0.0

@@ -152,11 +152,10 @@ def load_classification_splits(data_cfg: ClassifierDataConfig, seed: int,
     known = KnownNames(tuple(vocab.names), known_from)
     for split in prepared.splits():
         out.counts[split.name] = _split_counts(out, split, data_cfg, known)
-    for split in prepared.splits():
-        if not out.size(split) and split.name == "train":
-            raise DataError(f"data.train_files: no usable examples in '{split.spec}' "
-                            f"({report.per_split.get('train', 0)} bad row(s) skipped: "
-                            f"{report.summary()})")
+    if not out.size(out.train):
+        raise DataError(f"data.train_files: no usable examples in '{out.train.spec}' "
+                        f"({report.per_split.get('train', 0)} bad row(s) skipped: "
+                        f"{report.summary()})")
     if report.count:
         log.warning("data: %s", report.summary())
     log.info("data: %d train / %d validation / %d test examples, %d labels%s",

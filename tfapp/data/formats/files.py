@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from tfapp.errors import DataError, Setting
+from tfapp.textio import iter_lines
 
 import tensorflow as tf
 
 __all__ = ["FORMATS", "TAGGED_FORMATS", "Fallback", "Hint", "Parsed", "TRAIN_FILES",
-           "check_columns", "detect_format", "open_source", "resolve_files", "tagged_format"]
+           "check_columns", "detect_format", "nonblank_lines", "open_source", "resolve_files"]
 
 FORMATS = ("csv", "tsv", "jsonl", "parquet", "text", "tfrecord", "tfds")
 #: the formats of tagged words (NER)
@@ -87,30 +88,28 @@ def resolve_files(spec: str | Sequence[str | os.PathLike],
     return files
 
 
-def detect_format(path: str, configured: str, default: str | None = None) -> str:
-    """The file format: ``configured`` unless it is auto, else from the file extension.
+def detect_format(path: str, configured: str, kind: str = "") -> str:
+    """The format ``path`` is read in as rows of ``kind`` (``RowSpec.kind``): ``configured``
+    unless it is auto, else from the file extension.
 
-    An extension that names no format is an error, or ``default`` where the reader has a
-    natural one (a corpus of texts: plain text lines).
+    Tagged words are ``configured`` (conll or jsonl), else JSON Lines by the extension and
+    CoNLL columns otherwise. A corpus of texts (``texts``) reads a ``.conll`` file's
+    sentences as texts, and a file whose extension names no format as text lines; for
+    other rows such an extension is an error.
     """
+    ext = Path(path.removesuffix(".gz")).suffix.lower()
+    if kind == "tagged":
+        if configured in TAGGED_FORMATS:
+            return configured
+        return "jsonl" if _EXTENSIONS.get(ext) == "jsonl" else "conll"
     if configured != "auto":
         return configured
-    name = path[:-3] if path.endswith(".gz") else path
-    ext = Path(name).suffix.lower()
+    if kind == "texts":
+        return "conll" if ext == ".conll" else _EXTENSIONS.get(ext, "text")
     if ext not in _EXTENSIONS:
-        if default:
-            return default
         raise DataError(f"cannot tell the format of '{path}' from its extension; set ",
                         Setting("data.format"), f" to one of: {', '.join(FORMATS)}")
     return _EXTENSIONS[ext]
-
-
-def tagged_format(path: str, configured: str) -> str:
-    """The format of a file of tagged words: ``configured`` (conll or jsonl), else JSON
-    Lines by its extension and CoNLL columns otherwise."""
-    if configured in TAGGED_FORMATS:
-        return configured
-    return "jsonl" if detect_format(path, "auto", "conll") == "jsonl" else "conll"
 
 
 @contextlib.contextmanager
@@ -126,6 +125,19 @@ def open_source(path: str) -> Iterator[BinaryIO]:
         if path.endswith(".gz"):
             raise DataError(f"{path}: not a valid gzip file ({err})") from None
         raise DataError(f"{path}: cannot read ({err})") from None
+
+
+def nonblank_lines(path: str) -> Iterator[tuple[int, str | None]]:
+    """``(number, line)`` of every non-blank line of ``path``; ``(1, None)`` for a file
+    without any."""
+    blank = True
+    with open_source(path) as fh:
+        for number, line in enumerate(iter_lines(fh), start=1):
+            if line.strip():
+                blank = False
+                yield number, line
+    if blank:
+        yield 1, None
 
 
 def missing_column(path: str, column: str, available: list[str], where: str,

@@ -12,36 +12,30 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from tfapp.data.formats.files import Hint, Parsed, missing_column, open_source
-from tfapp.textio import NOT_UTF8, has_undecodable, iter_lines, json_line
+from tfapp.data.formats.files import Hint, Parsed, missing_column, nonblank_lines
+from tfapp.textio import NOT_UTF8, has_undecodable, json_line
 
 __all__ = ["rows", "sentences"]
 
 
-def _values(path: str, empty: str) -> Iterator[tuple[int, Any, str | None]]:
-    """(line, value, problem) of every non-blank line; ``(1, None, empty)`` for a file
-    without any."""
-    blank = True
-    with open_source(path) as fh:
-        for number, line in enumerate(iter_lines(fh), start=1):
-            if not line.strip():
-                continue
-            blank = False
-            if has_undecodable(line):
-                yield number, None, NOT_UTF8
-                continue
+def _values(path: str) -> Iterator[tuple[int, Any, str | None]]:
+    """(line, value, problem) of every non-blank line, or of an empty file."""
+    for number, line in nonblank_lines(path):
+        if line is None:
+            yield 1, None, "empty file (no JSON lines)"
+        elif has_undecodable(line):
+            yield number, None, NOT_UTF8
+        else:
             try:
                 yield number, json_line(line), None
             except json.JSONDecodeError as err:
                 yield number, None, f"not valid JSON ({err.msg} at column {err.colno})"
-    if blank:
-        yield 1, None, empty
 
 
 def rows(path: str, columns: list[str], hint: Hint) -> Iterator[Parsed]:
     """Every object of the file with ``columns`` among its keys."""
     first = True
-    for number, obj, problem in _values(path, "empty file (no JSON lines)"):
+    for number, obj, problem in _values(path):
         if problem is None and not isinstance(obj, dict):
             problem = f"expected a JSON object per line, got {type(obj).__name__}"
         if problem is not None:
@@ -60,7 +54,7 @@ def rows(path: str, columns: list[str], hint: Hint) -> Iterator[Parsed]:
 def sentences(path: str) -> Iterator[tuple[int, list[str], list[str], tuple[int, str] | None]]:
     """``(line, words, tags, problem)`` of every sentence, tags as written; a problem is
     ``(line, why)``."""
-    for number, obj, problem in _values(path, "empty file (no JSON lines)"):
+    for number, obj, problem in _values(path):
         if problem is None:
             words, tags = (obj.get("tokens"), obj.get("tags")) if isinstance(obj, dict) \
                 else (0, 0)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from tfapp.data.formats.files import Parsed, open_source
-from tfapp.textio import NOT_UTF8, has_undecodable, iter_lines
+from tfapp.data.formats.files import Parsed, nonblank_lines
+from tfapp.textio import NOT_UTF8, has_undecodable
 
 __all__ = ["rows"]
 
@@ -23,15 +23,9 @@ def rows(path: str, text_column: str, label_column: str | None, verbatim: bool =
          ) -> Iterator[Parsed]:
     """One row per non-blank line, its text as ``text_column`` (and with
     ``label_column``, its labels)."""
-    with open_source(path) as fh:
-        blank = True
-        for number, line in enumerate(iter_lines(fh), start=1):
-            if not line.strip():
-                continue
-            blank = False
-            yield _row(number, line, text_column, label_column, verbatim)
-        if blank:
-            yield 1, None, "empty file (no text lines)"
+    for number, line in nonblank_lines(path):
+        yield (_row(number, line, text_column, label_column, verbatim) if line is not None
+               else (1, None, "empty file (no text lines)"))
 
 
 def _row(number: int, line: str, text_column: str, label_column: str | None,

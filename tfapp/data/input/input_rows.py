@@ -1,16 +1,10 @@
 """Rows to score, streamed: the input of ``predict --data`` (and of the scoring API), read
 in file and row order, each row with the place it came from.
 
-The rows come through the one reader every command uses (``tfapp.data.rows.read``: csv,
-tsv, jsonl, parquet, text lines, tfrecord; ``.gz`` and ``gs://`` too), or from prepared
-folders (``tfapp prepare``'s TFRecord shards, in the manifest's order). Nothing is held
-but the row being read: a file of any size streams at flat memory.
-
-Each is a ``Row`` of kind ``inputs``: its file and line (``record N`` where a format has
-no lines), the model's input texts (a blank one is scored as it is) and the columns to
-carry through (``--keep``), or the problem that makes it a bad row. Whole-file problems
-(a missing file, a missing column, an unreadable file) raise ``DataError`` as training's
-readers do.
+The rows come through the one reader every command uses (``tfapp.data.rows.read``), or
+from prepared folders (``tfapp prepare``'s shards, in the manifest's order), as ``Row``s
+of kind ``inputs`` (a blank text is scored as it is). Nothing is held but the row being
+read: a file of any size streams at flat memory.
 """
 
 from __future__ import annotations

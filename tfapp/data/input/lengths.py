@@ -83,13 +83,9 @@ class LengthPlan:
     seq_length: int = 0
 
     @property
-    def window_units(self) -> int:
-        return max(1, -(-WINDOW_BATCHES // self.unit))
-
-    @property
     def window_batches(self) -> int:
         """Batches per window (a multiple of ``unit``)."""
-        return self.window_units * self.unit
+        return max(1, -(-WINDOW_BATCHES // self.unit)) * self.unit
 
     @property
     def window_examples(self) -> int:

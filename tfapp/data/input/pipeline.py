@@ -2,7 +2,7 @@
 
 * ``finalize``: ``data.service.address`` (hand the pipeline to a tf.data service
   dispatcher, ``apply_service``), ``data.prefetch`` (``AUTOTUNE``) and the
-  ``tf.data.Options`` (autotune on, map parallelisation, determinism, sharding policy).
+  ``tf.data.Options``.
 * ``log_ids``: a diagnostic of which examples each training batch holds.
 
 How the examples are read (files, order, resume) is ``tfapp.data.input.stream``; where they
@@ -19,26 +19,10 @@ from tfapp.config import DataConfig, DataServiceConfig
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["make_options", "apply_service", "finalize", "log_ids",
+__all__ = ["apply_service", "finalize", "log_ids",
            "serialized_graph_bytes", "SERVICE_MODES", "INPUT_LOG"]
 
 log = logging.getLogger("tfapp.data")
-
-
-def make_options(data_cfg: DataConfig, *, sharded_by_context: bool,
-                 deterministic: bool | None = None) -> tf.data.Options:
-    """tf.data options: autotuning, parallel maps, determinism, sharding policy."""
-    options = tf.data.Options()
-    options.autotune.enabled = True
-    options.deterministic = bool(data_cfg.deterministic if deterministic is None
-                                 else deterministic)
-    options.experimental_optimization.map_parallelization = True
-    options.experimental_optimization.parallel_batch = True
-    # We shard explicitly per InputContext; otherwise in-memory sources shard by element.
-    options.experimental_distribute.auto_shard_policy = (
-        tf.data.experimental.AutoShardPolicy.OFF if sharded_by_context
-        else tf.data.experimental.AutoShardPolicy.DATA)
-    return options
 
 
 #: data.service.processing_mode -> tf.data's sharding policy
@@ -77,20 +61,26 @@ def apply_service(dataset: tf.data.Dataset, service: DataServiceConfig,
 
 
 def finalize(dataset: tf.data.Dataset, data_cfg: DataConfig, name: str, *,
-             sharded_by_context: bool, deterministic: bool, training: bool = False
-             ) -> tf.data.Dataset:
-    """The last stages of every pipeline: ``data.service``, ``data.prefetch``, options.
-
-    ``deterministic`` is the element order the caller needs. Under the service a training
-    pipeline is one pass, repeated here (a new job epoch per pass).
+             sharded_by_context: bool, training: bool = False) -> tf.data.Dataset:
+    """The last stages of every pipeline: ``data.service``, ``data.prefetch``, and the
+    tf.data options (autotuning, parallel maps, the stream's order kept). Under the
+    service a training pipeline is one pass, repeated here (a new job epoch per pass).
     """
     dataset = apply_service(dataset, data_cfg.service, name)
     if training and data_cfg.service.address:
         dataset = dataset.repeat()
     if data_cfg.prefetch:
         dataset = dataset.prefetch(tf.data.AUTOTUNE)
-    return dataset.with_options(make_options(data_cfg, sharded_by_context=sharded_by_context,
-                                             deterministic=deterministic))
+    options = tf.data.Options()
+    options.autotune.enabled = True
+    options.deterministic = True
+    options.experimental_optimization.map_parallelization = True
+    options.experimental_optimization.parallel_batch = True
+    # We shard explicitly per InputContext; otherwise in-memory sources shard by element.
+    options.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.OFF if sharded_by_context
+        else tf.data.experimental.AutoShardPolicy.DATA)
+    return dataset.with_options(options)
 
 
 #: a file prefix: every training pipeline appends the example ids of each batch it makes to

@@ -114,13 +114,8 @@ def read_batches(examples: Examples, data_cfg: Any, *, training: bool,
     ``plan`` (``training_inputs``'s) gives the *global* batch, the steps of a pass and
     where a resumed run starts; without one, it is planned here for a global batch of
     ``batch_size`` and ``seed``. With an ``input_context`` (one per input worker) this
-    pipeline reads its own files and batches ``get_per_replica_batch_size(global batch)``.
-    Training streams pass after pass (seeded, resumable) in whole batches (static shapes
-    for XLA/TPU); evaluation keeps every example, in order. With
-    ``data.snapshot``/``data.cache`` the encoded examples of each file are stored as the
-    first pass makes them and replayed after. With a ``grouping``
-    (``tfapp.data.input.lengths``) batches are grouped by length and each is padded to its
-    bucket's length, not the full length.
+    pipeline reads its own files and batches ``get_per_replica_batch_size(global batch)``;
+    with a ``grouping`` (``tfapp.data.input.lengths``) batches are grouped by length.
     """
     pipelines, index = 1, 0
     if input_context is not None:
@@ -140,8 +135,7 @@ def read_batches(examples: Examples, data_cfg: Any, *, training: bool,
                              grouping=grouping)
     dataset = dataset.map(examples.model_inputs)
     return stages.finalize(dataset, data_cfg, examples.split.name,
-                           sharded_by_context=input_context is not None, deterministic=True,
-                           training=training)
+                           sharded_by_context=input_context is not None, training=training)
 
 
 @dataclass

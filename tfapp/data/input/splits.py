@@ -214,13 +214,13 @@ def prepared_splits(train: str, validation: str, test: str, row: RowSpec, data_c
     """The splits of a task (specs already resolved from ``demo``; ``what`` names the
     training files in messages); see the module docstring. The task checks its held-out
     splits (``check_held_out``) once it has checked the data itself."""
+    fractions = (0.0 if validation else data_cfg.validation_split,
+                 0.0 if test else data_cfg.test_split)
     # Held-out fractions of the training files are prepared into shards of their own.
-    train_row = row.with_held_out(seed, 0.0 if validation else data_cfg.validation_split,
-                                  0.0 if test else data_cfg.test_split)
-    train_m, done = _manifest(train, train_row, data_cfg, "train", what)
+    train_m, done = _manifest(train, row.with_held_out(seed, *fractions), data_cfg, "train",
+                              what)
     made = [done] if done else []
-    selectors = held_out_selectors(seed, 0.0 if validation else data_cfg.validation_split,
-                                   0.0 if test else data_cfg.test_split)
+    selectors = held_out_selectors(seed, *fractions)
     out = PreparedSplits(SplitData("train", train_m, selectors["train"], train), None, None)
     for split, spec in (("validation", validation), ("test", test)):
         fraction = getattr(data_cfg, f"{split}_split")

@@ -8,20 +8,11 @@ identity (path, size, modification time), and reuses that next time;
 ``python -m tfapp.prepare`` does it ahead of time into a folder of your choice, in
 parallel over hosts with ``--shard i/N``.
 
-How rows are read (``RowSpec`` says what a row is; ``tfapp.data.rows``):
-
-* CSV and TSV: pyarrow's streaming C++ parser, and NumPy/Arrow over whole batches for the
-  checks (``rows.columnar.fast_rows``); a file pyarrow cannot parse (a malformed quote,
-  say) is read again by Python's csv module, which names the exact line;
-* Parquet files of plain string columns: pyarrow, a batch of rows at a time, with the
-  checks of CSV's Arrow path; other column types (numbers, binary, lists) row by row, as
-  below;
-* JSONL, text lines (fastText labels), TFRecord, TFDS and CoNLL: each format's reader
-  (``tfapp.data.formats``), row by row (``rows.read.python_rows``).
-
-Either way a bad row is reported as ``FILE:LINE: problem`` under ``data.on_bad_rows``
-(fail: the first one stops; skip: counted and listed in the manifest), exactly as the
-readers report it. Rows become records column-wise (``tfapp.data.prepare.records``).
+Rows are read column-wise where they can be (CSV/TSV and Parquet of plain strings:
+``rows.columnar.fast_rows``), else row by row (``rows.read.python_rows``), with the same
+checks and ``FILE:LINE: problem`` messages either way under ``data.on_bad_rows`` (fail: the
+first one stops; skip: counted and listed in the manifest); they become records
+column-wise (``tfapp.data.prepare.records``).
 
 Each source is prepared on its own (sources run in parallel threads): its shards
 (``data/prepare/shards.py``) are written under temporary names and renamed when complete, then a
@@ -48,7 +39,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfapp.data.formats.files import Fallback
+from tfapp.data.formats.files import Fallback, detect_format
 from tfapp.data.prepare.manifest import (
     FORMAT_VERSION,
     MANIFEST,
@@ -63,7 +54,7 @@ from tfapp.data.prepare.records import encode_examples
 from tfapp.data.prepare.shards import SHARD_BYTES, SplitWriters
 from tfapp.data.rows.bad_rows import SKIP_OPTION, BadRowPolicy, BadRowReport, SourceLog
 from tfapp.data.rows.columnar import RowBatch, fast_rows
-from tfapp.data.rows.read import file_format, python_rows
+from tfapp.data.rows.read import python_rows
 from tfapp.data.rows.spec import RowSpec
 from tfapp.data.text.tags import EntityCounts
 from tfapp.errors import DataError
@@ -122,7 +113,7 @@ def _prepare_source(index: int, path: str, spec: RowSpec, out: str, *, mode: str
                     shard_bytes: int = SHARD_BYTES) -> dict[str, Any]:
     """Read one source into shards; its part (see the module docstring)."""
     info = _identity(path, spec.format)
-    fmt = file_format(path, spec)
+    fmt = detect_format(path, spec.format, spec.kind)
     token = uuid.uuid4().hex[:8]
     writer = SplitWriters(out, index, token, shard_bytes, spec.held_out)
     log_ = SourceLog(path, mode, split, skip_option)
@@ -294,25 +285,23 @@ def prepared(files: list[str], spec: RowSpec, *, cache: str, mode: str, split: s
     out = f"{cache.rstrip('/')}/{cache_key(files, spec)}"
     path = f"{out}/{MANIFEST}"
     started = time.time()
+    # A complete cache is checked (shards just written are whole).
+    damage = damaged_shard(read_manifest(path)) if tf.io.gfile.exists(path) else None
+    if damage:
+        log.warning("data: the prepared cache %s is damaged (%s); preparing it again", out,
+                    damage)
     now = False
-    if not tf.io.gfile.exists(path):
+    if damage or not tf.io.gfile.exists(path):
         with _locked(out):
+            if damage:
+                for part in range(len(files)):
+                    with contextlib.suppress(tf.errors.NotFoundError):
+                        tf.io.gfile.remove(_part_path(out, part))
+                tf.io.gfile.remove(path)
             if not tf.io.gfile.exists(path):
                 now = True
                 prepare(files, out, spec, mode=mode, split=split, skip_option=skip_option)
     manifest = read_manifest(path)
-    damage = None if now else damaged_shard(manifest)  # shards just written are whole
-    if damage:
-        log.warning("data: the prepared cache %s is damaged (%s); preparing it again", out,
-                    damage)
-        with _locked(out):
-            for part in range(len(files)):
-                with contextlib.suppress(tf.errors.NotFoundError):
-                    tf.io.gfile.remove(_part_path(out, part))
-            tf.io.gfile.remove(path)
-            now = True
-            prepare(files, out, spec, mode=mode, split=split, skip_option=skip_option)
-        manifest = read_manifest(path)
     if mode == "fail" and manifest.bad_rows.get("count"):
         first = manifest.bad_rows.get("first") or manifest.bad_rows["examples"][0]
         raise BadRowPolicy(mode, BadRowReport(), split, skip_option).error(first)

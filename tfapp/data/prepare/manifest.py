@@ -24,12 +24,14 @@ import dataclasses
 import hashlib
 import json
 import os
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from tfapp.errors import DataError
 
 import numpy as np
+import tensorflow as tf
 
 __all__ = ["BUCKETS", "MANIFEST", "FORMAT_VERSION", "Manifest", "ShardInfo", "SourceInfo",
            "SplitSelector", "row_buckets", "read_manifest", "find_manifest", "damaged_shard",
@@ -44,7 +46,6 @@ FORMAT_VERSION = 3
 BUCKETS = 1000
 #: a folder of at most this many bytes has every shard's checksum checked when opened
 CHECKSUM_LIMIT = 256 << 20
-_MASK64 = (1 << 64) - 1
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
@@ -205,8 +206,6 @@ def _join(root: str, name: str) -> str:
 def find_manifest(spec: str) -> str | None:
     """The manifest file a data spec names (the file itself or a folder holding one);
     None when it names raw files."""
-    import tensorflow as tf
-
     spec = spec.strip()
     if "," in spec or any(ch in spec for ch in "*?["):
         return None
@@ -222,8 +221,6 @@ def find_manifest(spec: str) -> str | None:
 def read_manifest(path: str) -> Manifest:
     """The manifest at ``path`` (a ``tfapp_manifest.json``); one DataError line if it
     cannot be read."""
-    import tensorflow as tf
-
     root = os.path.dirname(path) if "://" not in path else path.rsplit("/", 1)[0]
     try:
         with tf.io.gfile.GFile(path, "rb") as fh:
@@ -240,10 +237,6 @@ def read_manifest(path: str) -> Manifest:
 
 def file_checksum(path: str, chunk: int = 8 << 20) -> tuple[int, int]:
     """Size in bytes and CRC-32 of a file (any file system TensorFlow reads)."""
-    import zlib
-
-    import tensorflow as tf
-
     crc, size = 0, 0
     with tf.io.gfile.GFile(path, "rb") as fh:
         while block := fh.read(chunk):
@@ -257,8 +250,6 @@ def damaged_shard(manifest: Manifest, checksum_limit: int = CHECKSUM_LIMIT) -> s
     another size, another checksum), None when all are whole. Sizes are always checked
     (one stat per shard); checksums when the folder holds at most ``checksum_limit``
     bytes (larger folders rely on TFRecord's own per-record CRC, checked as it is read)."""
-    import tensorflow as tf
-
     checksums = sum(s.bytes for s in manifest.shards) <= checksum_limit
     for shard, path in zip(manifest.shards, manifest.files(), strict=True):
         try:

@@ -125,32 +125,27 @@ def encode_examples(features: Mapping[str, Column]) -> pa.Array:
             raise ValueError(f"feature name must be 1-127 bytes: {name!r}")
         head = _Framing(rows)
         key_part = bytes([0x0A, len(key)]) + key + b"\x12"  # entry.key, then entry.value
-        if isinstance(column, np.ndarray):  # Int64List: one packed varint
+        if isinstance(column, np.ndarray):  # Int64List (field 3): one packed varint
             value = column.astype(np.int64).astype(np.uint64)
             packed = _varint_sizes(value)
-            int_list = _framed(packed)
-            feature = _framed(int_list)
-            body = len(key_part) + _varint_sizes(feature.astype(np.uint64)) + feature
-            head.const(b"\x0A").varint(body).const(key_part).varint(feature)
-            head.const(b"\x1A").varint(int_list).const(b"\x0A").varint(packed).varint(value)
-            payload = None
+            kind, listed, payload = b"\x1A", _framed(packed), None
+        elif isinstance(column, BytesList):  # no framing between the list and its values
+            values = column.values
+            framed = _Framing(len(values)).const(b"\x0A").varint(_lengths(values)).build()
+            payload = _regroup(_join([framed, values]), column.offsets)
+            kind, listed = b"\x0A", _lengths(payload)
         else:
-            if isinstance(column, BytesList):
-                values = column.values
-                framed = _Framing(len(values)).const(b"\x0A").varint(_lengths(values)).build()
-                payload = _regroup(_join([framed, values]), column.offsets)
-                bytes_list = _lengths(payload)
-                inner = np.zeros(rows, np.int64)  # no framing between list and values
-            else:
-                payload = large_binary(column)
-                inner = _lengths(payload)
-                bytes_list = _framed(inner)
-            feature = _framed(bytes_list)
-            body = len(key_part) + _varint_sizes(feature.astype(np.uint64)) + feature
-            head.const(b"\x0A").varint(body).const(key_part).varint(feature)
-            head.const(b"\x0A").varint(bytes_list)
-            if not isinstance(column, BytesList):
-                head.const(b"\x0A").varint(inner)
+            payload = large_binary(column)
+            inner = _lengths(payload)
+            kind, listed = b"\x0A", _framed(inner)
+        feature = _framed(listed)
+        body = len(key_part) + _varint_sizes(feature.astype(np.uint64)) + feature
+        head.const(b"\x0A").varint(body).const(key_part).varint(feature)
+        head.const(kind).varint(listed)
+        if isinstance(column, np.ndarray):
+            head.const(b"\x0A").varint(packed).varint(value)
+        elif not isinstance(column, BytesList):
+            head.const(b"\x0A").varint(inner)
         entry_sizes += _framed(body)
         pieces.append((head, payload))
     # The Example's own framing goes in front of the first entry's.

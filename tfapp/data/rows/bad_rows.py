@@ -136,9 +136,9 @@ class SourceLog:
             self.first = str(BadRow(self.path, line, problem))
         self.policy(self.path, line, problem)
 
-    def count_labels(self, names: list[str], lines: list[int | str]) -> None:
-        for name, line in zip(names, lines, strict=True):
-            if name not in self.labels:
-                self.labels[name] = 0
-                self.first_seen[name] = f"{self.path}:{line}"
-            self.labels[name] += 1
+    def count_label(self, name: str, line: int | str, count: int = 1) -> None:
+        """``count`` more rows (words) of the label (tag) ``name``, the first on ``line``."""
+        if name not in self.labels:
+            self.labels[name] = 0
+            self.first_seen[name] = f"{self.path}:{line}"
+        self.labels[name] += count

@@ -299,18 +299,10 @@ def _labels(column: pa.Array, spec: RowSpec, rows: np.ndarray
     cleaned = [clean_labels(_decode(v), spec.label_column, spec.multi_label,
                             spec.label_separator)
                for v in encoded.dictionary.to_pylist()]
-    lists = [labels or [] for labels, _ in cleaned]
+    lists = [[v.encode("utf-8") for v in labels or []] for labels, _ in cleaned]
     bad_code = np.array([problem is not None for _, problem in cleaned], bool)
     problems = [(int(k), cleaned[codes[k]][1]) for k in np.flatnonzero(bad_code[codes] & rows)]
-    sizes = np.array([len(x) for x in lists], np.int64)
-    flat = [v.encode("utf-8") for x in lists for v in x]
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    row_sizes = sizes[codes]
-    offsets = np.concatenate([[0], np.cumsum(row_sizes)])
-    index = np.repeat(starts[codes] - offsets[:-1], row_sizes) + np.arange(offsets[-1])
-    values = pa.array(flat, _BIN).take(pa.array(index, pa.int64())) \
-        if len(index) else pa.array([], _BIN)
-    return BytesList(offsets, values), problems
+    return BytesList.from_lists(lists).take(codes), problems
 
 
 def _count_labels(labels: BytesList, lines: np.ndarray, log: SourceLog) -> None:
@@ -319,12 +311,6 @@ def _count_labels(labels: BytesList, lines: np.ndarray, log: SourceLog) -> None:
     names = [v.decode("utf-8") for v in encoded.dictionary.to_pylist()]
     counts = np.bincount(codes, minlength=len(names))
     row_of = np.repeat(np.arange(len(labels)), np.diff(labels.offsets))
-    first = {}
-    for code in range(len(names)):
-        where = np.flatnonzero(codes == code)
-        first[code] = int(lines[row_of[where[0]]]) if len(where) else 0
+    _, first = np.unique(codes, return_index=True)  # every code occurs: its first row
     for code, name in enumerate(names):
-        if name not in log.labels:
-            log.labels[name] = 0
-            log.first_seen[name] = f"{log.path}:{first[code]}"
-        log.labels[name] += int(counts[code])
+        log.count_label(name, int(lines[row_of[first[code]]]), int(counts[code]))

@@ -26,9 +26,6 @@ class LabelVocab:
     names: list[str]
     multi_label: bool
 
-    def index(self) -> dict[str, int]:
-        return {name: i for i, name in enumerate(self.names)}
-
 
 def write_label_vocab(vocab: LabelVocab, path: str | Path) -> Path:
     return write_text(path, json.dumps({"labels": vocab.names, "multi_label": vocab.multi_label},

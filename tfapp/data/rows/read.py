@@ -20,7 +20,7 @@ import logging
 import os
 from collections.abc import Iterator, Sequence
 
-from tfapp.data.formats.files import TRAIN_FILES, detect_format, resolve_files, tagged_format
+from tfapp.data.formats.files import TRAIN_FILES, detect_format, resolve_files
 from tfapp.data.formats.read import parsed_rows, tagged_sentences
 from tfapp.data.rows.bad_rows import SKIP_OPTION, BadRowPolicy, BadRowReport, SourceLog
 from tfapp.data.rows.columnar import Batcher, RowBatch
@@ -36,20 +36,10 @@ from tfapp.data.text.tags import (
 )
 from tfapp.errors import DataError, Setting
 
-__all__ = ["file_format", "file_formats", "iter_rows", "log_entity_counts", "python_rows",
+__all__ = ["file_formats", "iter_rows", "log_entity_counts", "python_rows",
            "read_texts", "tagged_rows"]
 
 log = logging.getLogger("tfapp.data")
-
-
-def file_format(path: str, spec: RowSpec) -> str:
-    """The format ``path`` is read in as rows of ``spec`` (see ``formats.files``)."""
-    if spec.kind == "tagged":
-        return tagged_format(path, spec.format)
-    if spec.kind == "texts" and spec.format == "auto" and \
-            path.removesuffix(".gz").lower().endswith(".conll"):
-        return "conll"  # a corpus of tagged sentences: each sentence's words are a text
-    return detect_format(path, spec.format, spec.default_format)
 
 
 def _checked(path: str, fmt: str, spec: RowSpec, counts: EntityCounts,
@@ -58,20 +48,15 @@ def _checked(path: str, fmt: str, spec: RowSpec, counts: EntityCounts,
     """``(line, values, problem, kept values)`` of every row of one file: no values for a
     bad row (``problem`` says why) nor for a row that is no example (a blank corpus
     text); ``counts``: a tagged file's entities."""
-    if spec.kind == "tagged":
-        for start, words, tags, problem in tagged_rows(path, fmt, spec.tag_column,
-                                                       spec.tag_scheme, counts):
-            if problem is not None:
-                yield problem[0], None, problem[1], {}
-            else:
-                yield start, (words, tags), None, {}
-        return
-    if fmt == "conll":  # a corpus read from tagged words (file_format): the words joined
-        for start, words, _, problem in tagged_sentences(path, fmt, -1):
+    tagged = spec.kind == "tagged"
+    if tagged or fmt == "conll":  # else a corpus read from tagged words: the words joined
+        for start, words, tags, problem in (
+                tagged_rows(path, fmt, spec.tag_column, spec.tag_scheme, counts) if tagged
+                else tagged_sentences(path, fmt, -1)):
             if problem is not None:
                 yield problem[0], None, problem[1], {}
             elif words:
-                yield start, (" ".join(words),), None, {}
+                yield start, (words, tags) if tagged else (" ".join(words),), None, {}
         return
     extra = [c for c in kept if c not in spec.columns]
     text_column, label_column, verbatim = spec.text_lines()
@@ -98,7 +83,8 @@ def python_rows(path: str, fmt: str, spec: RowSpec, log_: SourceLog) -> Iterator
         if values is None:
             continue
         if spec.kind in ("labelled", "tagged"):  # a sentence is one row: its first line
-            log_.count_labels(values[-1], [line] * len(values[-1]))
+            for name in values[-1]:
+                log_.count_label(name, line)
         done = batcher.add(line, values)
         if done is not None:
             yield done
@@ -170,7 +156,8 @@ def file_formats(files: str | Sequence[str | os.PathLike], spec: RowSpec,
         if not isinstance(files, str):
             raise DataError(what, ": data.format=tfds takes one dataset name, not files")
         return [(files, "tfds")]
-    sources = [(path, file_format(path, spec)) for path in resolve_files(files, what)]
+    sources = [(path, detect_format(path, spec.format, spec.kind))
+               for path in resolve_files(files, what)]
     if any(fmt == "tfds" for _, fmt in sources):
         raise DataError("data.format=tfds takes a dataset name, not files")
     return sources
@@ -197,28 +184,21 @@ def iter_rows(sources: list[tuple[str, str]], spec: RowSpec, *, split: str = "tr
 
 
 def read_texts(files: str | Sequence[str | os.PathLike], *, text_column: str = "text",
-               fmt: str = "auto", mode: str = "fail", report: BadRowReport | None = None,
-               split: str = "train", what: str = "data.train_files",
-               column_hint: str = "set data.text_column",
+               mode: str = "fail", report: BadRowReport | None = None,
+               what: str = "data.train_files", column_hint: str = "set data.text_column",
                skip_option: str | None = SKIP_OPTION) -> list[str]:
-    """The texts of a corpus, in file and row order, blank texts left out.
-
-    The rows ``iter_rows`` reads (paths, globs, ``gs://``, ``.gz``; ``files`` a
-    comma-joined config value or a list of paths): a text file gives one text per
-    non-blank line, exactly as written; csv/tsv/jsonl/parquet/tfrecord rows (and TFDS)
-    give their ``text_column``; a ``.conll`` file gives each sentence's words joined by
-    spaces. A file whose extension names no format is read as text lines. Bad rows (and
-    empty files) fail or, with ``mode='skip'``, are recorded in
-    ``report`` (a new one, logged here, when none is given). ``what`` names the setting
-    in messages, ``column_hint`` the fix for a missing column and ``skip_option`` the
-    switch that skips bad rows (``None``: the command has none). Raises when no text
-    remains.
+    """The texts of a corpus (rows of kind ``texts``: ``detect_format`` tells how each file
+    holds them), in file and row order, blank texts left out. Bad rows (and empty files)
+    fail or, with ``mode='skip'``, are recorded in ``report`` (a new one, logged here, when
+    none is given). ``what`` names the setting in messages, ``column_hint`` the fix for a
+    missing column and ``skip_option`` the switch that skips bad rows (``None``: the
+    command has none). Raises when no text remains.
     """
     own_report = report is None
     report = BadRowReport() if report is None else report
-    spec = RowSpec(kind="texts", format=fmt, text_column=text_column, column_hint=column_hint)
-    rows = iter_rows(file_formats(files, spec, what), spec, split=split)
-    texts = [row.values[0] for row in BadRowPolicy(mode, report, split, skip_option).good(rows)]
+    spec = RowSpec(kind="texts", text_column=text_column, column_hint=column_hint)
+    rows = iter_rows(file_formats(files, spec, what), spec)
+    texts = [row.values[0] for row in BadRowPolicy(mode, report, "train", skip_option).good(rows)]
     if own_report and report.count:
         log.warning("data: %s", report.summary())
     if not texts:

@@ -79,14 +79,19 @@ class RowSpec:
         return dataclasses.replace(self, held_out=(int(seed), float(validation), float(test)))
 
     @property
-    def columns(self) -> list[str]:
-        """The columns (or JSON keys, TFRecord features) a row must have."""
+    def texts(self) -> list[str]:
+        """The columns of a row's texts, in order."""
         if self.kind in ("labelled", "inputs"):
-            return [c for c in (self.text_column, self.text_pair_column,
-                                self.label_column if self.kind == "labelled" else "") if c]
+            return [c for c in (self.text_column, self.text_pair_column) if c]
         if self.kind == "pairs":
             return [self.source_column, self.target_column]
         return [self.text_column]
+
+    @property
+    def columns(self) -> list[str]:
+        """The columns (or JSON keys, TFRecord features) a row must have."""
+        label = [self.label_column] if self.kind == "labelled" and self.label_column else []
+        return self.texts + label
 
     @property
     def hint(self) -> str | tuple:
@@ -113,10 +118,6 @@ class RowSpec:
         return (self.text_column if one else None, self.label_column if labelled else None,
                 not labelled)
 
-    @property
-    def default_format(self) -> str | None:
-        """The format of a file whose extension names none (a corpus: text lines)."""
-        return "text" if self.kind == "texts" else None
 
 
 @dataclass
@@ -202,34 +203,19 @@ def clean_labels(value: Any, column: str, multi_label: bool,
 def convert(fields: dict[str, Any], spec: RowSpec) -> tuple[str | None, tuple | None]:
     """(problem, values) of one parsed row: values in the order of ``spec.features()``,
     None with no problem for a row that is no example (a blank corpus text)."""
-    if spec.kind in ("labelled", "inputs"):
-        values: list[Any] = []
-        for column in (spec.text_column, spec.text_pair_column):
-            if column:
-                text, problem = clean_text(fields.get(column), column,
-                                           allow_empty=spec.kind == "inputs")
-                if problem:
-                    return problem, None
-                values.append(text)
-        if spec.kind == "inputs":
-            return None, tuple(values)
-        labels, problem = clean_labels(fields.get(spec.label_column), spec.label_column,
-                                       spec.multi_label, spec.label_separator)
+    labelled = spec.kind == "labelled"
+    values: list[Any] = []
+    for column in spec.texts:
+        text, problem = clean_text(fields.get(column), column, allow_empty=not labelled)
         if problem:
             return problem, None
-        return None, (*values, labels)
-    if spec.kind == "texts":
-        text, problem = clean_text(fields.get(spec.text_column), spec.text_column,
-                                   allow_empty=True)
-        if problem:
-            return problem, None
-        return None, ((text,) if text.strip() else None)
-    source, problem = clean_text(fields.get(spec.source_column), spec.source_column,
-                                 allow_empty=True)
+        values.append(text)
+    if spec.kind == "texts" and not values[0].strip():
+        return None, None
+    if not labelled:
+        return None, tuple(values)
+    labels, problem = clean_labels(fields.get(spec.label_column), spec.label_column,
+                                   spec.multi_label, spec.label_separator)
     if problem:
         return problem, None
-    target, problem = clean_text(fields.get(spec.target_column), spec.target_column,
-                                 allow_empty=True)
-    if problem:
-        return problem, None
-    return None, (source, target)
+    return None, (*values, labels)

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMES = ("iob1", "iob2", "bioes")
 OUTSIDE = "O"
 #: every prefix of the schemes tfapp reads: a file may be in any of them
 _PREFIXES = "BIES"
@@ -106,17 +105,12 @@ def from_spans(found: list[Span], length: int) -> list[str]:
     return tags
 
 
-def to_iob2(tags: list[str], scheme: str) -> list[str]:
-    """``tags`` of ``scheme`` as IOB2 (malformed fragments, which hold no entity, are O)."""
-    return from_spans(spans(tags, scheme), len(tags))
-
-
-def _begins_with_i(previous: str | None, tag: str) -> bool:
-    """Whether ``tag`` is an ``I-`` that begins an entity (IOB1): first in the sentence
-    (``previous`` None), after O, after a tag of another type, or after an E-/S- that
-    ended the entity."""
+def _begins_with_i(previous: str | None, tag: str, prefixes: str = "I") -> bool:
+    """Whether ``tag`` is an ``I-`` (one of ``prefixes``) that begins an entity (IOB1):
+    first in the sentence (``previous`` None), after O, after a tag of another type, or
+    after an E-/S- that ended the entity."""
     prefix, kind = split_tag(tag)
-    if prefix != "I":
+    if prefix not in prefixes:
         return False
     if previous is None:
         return True
@@ -199,16 +193,8 @@ def _never_ends(begin: str, after: str | None) -> str:
 def begun(tags: list[str]) -> int:
     """How many entities ``tags`` begin, well-formed or not (what a refused sentence
     drops): every B-/S-, and every I-/E- that continues no tag of its type."""
-    count, previous = 0, None
-    for tag in tags:
-        prefix, kind = split_tag(tag)
-        if prefix in ("B", "S"):
-            count += 1
-        elif prefix in ("I", "E"):
-            before, before_kind = split_tag(previous) if previous else (OUTSIDE, "")
-            count += before in (OUTSIDE, "E", "S") or before_kind != kind
-        previous = tag
-    return count
+    return sum(split_tag(tag)[0] in ("B", "S") or _begins_with_i(previous, tag, "IE")
+               for previous, tag in zip([None, *tags], tags, strict=False))
 
 
 @dataclass

@@ -23,7 +23,7 @@ from tfapp.data.text.bert_preprocess import FEATURE_KEYS
 
 import tensorflow as tf
 
-__all__ = ["IGNORE", "word_pieces", "windows_per_sentence", "window_features", "cut_windows"]
+__all__ = ["IGNORE", "word_pieces", "windows_per_sentence", "cut_windows"]
 
 IGNORE = -1
 
@@ -43,20 +43,13 @@ def windows_per_sentence(pieces: tf.Tensor, seq_length: int) -> tf.Tensor:
     return tf.maximum(tf.constant(1, tf.int64), -(-pieces // (seq_length - 2)))
 
 
-def window_features(tokenize: Callable, pack: Callable, words: tf.RaggedTensor,
-                    window: tf.Tensor, seq_length: int, tags: tf.RaggedTensor | None = None
-                    ) -> tuple[dict[str, tf.Tensor], tf.Tensor | None]:
-    """BERT features of window ``window[b]`` of each sentence ``words[b]``, and its labels
-    (the tag id on first pieces, ``IGNORE`` elsewhere) when ``tags`` are given."""
-    out = cut_windows(tokenize, pack, words, window, seq_length, tags)
-    return out["features"], out.get("labels")
-
-
 def cut_windows(tokenize: Callable, pack: Callable, words: tf.RaggedTensor,
              window: tf.Tensor | None, seq_length: int, tags: tf.RaggedTensor | None = None
              ) -> dict[str, Any]:
-    """``window_features``, plus ``word_index`` ``[b, seq_length]``: the index (in its
-    sentence) of the word whose first piece is at each position, ``IGNORE`` elsewhere.
+    """BERT ``features`` of window ``window[b]`` of each sentence ``words[b]``, its
+    ``labels`` (the tag id on first pieces, ``IGNORE`` elsewhere) when ``tags`` are given,
+    and ``word_index`` ``[b, seq_length]``: the index (in its sentence) of the word whose
+    first piece is at each position, ``IGNORE`` elsewhere.
 
     With ``window=None`` every window of every sentence is made (each sentence tokenised
     once, however many windows it has), and ``sentence`` ``[windows]`` says whose each is.

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from tfapp.data.input.lengths import trim_to_longest
 from tfapp.data.text.tags import OUTSIDE, split_tag
-from tfapp.data.text.windows import window_features, windows_per_sentence, word_pieces
+from tfapp.data.text.windows import cut_windows, windows_per_sentence, word_pieces
 from tfapp.model_card import CARD_FILE
 from tfapp.models.serving_module import ServingModule
 from tfapp.tasks.ner.serving import FORMAT
@@ -72,9 +72,9 @@ class NerServing(ServingModule):
         windows = windows_per_sentence(total, self._seq_length)  # [n]
         text_of_window = tf.repeat(tf.range(tf.shape(windows, tf.int64)[0]), windows)
         within = tf.ragged.range(windows).flat_values
-        features, _ = window_features(tokenize, self.tokenizer.bert_pack_inputs,
-                                      tf.gather(words, text_of_window), within,
-                                      self._seq_length)
+        features = cut_windows(tokenize, self.tokenizer.bert_pack_inputs,
+                               tf.gather(words, text_of_window), within,
+                               self._seq_length)["features"]
         # Computed only as far as the longest window (every word's first piece is inside
         # its window's real length, so the gather below reads the same positions).
         features = trim_to_longest(features, self._seq_length)
