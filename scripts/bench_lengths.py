@@ -47,7 +47,7 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, deque
 from pathlib import Path
 
 SCRIPTS = Path(__file__).resolve().parent
@@ -61,26 +61,43 @@ SEQ, BATCH, LABELS, VOCAB = 128, 32, 8, 30522
 
 
 # --------------------------------------------------------------------------- the text
+_DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _documented(tree: ast.Module):
+    """The module, classes and functions of ``tree`` in ``ast.walk``'s (breadth-first)
+    order, walking statements only: a def is always a statement, so the expressions (most
+    of a tree's nodes) need no visit."""
+    queue = deque([tree])
+    while queue:
+        node = queue.popleft()
+        if isinstance(node, _DOCUMENTED):
+            yield node
+        queue.extend(child for child in ast.iter_child_nodes(node)
+                     if isinstance(child, ast.stmt | ast.excepthandler | ast.match_case))
+
+
 def stdlib_docstrings() -> list[tuple[str, str]]:
     """(docstring, top-level package) of every module, class and function of the Python
     standard library this interpreter runs on, in file order."""
     root = Path(sysconfig.get_paths()["stdlib"])
+    paths = []
+    for folder, subfolders, files in os.walk(root):  # the skipped folders not entered
+        subfolders[:] = [d for d in subfolders if d != "tests" and not (
+            folder == str(root) and d in ("test", "idlelib", "site-packages", "lib2to3"))]
+        paths += [Path(folder) / f for f in files if f.endswith(".py")]
     rows = []
-    for path in sorted(root.rglob("*.py")):
+    for path in sorted(paths):
         parts = path.relative_to(root).parts
-        if parts[0] in ("test", "idlelib", "site-packages", "lib2to3") or "tests" in parts:
-            continue
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError, ValueError):
             continue
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
-                                 ast.AsyncFunctionDef)):
-                doc = ast.get_docstring(node)
-                if doc and len(doc.split()) >= 3:
-                    package = parts[0].removesuffix(".py") if len(parts) > 1 else "modules"
-                    rows.append((" ".join(doc.split()), package))
+        for node in _documented(tree):
+            doc = ast.get_docstring(node)
+            if doc and len(doc.split()) >= 3:
+                package = parts[0].removesuffix(".py") if len(parts) > 1 else "modules"
+                rows.append((" ".join(doc.split()), package))
     return rows
 
 

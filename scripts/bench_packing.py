@@ -64,7 +64,9 @@ def run(mode: str, a: argparse.Namespace, work: Path, r: int) -> float:
            "--out", str(out / "module"), "--steps", str(a.steps), "--log-every", str(a.steps),
            "--batch-size", str(a.batch_size), "--seq-length", str(a.seq_length),
            f"mlm.pack={'true' if mode == 'packed' else 'false'}",
-           f"output_dir={out / 'runs'}", "tracking.tensorboard=false"]
+           f"output_dir={out / 'runs'}", "tracking.tensorboard=false",
+           # No module exported: status.json's train_seconds would count its writing.
+           "trainer.export=false"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if proc.returncode:
