@@ -140,8 +140,10 @@ def test_classifier_checkpoint_predicts_as_tfapp(classifier_run, classifier_expo
     np.testing.assert_allclose(_softmax(logits), probs, atol=1e-4, rtol=0)
     # The logits too, where a small error in the encoder is not squashed by the sigmoid.
     z = np.log(probs[:, 1]) - np.log(probs[:, 0])
-    np.testing.assert_allclose(logits[:, 1] - logits[:, 0], z, atol=1e-3, rtol=0)
-    assert np.ptp(z) > 1e-2, z  # the texts get different scores: the test can see the encoder
+    np.testing.assert_allclose(logits[:, 1] - logits[:, 0], z, atol=1e-4, rtol=0)
+    # The texts get different scores, 10x the tolerance: the test can see the encoder. (The
+    # shared 4-step run's spread varies from run to run: 0.004 to 0.014 measured.)
+    assert np.ptp(z) > 1e-3, z
 
 
 def test_model_card_header(classifier_run, classifier_export):
