@@ -348,11 +348,11 @@ def batches(source: Source, examples: ExamplesFn, data_cfg: Any, *, plan: StepPl
                               examples_per_pass=steps * per_step, start=start,
                               read_to_end=store is not None and store.done() < len(source.files),
                               window=length_plan.window_examples if length_plan else 0)
-    # Own buffers: rebatching chunks that were cut at a pass's end (slices aliasing their
-    # chunk) makes TensorFlow log a 'RefCount not reliable' error line for each.
-    dataset = dataset.map(_own_buffers)
     if length_plan is None:
-        dataset = dataset.rebatch(local_batch, drop_remainder=True)
+        # Own buffers: rebatching chunks that were cut at a pass's end (slices aliasing
+        # their chunk) makes TensorFlow log a 'RefCount not reliable' error line for each
+        # (windows are cut from own buffers already, in training_stream).
+        dataset = dataset.map(_own_buffers).rebatch(local_batch, drop_remainder=True)
     else:
         dataset = grouping(dataset, length_plan, training=True, first_window=first_window)
         dataset = dataset.skip(first - aligned)
