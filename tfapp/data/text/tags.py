@@ -147,7 +147,11 @@ class SchemeEvidence:
 def read_entities(tags: list[str], scheme: str) -> tuple[list[Span], tuple[int, str] | None]:
     """The entities of one sentence whose file is written in ``scheme`` (as detected), or
     none and ``(index, why)`` of the token that makes it no well-formed sentence of that
-    scheme. Tags are ``tag_problem``-free."""
+    scheme (or no tag of any scheme: ``tag_problem``)."""
+    for i, tag in enumerate(tags):
+        why = tag_problem(tag)
+        if why:
+            return [], (i, why)
     if scheme != "bioes":
         # B-/I- only: the IOB1 reading is that of IOB2 too, where IOB2's is defined
         return spans(tags, "iob1"), None

@@ -42,11 +42,8 @@ PUNCTUATION = r"[!\"#$%&()*+,\-./:;<=>?@\[\\\]^_`{|}~]"
 
 
 def standardize(texts: tf.Tensor, strip_punctuation: bool = True) -> tf.Tensor:
-    """Lowercase, optionally strip punctuation, collapse whitespace (TF ops).
-
-    The same function runs on the corpus at training time and, traced into the export,
-    on prompts at serving time, so both see identical words.
-    """
+    """Lowercase, optionally strip punctuation, collapse whitespace (TF ops; see the module
+    docstring: the corpus and the export's prompts go through it alike)."""
     texts = tf.strings.lower(texts, encoding="utf-8")
     if strip_punctuation:
         texts = tf.strings.regex_replace(texts, PUNCTUATION, " ")
