@@ -31,8 +31,6 @@ import hashlib
 import json
 import logging
 import os
-import queue
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -71,29 +69,14 @@ PARTS = ".parts"
 SOURCE_SHIFT = 40
 
 
-def _prefetch(rows: Iterator[RowBatch], depth: int = 2) -> Iterator[RowBatch]:
-    """``rows`` read ahead in a thread: parsing (which releases the GIL in pyarrow)
+def _prefetch(rows: Iterator[RowBatch]) -> Iterator[RowBatch]:
+    """``rows`` read a batch ahead in a thread: parsing (which releases the GIL in pyarrow)
     overlaps the encoding and writing of the previous batch."""
-    q: queue.Queue = queue.Queue(depth)
-    done = object()
-
-    def run():
-        try:
-            for item in rows:
-                q.put(item)
-            q.put(done)
-        except BaseException as err:  # handed to the consumer
-            q.put(err)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    while True:
-        item = q.get()
-        if item is done:
-            break
-        if isinstance(item, BaseException):
-            raise item
-        yield item
+    with concurrent.futures.ThreadPoolExecutor(1) as reader:
+        ahead = reader.submit(next, rows, None)
+        while (batch := ahead.result()) is not None:
+            ahead = reader.submit(next, rows, None)
+            yield batch
 
 
 def _identity(path: str, fmt: str = "") -> SourceInfo:
