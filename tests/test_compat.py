@@ -479,7 +479,7 @@ def test_keras_save_traces_both_ways(tmp_path):
     traces and saves those too."""
     from tensorflow.core.protobuf import saved_model_pb2
 
-    model = tf.keras.Sequential([tf.keras.Input([3]), tf.keras.layers.Dense(2)])
+    model = tf.keras.Sequential([tf.keras.Input([3]), tf.keras.layers.Dense(2, name="dense")])
     root = tf.train.Checkpoint(model=model, variables=list(model.variables))
     root.f = tf.function(lambda x: model(x), input_signature=[tf.TensorSpec([None, 3])])
     x = tf.constant([[1.0, 2.0, 3.0]])
