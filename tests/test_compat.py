@@ -472,6 +472,33 @@ def test_tensor_logs_both_ways():
     assert not any(isinstance(v, tf.Tensor) for v in seen.losses)
 
 
+def test_keras_save_traces_both_ways(tmp_path):
+    """Internal path: a Keras model inside a saved root (as tfapp.hub.export attaches its
+    encoder) is saved with its variables, the root's function gives the same outputs after
+    loading, but tf-keras saves no traces of its layers' calls; public path: tf-keras
+    traces and saves those too."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    model = tf.keras.Sequential([tf.keras.Input([3]), tf.keras.layers.Dense(2, name="dense")])
+    root = tf.train.Checkpoint(model=model, variables=list(model.variables))
+    root.f = tf.function(lambda x: model(x), input_signature=[tf.TensorSpec([None, 3])])
+    x = tf.constant([[1.0, 2.0, 3.0]])
+
+    def save(path: Path) -> list[str]:
+        with compat.without_keras_traces():
+            tf.saved_model.save(root, str(path))
+        loaded = tf.saved_model.load(str(path))
+        np.testing.assert_array_equal(loaded.f(x).numpy(), model(x).numpy())
+        assert sorted(v.name for v in loaded.variables) == ["dense/bias:0", "dense/kernel:0"]
+        proto = saved_model_pb2.SavedModel.FromString((path / "saved_model.pb").read_bytes())
+        return [f.signature.name for f in proto.meta_graphs[0].graph_def.library.function
+                if "call_and_return_conditional_losses" in f.signature.name]
+
+    assert save(tmp_path / "private") == []
+    with compat.public_path("keras_save_traces"):
+        assert save(tmp_path / "public")  # the layers' calls, traced by tf-keras
+
+
 # ------------------------------------------------------------------ serving an export
 def test_text_op_libraries_register_the_ops_they_are_listed_with():
     """Each op library of ``TEXT_OP_LIBRARIES`` is in the installed tensorflow_text and

@@ -98,7 +98,7 @@ def test_an_hf_id_resolves_offline_and_converts_once(hf_cache):
 
     proc = _resolve(tmp, f"hf:{REPO}", HF_HUB_OFFLINE="1")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    module = tmp / "tfapp-cache" / "hub" / "hf" / f"acme--tiny-bert-{COMMIT}-f1"
+    module = tmp / "tfapp-cache" / "hub" / "hf" / f"acme--tiny-bert-{COMMIT}-f2"
     assert f"encoder: {module / 'encoder'}" in proc.stdout
     assert f"preprocessor: {module / 'preprocessor'}" in proc.stdout
     meta = json.loads((module / "tfapp_hub.json").read_text())

@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tfapp import compat
 from tfapp.atomic import atomic_directory
 from tfapp.config import ConfigError
 from tfapp.data.text.bert_preprocess import BertPreprocessor
@@ -89,7 +90,9 @@ class ReusableBertEncoder(tf.train.Checkpoint):
         self.trainable_variables = list(encoder.trainable_variables)
         self.regularization_losses = []  # no weight penalties; the optimizer's decay applies
 
-        @tf.function
+        # autograph=False: the encoder branches on Python values only (training, shapes);
+        # autograph would rewrite every Keras layer's source on each trace.
+        @tf.function(autograph=False)
         def call(inputs, training=False):
             outputs = dict(encoder({k: inputs[k] for k in INPUT_KEYS}, training=training))
             outputs["default"] = outputs["pooled_output"]
@@ -110,7 +113,10 @@ class ReusableBertEncoder(tf.train.Checkpoint):
 
 
 def _save(root: Any, path: Path) -> None:
-    tf.saved_model.save(root, str(path))
+    # The root's traced functions are all a loader runs; tf-keras would trace and save
+    # every layer of an attached encoder again (most of an export's time).
+    with compat.without_keras_traces():
+        tf.saved_model.save(root, str(path))
 
 
 def export_encoder(encoder: BertEncoder, export_dir: str | os.PathLike, *,

@@ -50,8 +50,10 @@ __all__ = ["BUILTIN_MODULES", "builtin_module_dir", "cache_dir", "ensure_builtin
            "hf_module_dir", "resolve_hub_handle"]
 
 HUB_METADATA_FILE = "tfapp_hub.json"  # same name as tfapp.hub.export (no TF import here)
-# Bump when the exported module layout changes, so cached builds are rebuilt.
-MODULE_FORMAT = 1
+# Bump when the exported module layout changes, so cached builds are rebuilt. 2: the
+# encoder's Keras object is saved without tf-keras's own layer traces (format 1 modules
+# still load, ~1-2.5 CPU-s slower each time).
+MODULE_FORMAT = 2
 BUILTIN_PREFIX = "builtin:"
 
 # name -> (build parameters, corpus files inside tfapp/demo, their text column)

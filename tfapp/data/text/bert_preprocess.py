@@ -81,6 +81,9 @@ def pack_segments(segments: list[tf.RaggedTensor], seq_length: int | tf.Tensor, 
     }
 
 
+# The modules' tf.functions hold no Python control flow on tensors, so they are traced
+# with autograph=False: autograph would only rewrite tensorflow_text's Python source on
+# every trace, and tf.saved_model.save traces each function once more.
 class _Tokenize(tf.Module):
     """``pre.tokenize``: strings ``[batch]`` -> int32 ``[batch, (words), (wordpieces)]``."""
 
@@ -98,11 +101,11 @@ class _Tokenize(tf.Module):
             self._table, token_out_type=tf.int32, lower_case=lower_case, unknown_token="[UNK]")
         self._special_ids = dict(special_ids)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def __call__(self, strings: tf.Tensor) -> tf.RaggedTensor:
         return self._tokenizer.tokenize(strings)
 
-    @tf.function(input_signature=[])
+    @tf.function(input_signature=[], autograph=False)
     def get_special_tokens_dict(self) -> dict[str, tf.Tensor]:
         """Special token ids and vocab size, as the official ``tokenize`` sub-object offers."""
         out = {k: tf.constant(v, tf.int32) for k, v in self._special_ids.items()}
@@ -195,7 +198,7 @@ class BertPreprocessor(tf.Module):
         self.tokenize = _Tokenize(self.vocab_file, lower_case, special)
         self.bert_pack_inputs = PackInputs(self.seq_length, special)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def __call__(self, strings: tf.Tensor) -> dict[str, tf.Tensor]:
         return self.bert_pack_inputs([self.tokenize(strings)], seq_length=self.seq_length)
 

@@ -49,14 +49,14 @@ class _Tokenize(tf.Module):
         self._sp = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
         self._special_ids = dict(special_ids)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def __call__(self, strings: tf.Tensor) -> tf.RaggedTensor:
         pieces = self._sp.tokenize(strings)
         unk = self._special_ids["unknown_id"]
         return tf.ragged.map_flat_values(
             lambda v: tf.where(v == 0, tf.constant(unk, tf.int32), v + FAIRSEQ_OFFSET), pieces)
 
-    @tf.function(input_signature=[])
+    @tf.function(input_signature=[], autograph=False)
     def get_special_tokens_dict(self) -> dict[str, tf.Tensor]:
         out = {k: tf.constant(v, tf.int32) for k, v in self._special_ids.items()}
         out["vocab_size"] = tf.constant(self._special_ids["mask_id"] + 1, tf.int32)
@@ -87,6 +87,6 @@ class SentencepiecePreprocessor(tf.Module):
         self.bert_pack_inputs = PackInputs(self.seq_length, self.special_ids,
                                            double_separator=True)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def __call__(self, strings: tf.Tensor) -> dict[str, tf.Tensor]:
         return self.bert_pack_inputs([self.tokenize(strings)], seq_length=self.seq_length)
