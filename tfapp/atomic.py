@@ -135,6 +135,11 @@ def save_model(module: Any, export_dir: str | os.PathLike, *, signatures: dict,
     # Exports serve; nothing differentiates through them, so the gradient functions of
     # ops with custom gradients would only be more functions to load.
     options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
+    # Not inside compat.without_keras_traces (as tfapp.hub.export saves): the serving roots
+    # track no Keras layer (only variables and tf.functions; the tests of each task's
+    # export check its variables), so tf-keras traces nothing here, and the scope would
+    # drop ``model.variables`` from an old-style root tracking its Keras model, which
+    # serving.model_variables reads.
     with atomic_directory(export_dir, overwrite=True) as tmp:
         tf.saved_model.save(module, str(tmp), signatures=signatures, options=options)
         write_text(tmp / metadata_file, json.dumps(metadata, indent=1))
