@@ -218,22 +218,11 @@ def classification_examples(splits: ClassificationSplits, split: SplitData,
         task="classifier", split=split, source=splits.source(split),
         read=lambda rows: _examples_fn(split, splits, chunk=rows),
         encode=_tokenize(preprocess_fn, seq_length), labels="label", spec=spec,
-        storage={"input_word_ids": reader.token_storage(getattr(preprocess_fn, "vocab_size",
-                                                                None)),
+        storage={"input_word_ids": reader.token_storage(preprocess_fn.vocab_size),
                  "input_mask": tf.uint8, "input_type_ids": tf.uint8, "label": label},
-        key=(splits.label_names, splits.multi_label, _fingerprint(preprocess_fn), seq_length),
+        key=(splits.label_names, splits.multi_label, str(preprocess_fn.fingerprint), seq_length),
         describe={"seq_length": seq_length, "labels": splits.label_names},
         lengths=Lengths(lambda: token_lengths(splits, preprocess_fn), seq_length))
-
-
-def _fingerprint(preprocess_fn: Callable) -> str:
-    fp = getattr(preprocess_fn, "fingerprint", None)
-    if fp:
-        return str(fp)
-    log.warning("data: the preprocess function has no .fingerprint; snapshots/caches are "
-                "keyed by its name only and will not notice changes inside it")
-    module = getattr(preprocess_fn, "__module__", "")
-    return f"{module}.{getattr(preprocess_fn, '__qualname__', repr(preprocess_fn))}"
 
 
 def token_lengths(splits: ClassificationSplits, preprocess_fn: Callable[..., dict],
