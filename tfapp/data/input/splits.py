@@ -36,8 +36,7 @@ from tfapp.data.rows.spec import RowSpec
 from tfapp.demo import DEMO_DIR
 from tfapp.errors import DataError
 
-__all__ = ["SplitCounts", "SplitData", "PreparedSplits", "prepared_splits", "prepared_cache",
-           "resolve_demo"]
+__all__ = ["SplitCounts", "SplitData", "PreparedSplits", "prepared_splits", "resolve_demo"]
 
 log = logging.getLogger("tfapp.data")
 SPLITS = ("train", "validation", "test")
@@ -55,11 +54,6 @@ def resolve_demo(data_cfg: Any, demo: str, *, fill: bool = True) -> tuple[str, s
                                if spec.strip() == "demo" else spec
                                for split, spec in zip(SPLITS, specs, strict=True))
     return train, validation, test
-
-
-def prepared_cache() -> str:
-    """Where runs prepare raw files: ``$TFAPP_CACHE_DIR/prepared``."""
-    return str(usable_cache_dir() / "prepared")
 
 
 @dataclass
@@ -201,7 +195,9 @@ def _manifest(spec: str, row: RowSpec, data_cfg, split: str, what: str
         files = [spec]
     else:
         files = resolve_files(spec, what)
-    done = prepared(files, row, cache=prepared_cache(), mode=data_cfg.on_bad_rows, split=split)
+    # Runs prepare raw files in $TFAPP_CACHE_DIR/prepared.
+    done = prepared(files, row, cache=str(usable_cache_dir() / "prepared"),
+                    mode=data_cfg.on_bad_rows, split=split)
     return done.manifest, done
 
 
