@@ -325,8 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(a.work_dir or tempfile.mkdtemp(prefix="tfapp-bench-generate-"))
     work.mkdir(parents=True, exist_ok=True)
     export_weights(model, cfg, work / "weights.npz")
-    vec = words.make_vectorizer(vocab)
-    enc = words.prompt_encoder_ids(vec(words.standardize(tf.constant(PROMPTS))),
+    table = words.vocabulary_table(vocab)
+    enc = words.prompt_encoder_ids(words.word_ids(table, words.standardize(tf.constant(PROMPTS))),
                                 cfg.data.context_words).numpy()
     np.save(work / "prompts.npy", np.repeat(enc, 16, axis=0))  # 64 prompts
     print(f"model: {run_dir} ({cfg.model.units} units, {cfg.model.attention} attention, "

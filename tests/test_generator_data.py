@@ -37,8 +37,8 @@ def test_vocabulary_specials_and_frequency(tmp_path):
     vocab = words.build_vocabulary(["b a a", "c a b", "[end] a"], vocab_size=6)
     assert vocab[:4] == ["", "[UNK]", "[START]", "[END]"]
     assert vocab[4:] == ["a", "b"]  # by frequency, cut at vocab_size; "[end]" is no special
-    vec = words.make_vectorizer(vocab)
-    assert vec(tf.constant(["a b zzz", ""])).to_list() == [[4, 5, 1], []]
+    table = words.vocabulary_table(vocab)
+    assert words.word_ids(table, tf.constant(["a b zzz", ""])).to_list() == [[4, 5, 1], []]
     path = words.save_vocabulary(vocab, tmp_path / "vocab.txt")
     assert words.load_vocabulary(path) == vocab
     (tmp_path / "bad.txt").write_text("a\nb\n")

@@ -138,13 +138,13 @@ def test_read_entities_in_the_files_scheme():
     assert read_entities(["B-PER", "I-PER", "O"], "bioes") == ([], (
         0, "tag 'B-PER' begins a BIOES entity that never ends (next comes 'O', not I-PER or "
            "E-PER; a one-word entity is S-PER)"))
-    assert read_entities(["S-LOC", "B-PER"], "bioes") == ([("LOC", 0, 1)], (
+    assert read_entities(["S-LOC", "B-PER"], "bioes") == ([], (
         1, "tag 'B-PER' begins a BIOES entity that never ends (the sentence ends before an "
            "E-PER; a one-word entity is S-PER)"))
     assert read_entities(["B-PER", "I-PER", "E-LOC"], "bioes") == ([], (
         2, "tag 'E-LOC' changes the type of the BIOES entity that 'B-PER' begins (its B-, I- "
            "and E- tags have one type)"))
-    assert read_entities(["S-PER", "O", "I-LOC"], "bioes") == ([("PER", 0, 1)], (
+    assert read_entities(["S-PER", "O", "I-LOC"], "bioes") == ([], (
         2, "tag 'I-LOC' begins an entity, as in IOB1, in a file of BIOES tags (E-, S-), where "
            "an entity begins with B- or S-; write the file in one scheme"))
     assert read_entities(["O", "E-PER"], "bioes") == ([], (

@@ -148,9 +148,7 @@ def arrow_batches(path: str, delimiter: str, header: list[str]) -> Iterator[Arro
                 convert_options=pa_csv.ConvertOptions(
                     column_types={n: pa.large_binary() for n in names},
                     strings_can_be_null=False, quoted_strings_can_be_null=False))
-        except pa.ArrowInvalid as err:
-            if "Empty CSV file" in str(err):
-                raise Fallback("empty") from None
+        except pa.ArrowInvalid as err:  # "Empty CSV file", ...
             raise Fallback(str(err)) from None
         record, line = 2, 2  # record 1 is the header, on line 1
         while True:

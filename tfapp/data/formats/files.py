@@ -32,7 +32,8 @@ from tfapp.textio import iter_lines
 import tensorflow as tf
 
 __all__ = ["FORMATS", "TAGGED_FORMATS", "Fallback", "Hint", "Parsed", "TRAIN_FILES",
-           "check_columns", "detect_format", "nonblank_lines", "open_source", "resolve_files"]
+           "check_columns", "detect_format", "nonblank_lines", "open_source", "python_value",
+           "resolve_files"]
 
 FORMATS = ("csv", "tsv", "jsonl", "parquet", "text", "tfrecord", "tfds")
 #: the formats of tagged words (NER)
@@ -138,6 +139,18 @@ def nonblank_lines(path: str) -> Iterator[tuple[int, str | None]]:
                 yield number, line
     if blank:
         yield 1, None
+
+
+def python_value(value: Any) -> Any:
+    """A parsed value as the text readers give it: bytes as text (bytes that are not UTF-8
+    kept as surrogates, so the row is flagged), NumPy values and lists element by element."""
+    if hasattr(value, "tolist"):  # a NumPy array or scalar (TFDS)
+        value = value.tolist()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="surrogateescape")
+    if isinstance(value, list):
+        return [python_value(v) for v in value]
+    return value
 
 
 def missing_column(path: str, column: str, available: list[str], where: str,

@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from tfapp.data.formats.files import Hint, Parsed, check_columns
+from tfapp.data.formats.files import Hint, Parsed, check_columns, python_value
 from tfapp.errors import DataError
 
 import pyarrow as pa
@@ -60,11 +60,6 @@ def _is_text(t: pa.DataType) -> bool:
             or pa.types.is_large_binary(t))
 
 
-def _is_label(t: pa.DataType) -> bool:
-    return _is_text(t) or pa.types.is_integer(t) or pa.types.is_boolean(t) \
-        or pa.types.is_floating(t)
-
-
 def type_problem(field: pa.Field, *, label: bool = False) -> str | None:
     """Why a column's type cannot be read as text (``label``: as labels: text, numbers,
     or a list of them for several labels), or None. A dictionary-encoded column is read
@@ -72,21 +67,12 @@ def type_problem(field: pa.Field, *, label: bool = False) -> str | None:
     t = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
     if label and (pa.types.is_list(t) or pa.types.is_large_list(t)):
         t = t.value_type
-    if _is_text(t) or (label and _is_label(t)):
+    if _is_text(t) or (label and (pa.types.is_integer(t) or pa.types.is_boolean(t)
+                                  or pa.types.is_floating(t))):
         return None
     want = ("text (string), a number or a list of them" if label
             else "text (a string or binary column)")
     return f"column '{field.name}' holds {field.type}, not {want}"
-
-
-def _python(value: Any) -> Any:
-    """A value as the other readers give it: bytes as text (bytes that are not UTF-8 kept
-    as surrogates, so the row is flagged), lists element by element."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="surrogateescape")
-    if isinstance(value, list):
-        return [_python(v) for v in value]
-    return value
 
 
 def batches(parquet: pq.ParquetFile, path: str, columns: list[str]
@@ -133,4 +119,4 @@ def rows(path: str, columns: list[str], hint: Hint, label_column: str | None = N
         for batch in batches(pf, path, columns):
             for values in batch.to_pylist():
                 number += 1
-                yield number, {k: _python(v) for k, v in values.items()}, None
+                yield number, {k: python_value(v) for k, v in values.items()}, None

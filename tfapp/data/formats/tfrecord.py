@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from tfapp.data.formats.files import Hint, Parsed, missing_column
+from tfapp.data.formats.files import Hint, Parsed, missing_column, python_value
 from tfapp.errors import DataError
 
-import numpy as np
 import tensorflow as tf
 
 __all__ = ["rows", "tfds_rows"]
@@ -17,9 +16,7 @@ __all__ = ["rows", "tfds_rows"]
 
 def _feature_value(feature: tf.train.Feature) -> Any:
     kind = feature.WhichOneof("kind")
-    values = list(getattr(feature, kind).value) if kind else []
-    if kind == "bytes_list":
-        values = [v.decode("utf-8", errors="surrogateescape") for v in values]
+    values = python_value(list(getattr(feature, kind).value)) if kind else []
     return values[0] if len(values) == 1 else values
 
 
@@ -72,14 +69,4 @@ def tfds_rows(spec: str, default_split: str, columns: list[str], hint: Hint
         if missing:
             raise missing_column(spec, missing[0], sorted(element), "dataset features",
                                  hint)
-        fields = {}
-        for c in columns:
-            value = element[c]
-            if isinstance(value, bytes):
-                value = value.decode("utf-8", errors="surrogateescape")
-            elif isinstance(value, np.ndarray):
-                value = value.tolist()
-            elif isinstance(value, np.generic):
-                value = value.item()
-            fields[c] = value
-        yield f"record {number}", fields, None
+        yield f"record {number}", {c: python_value(element[c]) for c in columns}, None

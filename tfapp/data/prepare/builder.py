@@ -31,12 +31,10 @@ import hashlib
 import json
 import logging
 import os
-import queue
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tfapp.data.formats.files import Fallback, detect_format
@@ -71,29 +69,14 @@ PARTS = ".parts"
 SOURCE_SHIFT = 40
 
 
-def _prefetch(rows: Iterator[RowBatch], depth: int = 2) -> Iterator[RowBatch]:
-    """``rows`` read ahead in a thread: parsing (which releases the GIL in pyarrow)
+def _prefetch(rows: Iterator[RowBatch]) -> Iterator[RowBatch]:
+    """``rows`` read a batch ahead in a thread: parsing (which releases the GIL in pyarrow)
     overlaps the encoding and writing of the previous batch."""
-    q: queue.Queue = queue.Queue(depth)
-    done = object()
-
-    def run():
-        try:
-            for item in rows:
-                q.put(item)
-            q.put(done)
-        except BaseException as err:  # handed to the consumer
-            q.put(err)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    while True:
-        item = q.get()
-        if item is done:
-            break
-        if isinstance(item, BaseException):
-            raise item
-        yield item
+    with concurrent.futures.ThreadPoolExecutor(1) as reader:
+        ahead = reader.submit(next, rows, None)
+        while (batch := ahead.result()) is not None:
+            ahead = reader.submit(next, rows, None)
+            yield batch
 
 
 def _identity(path: str, fmt: str = "") -> SourceInfo:
@@ -144,7 +127,7 @@ def _prepare_source(index: int, path: str, spec: RowSpec, out: str, *, mode: str
     return {"source": dataclasses.asdict(info), "index": index, "settings": spec.settings(),
             "version": FORMAT_VERSION, "shards": [dataclasses.asdict(s) for s in shards],
             "labels": log_.labels, "first_seen": log_.first_seen,
-            "bad_rows": {**log_.report.to_dict(), "first": log_.first}}
+            "bad_rows": log_.report.to_dict()}
 
 
 # --------------------------------------------------------------------------- public
@@ -242,13 +225,12 @@ def merge(files: list[str], out: str, spec: RowSpec, *, split: str = "train"
     report = BadRowReport()
     labels: dict[str, int] = {}
     first_seen: dict[str, str] = {}
-    first_bad = None
     for part in parts:
         report.merge(part["bad_rows"], split)
-        first_bad = first_bad or part["bad_rows"].get("first")
         for name, count in part["labels"].items():
             labels[name] = labels.get(name, 0) + count
             first_seen.setdefault(name, part["first_seen"][name])
+    first_bad = str(report.examples[0]) if report.examples else None
     manifest = Manifest(
         root=out, kind=spec.kind, settings=spec.settings(),
         sources=[SourceInfo(**p["source"]) for p in parts],
@@ -274,7 +256,6 @@ class Prepared:
     manifest: Manifest
     prepared_now: bool = False
     seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
 
 
 def prepared(files: list[str], spec: RowSpec, *, cache: str, mode: str, split: str,

@@ -126,14 +126,11 @@ class SourceLog:
         self.path, self.mode, self.split = path, mode, split
         self.report = BadRowReport()
         self.policy = BadRowPolicy(mode, self.report, split, skip_option)
-        self.first: str | None = None
         self.labels: dict[str, int] = {}
         self.first_seen: dict[str, str] = {}
         self.entities = EntityCounts()  # tagged rows: what was read, converted, refused
 
     def bad(self, line: int | str, problem: str) -> None:
-        if self.first is None:
-            self.first = str(BadRow(self.path, line, problem))
         self.policy(self.path, line, problem)
 
     def count_label(self, name: str, line: int | str, count: int = 1) -> None:

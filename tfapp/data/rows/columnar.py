@@ -131,11 +131,9 @@ def fast_rows(path: str, fmt: str, spec: RowSpec, log: SourceLog) -> Iterator[Ro
     for lines, batch, problems in delimited.arrow_batches(path, delimiter, header):
         good = None
         if batch is not None:
-            keep, values, row_problems, nonblank = _checked(batch, header, spec)
-            problems += [(int(lines[i]), p) for i, p in row_problems]
+            good, row_problems, nonblank = _checked(batch, lines, header, spec)
+            problems += row_problems
             rows += nonblank
-            if len(keep):
-                good = RowBatch(lines[keep], values)
         yield from _logged(good, problems, spec, log)
     if rows == 0:
         log.bad(2, "empty file (a header row but no data rows)")
@@ -154,9 +152,7 @@ def _logged(good: RowBatch | None, problems: list[tuple[int, str]], spec: RowSpe
 
 
 def _parquet_rows(path: str, spec: RowSpec, log: SourceLog) -> Iterator[RowBatch]:
-    """The rows of a Parquet file whose columns are all plain strings; the rare rows with
-    a null or with only blank values (which CSV's checks take for a blank line) go
-    through ``convert``."""
+    """The rows of a Parquet file whose columns are all plain strings, numbered from 1."""
     columns = spec.columns
     with parquet.open_parquet(path) as pf:
         schema = pf.schema_arrow
@@ -169,56 +165,23 @@ def _parquet_rows(path: str, spec: RowSpec, log: SourceLog) -> Iterator[RowBatch
             return
         start = 1
         for batch in parquet.batches(pf, path, columns):
-            yield from _parquet_batch(batch, start, spec, log)
+            lines = np.arange(start, start + batch.num_rows, dtype=np.int64)
+            good, problems, _ = _checked(batch, lines, columns, spec, blank_lines=False)
+            yield from _logged(good, problems, spec, log)
             start += batch.num_rows
 
 
-def _parquet_batch(batch: pa.RecordBatch, start: int, spec: RowSpec, log: SourceLog
-                   ) -> Iterator[RowBatch]:
-    n, columns = batch.num_rows, spec.columns
-    cols = [large_binary(batch.column(i).fill_null("")) for i in range(len(columns))]
-    special = np.zeros(n, bool)
-    blank = np.ones(n, bool)
-    for i, col in enumerate(cols):
-        special |= batch.column(i).is_null().to_numpy(zero_copy_only=False)
-        try:
-            blank &= _is_blank(col.view(pa.large_string()))
-        except pa.ArrowInvalid as err:  # bytes that are not UTF-8: the Python checks decide
-            raise Fallback(str(err)) from None
-    special |= blank
-    lines = np.arange(start, start + n, dtype=np.int64)
-    problems: list[tuple[int, str]] = []
-    batcher = Batcher(spec)
-    for k in np.flatnonzero(special):
-        fields = {c: batch.column(i)[int(k)].as_py() for i, c in enumerate(columns)}
-        problem, values = convert(fields, spec)
-        if problem is not None:
-            problems.append((int(lines[k]), problem))
-        elif values is not None:  # a pair of blank texts is a row
-            batcher.add(int(lines[k]), values)
-    rest = np.flatnonzero(~special)
-    good = None
-    if len(rest):
-        taken = pa.array(rest, pa.int64())
-        sub = pa.RecordBatch.from_arrays([c.take(taken) for c in cols], names=columns)
-        keep, values, row_problems, _ = _checked(sub, columns, spec)
-        problems += [(int(lines[rest[i]]), p) for i, p in row_problems]
-        if len(keep):
-            good = RowBatch(lines[rest[keep]], values)
-    yield from _logged(good, problems, spec, log)
-    extra = batcher.flush()
-    if extra is not None:
-        yield extra
-
-
-def _checked(batch: pa.RecordBatch, header: list[str], spec: RowSpec
-             ) -> tuple[np.ndarray, dict[str, Any], list[tuple[int, str]], int]:
-    """(indices of good rows, their feature columns, (index, problem) of bad rows, rows
-    that are not blank) of one pyarrow batch, with the checks and messages of
-    ``convert``; rows whose bytes are not UTF-8 (rare) go through ``convert`` itself."""
+def _checked(batch: pa.RecordBatch, lines: np.ndarray, header: list[str], spec: RowSpec,
+             blank_lines: bool = True) -> tuple[RowBatch | None, list[tuple[int, str]], int]:
+    """(the good rows, the (line, problem) of the bad rows, how many rows are not blank)
+    of one pyarrow batch whose row ``i`` is on ``lines[i]``, with the checks and messages
+    of ``convert``; rows with a null or with bytes that are not UTF-8 (rare) go through
+    ``convert`` itself. ``blank_lines``: a row of blank values only is a blank line,
+    passed over (CSV); else such a row is checked as any other (Parquet)."""
     n = batch.num_rows
-    cols = [batch.column(i) for i in range(batch.num_columns)]
-    broken = np.zeros(n, bool)
+    nulls = [col.is_null().to_numpy(zero_copy_only=False) for col in batch.columns]
+    cols = [large_binary(col.fill_null("")) for col in batch.columns]
+    broken = np.logical_or.reduce(nulls)
     blank_of: list[np.ndarray] = []
     for col in cols:
         try:
@@ -229,13 +192,14 @@ def _checked(batch: pa.RecordBatch, header: list[str], spec: RowSpec
             raw = col.to_pylist()
             broken |= np.array([not _utf8(b) for b in raw])
             blank_of.append(np.array([not _decode(b).strip() for b in raw]))
-    blank = np.logical_and.reduce(blank_of) & ~broken
+    blank = np.logical_and.reduce(blank_of) & ~broken & blank_lines
     column = {name: i for i, name in enumerate(header)}
     wanted = {c: column[c] for c in spec.columns}
     problems: list[tuple[int, str]] = []
     bad = np.zeros(n, bool)
     for k in np.flatnonzero(broken):  # the Python checks decide, message and all
-        fields = {h: _decode(cols[i][int(k)].as_py()) for i, h in enumerate(header)}
+        fields = {h: None if nulls[i][k] else _decode(cols[i][int(k)].as_py())
+                  for i, h in enumerate(header)}
         problem, _ = convert(fields, spec)
         if problem is not None:  # else a column it does not read is broken: the row is fine
             problems.append((int(k), problem))
@@ -262,14 +226,14 @@ def _checked(batch: pa.RecordBatch, header: list[str], spec: RowSpec
     else:
         values = {"source": cols[wanted[spec.source_column]],
                   "target": cols[wanted[spec.target_column]]}
-    problems.sort()
     good = np.flatnonzero(~(bad | blank | skipped))
     out: dict[str, Any] = {}
     for name in spec.features():
         value = values[name]
         out[name] = value.take(good) if isinstance(value, BytesList) else \
             large_binary(value.take(pa.array(good, pa.int64())))
-    return good, out, problems, int((~blank).sum())
+    kept = RowBatch(lines[good], out) if len(good) else None
+    return kept, [(int(lines[k]), p) for k, p in problems], int((~blank).sum())
 
 
 def _utf8(raw: bytes) -> bool:

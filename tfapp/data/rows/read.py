@@ -32,7 +32,6 @@ from tfapp.data.text.tags import (
     begun,
     from_spans,
     read_entities,
-    tag_problem,
 )
 from tfapp.errors import DataError, Setting
 
@@ -117,9 +116,7 @@ def tagged_rows(path: str, fmt: str, tag_column: int, scheme: str, counts: Entit
         found: list = []
         if problem is None:
             lines = where(start, tags)
-            why = _first_tag_problem(tags)
-            if why is None:
-                found, why = read_entities(tags, counts.scheme)
+            found, why = read_entities(tags, counts.scheme)
             if why is not None:
                 counts.refused += begun(tags)
                 problem = (lines[why[0]], why[1])
@@ -129,14 +126,6 @@ def tagged_rows(path: str, fmt: str, tag_column: int, scheme: str, counts: Entit
             yield start, words, tags, problem
             continue
         yield start, words, from_spans(found, len(tags)), None
-
-
-def _first_tag_problem(tags: list[str]) -> tuple[int, str] | None:
-    for i, tag in enumerate(tags):
-        why = tag_problem(tag)
-        if why:
-            return i, why
-    return None
 
 
 def log_entity_counts(name: str, counts: EntityCounts | dict, configured: str) -> None:

@@ -180,8 +180,6 @@ def clean_labels(value: Any, column: str, multi_label: bool,
         return None, f"column '{column}' (label) is null"
     if isinstance(value, bool):
         value = int(value)
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
     values = value if isinstance(value, list) else [value]
     labels: list[str] = []
     for v in values:
@@ -192,11 +190,10 @@ def clean_labels(value: Any, column: str, multi_label: bool,
             return None, f"label column '{column}' is not valid UTF-8"
         parts = v.split(separator) if multi_label and separator else [v]
         labels.extend(p.strip() for p in parts if p.strip())
-    if not multi_label:
-        if len(labels) != 1:
-            what = "empty label" if not labels else f"{len(labels)} labels"
-            return None, (f"{what} in column '{column}' (a single-label task needs exactly "
-                          "one; set data.multi_label=true for several)")
+    if not multi_label and len(labels) != 1:
+        what = "empty label" if not labels else f"{len(labels)} labels"
+        return None, (f"{what} in column '{column}' (a single-label task needs exactly "
+                      "one; set data.multi_label=true for several)")
     return sorted(set(labels)) if multi_label else labels, None
 
 

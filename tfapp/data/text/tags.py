@@ -145,41 +145,41 @@ class SchemeEvidence:
 
 
 def read_entities(tags: list[str], scheme: str) -> tuple[list[Span], tuple[int, str] | None]:
-    """The entities of one sentence whose file is written in ``scheme`` (as detected), and
-    ``(index, why)`` of the token that makes it no well-formed sentence of that scheme
-    (None when it is one). Tags are ``tag_problem``-free."""
+    """The entities of one sentence whose file is written in ``scheme`` (as detected), or
+    none and ``(index, why)`` of the token that makes it no well-formed sentence of that
+    scheme (or no tag of any scheme: ``tag_problem``)."""
+    for i, tag in enumerate(tags):
+        why = tag_problem(tag)
+        if why:
+            return [], (i, why)
     if scheme != "bioes":
         # B-/I- only: the IOB1 reading is that of IOB2 too, where IOB2's is defined
         return spans(tags, "iob1"), None
-    out: list[Span] = []
     start, kind = None, ""  # the open entity, if any
     for i, tag in enumerate(tags):
         prefix, t = split_tag(tag)
         if start is not None:
             if prefix in ("O", "B", "S"):
-                return out, (start, _never_ends(tags[start], tag))
+                return [], (start, _never_ends(tags[start], tag))
             if t != kind:
-                return out, (i, f"tag '{tag}' changes the type of the BIOES entity that "
-                                f"'{tags[start]}' begins (its B-, I- and E- tags have one "
-                                "type)")
+                return [], (i, f"tag '{tag}' changes the type of the BIOES entity that "
+                               f"'{tags[start]}' begins (its B-, I- and E- tags have one "
+                               "type)")
             if prefix == "E":
-                out.append((t, start, i + 1))
                 start = None
             continue
-        if prefix == "S":
-            out.append((t, i, i + 1))
-        elif prefix == "B":
+        if prefix == "B":
             start, kind = i, t
         elif prefix == "I":
-            return out, (i, f"tag '{tag}' begins an entity, as in IOB1, in a file of BIOES "
-                            "tags (E-, S-), where an entity begins with B- or S-; write the "
-                            "file in one scheme")
+            return [], (i, f"tag '{tag}' begins an entity, as in IOB1, in a file of BIOES "
+                           "tags (E-, S-), where an entity begins with B- or S-; write the "
+                           "file in one scheme")
         elif prefix == "E":
-            return out, (i, f"tag '{tag}' ends no entity (no B-{t} before it: a BIOES "
-                            f"entity is B-{t} ... E-{t}, or S-{t} for one word)")
+            return [], (i, f"tag '{tag}' ends no entity (no B-{t} before it: a BIOES "
+                           f"entity is B-{t} ... E-{t}, or S-{t} for one word)")
     if start is not None:
-        return out, (start, _never_ends(tags[start], None))
-    return out, None
+        return [], (start, _never_ends(tags[start], None))
+    return spans(tags, "bioes"), None  # well-formed: the strict reading is the whole one
 
 
 def _never_ends(begin: str, after: str | None) -> str:

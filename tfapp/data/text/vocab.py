@@ -24,19 +24,17 @@ __all__ = ["RESERVED_TOKENS", "build_wordpiece_vocab", "write_vocab", "read_voca
 RESERVED_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
-def build_wordpiece_vocab(texts: Iterable[str], vocab_size: int, lower_case: bool = True,
-                          reserved: Sequence[str] = RESERVED_TOKENS) -> list[str]:
+def build_wordpiece_vocab(texts: Iterable[str], vocab_size: int, lower_case: bool = True
+                          ) -> list[str]:
     """Learn a WordPiece vocabulary of at most ``vocab_size`` tokens from ``texts``.
 
-    ``reserved`` tokens take the first ids in the given order (``[PAD]`` first by
-    default, so padding is id 0). The learner may return fewer than ``vocab_size``
-    tokens when the corpus is small: every word it keeps is then a whole token.
+    ``RESERVED_TOKENS`` take the first ids in their order (``[PAD]`` first, so padding is
+    id 0). The learner may return fewer than ``vocab_size`` tokens when the corpus is
+    small: every word it keeps is then a whole token.
     """
     from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bvd
 
-    reserved = list(reserved)
-    if len(set(reserved)) != len(reserved):
-        raise DataError(f"reserved tokens must be distinct, got {reserved}")
+    reserved = list(RESERVED_TOKENS)
     if vocab_size <= len(reserved):
         raise DataError(f"vocab_size {vocab_size} must exceed the {len(reserved)} reserved "
                         "tokens; give a larger vocab_size")

@@ -42,11 +42,8 @@ PUNCTUATION = r"[!\"#$%&()*+,\-./:;<=>?@\[\\\]^_`{|}~]"
 
 
 def standardize(texts: tf.Tensor, strip_punctuation: bool = True) -> tf.Tensor:
-    """Lowercase, optionally strip punctuation, collapse whitespace (TF ops).
-
-    The same function runs on the corpus at training time and, traced into the export,
-    on prompts at serving time, so both see identical words.
-    """
+    """Lowercase, optionally strip punctuation, collapse whitespace (TF ops; see the module
+    docstring: the corpus and the export's prompts go through it alike)."""
     texts = tf.strings.lower(texts, encoding="utf-8")
     if strip_punctuation:
         texts = tf.strings.regex_replace(texts, PUNCTUATION, " ")
@@ -79,12 +76,6 @@ def drop_matcher(drop_regex: str) -> Callable[[tf.Tensor], tf.Tensor] | None:
 # --------------------------------------------------------------------------- vocabulary
 
 
-def make_vectorizer(vocabulary: list[str]) -> tf.keras.layers.TextVectorization:
-    """Whitespace-split words -> ragged int ids (unknown words -> 1)."""
-    return tf.keras.layers.TextVectorization(
-        standardize=None, split="whitespace", vocabulary=list(vocabulary), ragged=True)
-
-
 def save_vocabulary(vocabulary: list[str], path: str | Path) -> Path:
     """One token per line; line 1 is the (empty) padding token."""
     return write_text(path, "\n".join(vocabulary) + "\n")
@@ -100,8 +91,8 @@ def load_vocabulary(path: str | Path) -> list[str]:
 
 
 def vocabulary_table(vocabulary: list[str]) -> tf.lookup.StaticHashTable:
-    """Word -> id of ``vocabulary`` (unknown words -> ``UNK_ID``); what ``make_vectorizer``
-    does, as a table the input pipeline and the export both use."""
+    """Word -> id of ``vocabulary`` (unknown words -> ``UNK_ID``), as a table the input
+    pipeline and the export both use."""
     words = vocabulary[1:]  # the padding token "" never comes out of a split
     return tf.lookup.StaticHashTable(
         tf.lookup.KeyValueTensorInitializer(
