@@ -176,7 +176,7 @@ def run_lines(run: Path) -> tuple[list[str], list[str], list[str]]:
     data = generator.build_generator_data(cfg.data, seed=cfg.runtime.seed,
                                            vocab_path=run / "vocab.txt", keep_vocab=True)
     train, test = ([text for texts, _ in generator.iter_split_texts(split, cfg.data)
-                    for text in texts] for split in (data.splits.train, data.splits.test))
+                    for text in texts] for split in (data.train, data.test))
     if not test:
         raise SystemExit(f"{run}: the run has no test split (set data.test_files or "
                          "data.test_split)")

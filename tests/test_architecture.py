@@ -238,7 +238,7 @@ def test_every_task_builds_its_batches_through_the_one_entry_point():
     # task says what its examples are and calls training_inputs. A second copy drifts: the
     # step arithmetic once had four copies that disagreed, and the uncached maps were
     # parallel for one task only.
-    chain = {"plan_steps", "steps_per_pass", "start_at", "grouping_for", "training_stream",
+    chain = {"plan_steps", "grouping_for", "training_stream",
              "eval_stream", "service_stream", "batches", "finalize", "read_batches"}
     callers = {str(path.relative_to(PACKAGE)): _input_calls(path) & chain
                for path in PACKAGE.rglob("*.py") if _input_calls(path) & chain}

@@ -90,7 +90,7 @@ def test_prompt_encoder_ids_match_training_windows():
 
 
 def dataset(data, split, cfg, *, batch: int, training: bool):
-    examples = tl.generator_examples(data, getattr(data.splits, split), cfg)
+    examples = tl.generator_examples(data, getattr(data, split), cfg)
     return read_batches(examples, cfg, batch_size=batch, training=training, seed=0)
 
 
@@ -103,8 +103,8 @@ def test_masks_and_batches_from_a_corpus(tmp_path):
     # Lines of 5 words -> 6 windows each; the split goes by whole lines.
     texts, val_texts = data.info["texts"], data.info["validation_texts"]
     assert texts + val_texts == 40 and 4 <= val_texts <= 18
-    assert data.size(data.splits.train) == texts * 6
-    assert data.size(data.splits.validation) == val_texts * 6
+    assert data.size(data.train) == texts * 6
+    assert data.size(data.validation) == val_texts * 6
     assert "# comment" not in data.vocabulary and "comment" not in data.vocabulary
     x, y = next(iter(dataset(data, "train", cfg.data, batch=8, training=True)))
     assert x["encoder_ids"].shape == (8, 4) and x["decoder_ids"].shape == (8, 3)
@@ -176,7 +176,7 @@ def test_a_drop_regex_tensorflow_cannot_run_is_one_line():
 def test_demo_data_both_shapes():
     cfg = gen_cfg("data.drop_regex=^#").data
     data = tl.build_generator_data(cfg, seed=1)
-    assert data.size(data.splits.train) > 10000 and data.info["unk_rate"] == 0.0
+    assert data.size(data.train) > 10000 and data.info["unk_rate"] == 0.0
     cfg = gen_cfg("data.example_shape=pairs").data
     pairs = tl.build_generator_data(cfg, seed=1)
     x, y = next(iter(dataset(pairs, "train", cfg, batch=32, training=True)))

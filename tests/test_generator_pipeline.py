@@ -51,7 +51,7 @@ def make(data, cfg, split="train", **kw):
     kw.setdefault("batch_size", 8)
     kw.setdefault("training", split == "train")
     kw.setdefault("seed", 3)
-    return read_batches(tl.generator_examples(data, getattr(data.splits, split), cfg), cfg,
+    return read_batches(tl.generator_examples(data, getattr(data, split), cfg), cfg,
                         **kw)
 
 
@@ -60,7 +60,7 @@ def test_snapshot_is_stored_as_the_first_pass_reads_and_replayed_without_the_sou
     cfg = cfg_for(corpus, f"data.snapshot={tmp_path / 'snap'}")
     data = tl.build_generator_data(cfg, seed=0)
     assert len(data.vocabulary) > 256
-    steps = data.size(data.splits.train) // 8
+    steps = data.size(data.train) // 8
     first = make(data, cfg)
     one = rows(first, steps + 1)  # a pass, and a batch of the next: the store completes
     cold = rows(make(data, cfg_for(corpus), training=False, split="train"))
@@ -68,7 +68,7 @@ def test_snapshot_is_stored_as_the_first_pass_reads_and_replayed_without_the_sou
     evaluation = rows(make(data, cfg, split="validation"))
     assert evaluation == rows(make(data, cfg_for(corpus), split="validation"))
     # The sources gone, a new pipeline over the same key replays: the same rows, in order.
-    for path in data.splits.train.manifest.files():
+    for path in data.train.manifest.files():
         os.remove(path)
     assert rows(make(data, cfg), steps + 1) == one
     assert rows(make(data, cfg, split="validation")) == evaluation
@@ -81,7 +81,7 @@ def test_memory_and_file_cache_store_the_windows_once(tmp_path, corpus, cache):
     where = "memory" if cache == "memory" else str(tmp_path / "cache" / "c")
     cfg = cfg_for(corpus, f"data.cache={where}")
     data = tl.build_generator_data(cfg, seed=0)
-    steps = data.size(data.splits.train) // 8
+    steps = data.size(data.train) // 8
     dataset = make(data, cfg)
     both = rows(dataset, 2 * steps)
     one, two = both[:steps * 8], both[steps * 8:]
@@ -193,8 +193,8 @@ def test_length_buckets_cut_the_decoder_side_to_each_batch_s_target_length(tmp_p
     cfg = cfg_for(corpus, "data.target_words=20", "data.length_buckets=4")
     data = tl.build_generator_data(cfg, seed=0)
     hist = data.target_lengths["train"]
-    assert len(hist) == 21 and sum(hist) == data.size(data.splits.train) and hist[0] == 0
-    by_target = tl.generator_examples(data, data.splits.train, cfg).lengths
+    assert len(hist) == 21 and sum(hist) == data.size(data.train) and hist[0] == 0
+    by_target = tl.generator_examples(data, data.train, cfg).lengths
     grouping, why = grouping_for(cfg.length_buckets, by_target, 3, device_kind="CPU",
                                  input_pipelines=1)
     assert grouping is not None and grouping.boundaries == (8, 16, 20), why

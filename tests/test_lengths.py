@@ -12,7 +12,7 @@ from pathlib import Path
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import ClassifierDataConfig
 from tfapp.data.input import lengths, stream
-from tfapp.data.input.plan import Source, Start, StepPlan, start_at, steps_per_pass
+from tfapp.data.input.plan import Source, plan_steps
 
 import numpy as np
 import pytest
@@ -151,22 +151,23 @@ def test_a_grouped_stream_resumed_mid_window_gives_the_same_batches(replicas, ta
                                     keys=words.DECODER_KEYS)
         read, width = generator_examples, "labels"
     per_step = 8 * replicas
-    steps = steps_per_pass(SOURCE, 1, per_step, 7)
+    steps = plan_steps(SOURCE, global_batch=per_step, pipelines=1, seed=7).steps
     context = tf.distribute.InputContext(1, 0, replicas)
 
-    def run(start, n):
-        plan = StepPlan(per_step, 1, steps, start, seed=7)
+    def run(at, n):
+        plan = plan_steps(SOURCE, global_batch=per_step, pipelines=1, seed=7,
+                          resumed_batches=at)
         return batches_of(stream.batches(SOURCE, read, cfg, plan=plan, training=True,
                                          input_context=context, grouping=grouping), n)
 
-    full = run(Start(), 3 * steps * replicas)
+    full = run(0, 3 * steps * replicas)
     assert len({b[width].shape[1] for b in full}) == 3  # every bucket occurs
     if task == "generator":
         assert all(b["encoder_ids"].shape[1] == SEQ for b in full)
         assert all((b["labels"] != 0).sum(1).tolist() == length_of(b["id"]).tolist()
                    for b in full)
     for at in (1, 37, steps - 1, steps + 51):  # inside windows, across a pass's end
-        resumed = run(start_at(at, steps, per_step), 30)
+        resumed = run(at, 30)
         first = at * replicas
         for a, b in zip(resumed, full[first:first + 30], strict=True):
             assert (a["id"] == b["id"]).all() and a[width].shape == b[width].shape
@@ -183,23 +184,24 @@ def test_each_pass_of_a_grouped_stream_trains_each_example_once(replicas):
     source = Source("train", ("a",), COUNTS[:1])
     grouping = lengths.Grouping((8, 16, SEQ), SEQ, seed=7)
     per_step = 8 * replicas
-    steps = steps_per_pass(source, 1, per_step, 7)
+    steps = plan_steps(source, global_batch=per_step, pipelines=1, seed=7).steps
 
-    def run(start, n):
-        plan = StepPlan(per_step, 1, steps, start, seed=7)
+    def run(at, n):
+        plan = plan_steps(source, global_batch=per_step, pipelines=1, seed=7,
+                          resumed_batches=at)
         return batches_of(stream.batches(
             source, examples, ClassifierDataConfig(shuffle_buffer=256), plan=plan,
             training=True, grouping=grouping,
             input_context=tf.distribute.InputContext(1, 0, replicas)), n)
 
-    full = run(Start(), 3 * steps * replicas)
+    full = run(0, 3 * steps * replicas)
     assert len({b["input_mask"].shape[1] for b in full}) == 3
     for e in range(3):
         ids = np.concatenate([b["id"] for b in full[e * steps * replicas:
                                                     (e + 1) * steps * replicas]])
         assert len(set(ids.tolist())) == len(ids) == steps * per_step
     for at in (steps - 1, steps + 30):  # in a pass's short last window, then the next pass
-        resumed = run(start_at(at, steps, per_step), 10)
+        resumed = run(at, 10)
         first = at * replicas
         assert [b["id"].tolist() for b in resumed] == \
             [b["id"].tolist() for b in full[first:first + 10]]

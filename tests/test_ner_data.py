@@ -92,14 +92,8 @@ def test_splits_vocab_and_unseen_validation_tag(tmp_path):
     assert json.loads(vocab.read_text())["tags"] == splits.tag_names
     assert splits.unknown == {"validation": ["B-ORG"]}
     from tfapp.data.examples.ner import gold_tags
-    assert gold_tags(_data(splits), splits.prepared.validation) == [["B-PER"]]
+    assert gold_tags(splits, splits.prepared.validation) == [["B-PER"]]
     assert splits.entity_types == ["LOC", "PER"]
-
-
-def _data(splits):
-    from tfapp.data.examples.ner import NerData
-
-    return NerData(splits)
 
 
 def test_all_outside_training_data_is_refused(tmp_path):
@@ -271,7 +265,7 @@ def test_iob1_data_with_the_default_iob2_config_loses_no_entity(tmp_path, caplog
     train.write_text(CONLL2003_IOB1)
     caplog.set_level("INFO", "tfapp.data")
     splits = load_ner_splits(_cfg(f"data.train_files={train}", "data.validation_split=0"), 1)
-    assert sorted(gold_tags(_data(splits), splits.prepared.train)) == sorted([
+    assert sorted(gold_tags(splits, splits.prepared.train)) == sorted([
         ["B-ORG", "O", "B-MISC", "O", "O", "O", "B-MISC", "O", "O"],
         ["B-PER", "I-PER"],
         ["O", "O", "O", "B-PER", "I-PER", "B-PER", "I-PER", "O", "B-LOC"]])

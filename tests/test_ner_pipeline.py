@@ -32,7 +32,7 @@ def preprocess(vocab):
 
 
 def ner_data(tmp_path, pre, seq_length, *overrides):
-    from tfapp.data.examples.ner import build_ner_data, load_ner_splits
+    from tfapp.data.examples.ner import count_windows, load_ner_splits
 
     path = tmp_path / "train.conll"
     if not path.exists():  # rewritten, it would be other data (a new modification time)
@@ -41,7 +41,7 @@ def ner_data(tmp_path, pre, seq_length, *overrides):
                              f"data.train_files={path}", "data.validation_split=0",
                              *overrides]).data
     splits = load_ner_splits(cfg, 0)
-    return build_ner_data(splits, pre, seq_length), cfg
+    return count_windows(splits, pre, seq_length), cfg
 
 
 def _batches(tmp_path, preprocess, seq_length, *overrides):
@@ -51,7 +51,7 @@ def _batches(tmp_path, preprocess, seq_length, *overrides):
     pre = preprocess(seq_length)
     data, cfg = ner_data(tmp_path, pre, seq_length, *overrides)
     assert data.tag_names == TAGS
-    ds = read_batches(ner_examples(data, data.split("train"), pre, seq_length), cfg,
+    ds = read_batches(ner_examples(data, data.train, pre, seq_length), cfg,
                       batch_size=8, training=False, seed=0)
     (features, labels), = list(ds.as_numpy_iterator())
     return data, features, labels
@@ -86,9 +86,9 @@ def test_long_sentence_windows_and_rejoin(tmp_path, preprocess):
         return np.stack([np.maximum(next(answers), 0) for _ in features["input_word_ids"]])
 
     pre = preprocess(4)
-    gold = gold_tags(data, data.split("train"))
+    gold = gold_tags(data, data.train)
     assert gold == [["B-PER", "I-PER", "O", "B-LOC"], ["B-LOC"]]
-    windows = eval_windows(data, data.split("train"), pre, 4, 8)
+    windows = eval_windows(data, data.train, pre, 4, 8)
     assert predict_tags(call, windows, data.tag_names) == gold
 
 
@@ -100,14 +100,14 @@ def test_kept_windows_are_read_once_and_give_the_same_tags(tmp_path, preprocess)
     from tfapp.tasks.ner.task import KeptWindows, predict_tags
 
     data, _, labels = _batches(tmp_path, preprocess, 4)  # 4 windows of 2 sentences
-    gold = gold_tags(data, data.split("train"))
+    gold = gold_tags(data, data.train)
 
     def tagger():
         answers = iter(labels)
         return lambda features: np.stack([np.maximum(next(answers), 0)
                                           for _ in features["input_word_ids"]])
 
-    dataset = eval_windows(data, data.split("train"), preprocess(4), 4, 3)
+    dataset = eval_windows(data, data.train, preprocess(4), 4, 3)
     expected = list(dataset.as_numpy_iterator())
     kept = KeptWindows(dataset)
     assert kept.batches is None
@@ -152,7 +152,7 @@ def test_datasets_that_cut_alike_share_one_trace(tmp_path, vocab):
     # A preprocessor of its own: the module's shared one is traced by the tests before.
     pre = make_bert_preprocess_fn(vocab_file=vocab, seq_length=4)
     data, cfg = ner_data(tmp_path, pre, 4)
-    split = data.split("train")
+    split = data.train
     for training in (True, False):
         read_batches(ner_examples(data, split, pre, 4), cfg, batch_size=2, training=training,
                      seed=0)

@@ -11,7 +11,7 @@ import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import ClassifierDataConfig, DataServiceConfig
 from tfapp.data.input import stream
 from tfapp.data.input.pipeline import serialized_graph_bytes
-from tfapp.data.input.plan import Source, Start, partition, start_at
+from tfapp.data.input.plan import Source, Start, partition, plan_steps
 from tfapp.data.input.store import Store
 
 import numpy as np
@@ -85,8 +85,12 @@ def test_passes_shuffle_with_the_seed_and_differ_from_each_other():
 
 
 def test_the_start_after_a_number_of_batches():
-    assert start_at(0, 10, 32) == Start(0, 0)
-    assert start_at(25, 10, 32) == Start(2, 5 * 32)
+    def start(batches):  # 10 steps of 32 a pass
+        return plan_steps(Source("train", ("a",), (335,)), global_batch=32, pipelines=1,
+                          seed=0, resumed_batches=batches).start
+
+    assert start(0) == Start(0, 0)
+    assert start(25) == Start(2, 5 * 32)
 
 
 def chunks(counts):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tfapp.config import ClassifierDataConfig
 from tfapp.data.input import reader, stream
-from tfapp.data.input.lengths import Lengths, mask_lengths
+from tfapp.data.input.lengths import Lengths, first_lengths, mask_lengths
 from tfapp.data.input.parse import cached_counts, split_rows
 from tfapp.data.input.splits import (
     PreparedSplits,
@@ -34,7 +34,6 @@ from tfapp.data.rows.bad_rows import BadRowReport
 from tfapp.data.rows.names import KnownNames, LabelVocab, read_label_vocab, write_label_vocab
 from tfapp.data.rows.spec import RowSpec
 from tfapp.data.text.bert_preprocess import FEATURE_KEYS
-from tfapp.demo import DEMO_DIR
 from tfapp.errors import DataError
 
 import numpy as np
@@ -72,22 +71,10 @@ class ClassificationSplits(SplitCounts):
     def num_classes(self) -> int:
         return len(self.label_names)
 
-    @property
-    def train(self) -> SplitData:
-        return self.prepared.train
-
-    @property
-    def validation(self) -> SplitData | None:
-        return self.prepared.validation
-
-    @property
-    def test(self) -> SplitData | None:
-        return self.prepared.test
-
 
 def demo_files(data_cfg: ClassifierDataConfig) -> tuple[str, str, str]:
     """(train, validation, test) file specs, ``demo`` mapped to the shipped CSVs."""
-    return resolve_demo(data_cfg, lambda split: str(DEMO_DIR / f"reviews_{split}.csv"))
+    return resolve_demo(data_cfg, "reviews_{split}.csv")
 
 
 def _vocab(data_cfg: ClassifierDataConfig, train: SplitData, path: Path | None, keep: bool
@@ -219,11 +206,6 @@ def _tokenize(preprocess_fn: Callable, seq_length: int) -> Callable:
     return tokenize
 
 
-def _model_inputs(batch: dict[str, tf.Tensor]) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
-    features = {k: v for k, v in batch.items() if k not in ("label", "id")}
-    return features, batch["label"]
-
-
 def classification_examples(splits: ClassificationSplits, split: SplitData,
                             preprocess_fn: Callable, seq_length: int) -> reader.Examples:
     """How ``split``'s rows are read and tokenised (``tfapp.data.input.reader``); length
@@ -231,45 +213,26 @@ def classification_examples(splits: ClassificationSplits, split: SplitData,
     spec = {k: tf.TensorSpec([None, seq_length], tf.int32) for k in FEATURE_KEYS}
     spec["label"] = (tf.TensorSpec([None, splits.num_classes], tf.float32)
                      if splits.multi_label else tf.TensorSpec([None], tf.int32))
-    spec["id"] = tf.TensorSpec([None], tf.int64)
     label = tf.uint8 if splits.multi_label or splits.num_classes <= 256 else tf.int32
     return reader.Examples(
         task="classifier", split=split, source=splits.source(split),
         read=lambda rows: _examples_fn(split, splits, chunk=rows),
-        encode=_tokenize(preprocess_fn, seq_length), model_inputs=_model_inputs,
-        spec=spec,
-        storage={"input_word_ids": reader.token_storage(getattr(preprocess_fn, "vocab_size",
-                                                                None)),
-                 "input_mask": tf.uint8, "input_type_ids": tf.uint8, "label": label,
-                 "id": tf.int64},
-        key=(splits.label_names, splits.multi_label, _fingerprint(preprocess_fn), seq_length),
+        encode=_tokenize(preprocess_fn, seq_length), labels="label", spec=spec,
+        storage={"input_word_ids": reader.token_storage(preprocess_fn.vocab_size),
+                 "input_mask": tf.uint8, "input_type_ids": tf.uint8, "label": label},
+        key=(splits.label_names, splits.multi_label, str(preprocess_fn.fingerprint), seq_length),
         describe={"seq_length": seq_length, "labels": splits.label_names},
         lengths=Lengths(lambda: token_lengths(splits, preprocess_fn), seq_length))
 
 
-def _fingerprint(preprocess_fn: Callable) -> str:
-    fp = getattr(preprocess_fn, "fingerprint", None)
-    if fp:
-        return str(fp)
-    log.warning("data: the preprocess function has no .fingerprint; snapshots/caches are "
-                "keyed by its name only and will not notice changes inside it")
-    module = getattr(preprocess_fn, "__module__", "")
-    return f"{module}.{getattr(preprocess_fn, '__qualname__', repr(preprocess_fn))}"
-
-
 def token_lengths(splits: ClassificationSplits, preprocess_fn: Callable[..., dict],
                   rows: int = 4096) -> np.ndarray:
-    """Token lengths of the first ``rows`` training examples (in file order, the same on
-    every worker): what ``lengths.boundaries`` places the buckets by."""
-    out: list[np.ndarray] = []
-    for batch in raw_batches(splits, splits.train, batch=512):
-        texts = [tf.constant(batch["text"])]
-        if "text_pair" in batch:
-            texts.append(tf.constant(batch["text_pair"]))
-        out.append(mask_lengths(preprocess_fn(*texts)).numpy())
-        if sum(len(o) for o in out) >= rows:
-            break
-    return np.concatenate(out)[:rows] if out else np.zeros([0], np.int32)
+    """Token lengths of the first ``rows`` training examples (``first_lengths``)."""
+    def lengths(batch: dict[str, np.ndarray]) -> np.ndarray:
+        texts = [tf.constant(batch[k]) for k in ("text", "text_pair") if k in batch]
+        return mask_lengths(preprocess_fn(*texts)).numpy()
+
+    return first_lengths(raw_batches(splits, splits.train, batch=512), lengths, rows)
 
 
 def raw_batches(splits: ClassificationSplits, split: SplitData, batch: int = 256

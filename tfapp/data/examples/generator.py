@@ -43,7 +43,6 @@ from tfapp.data.text.words import (
     vocabulary_table,
     word_ids,
 )
-from tfapp.demo import DEMO_DIR
 from tfapp.errors import DataError
 
 import numpy as np
@@ -63,9 +62,8 @@ def generator_rows(cfg: GeneratorDataConfig) -> RowSpec:
 def demo_files(cfg: GeneratorDataConfig) -> tuple[str, str, str]:
     """(train, validation, test) file specs, ``demo`` mapped to the shipped corpus or
     pairs."""
-    demo = str(DEMO_DIR / ("generator_pairs.tsv" if cfg.example_shape == "pairs"
-                           else "generator_corpus.txt"))
-    return resolve_demo(cfg, lambda split: demo, fill=False)
+    return resolve_demo(cfg, "generator_pairs.tsv" if cfg.example_shape == "pairs"
+                        else "generator_corpus.txt", fill=False)
 
 
 def _cleaned_lines(split: SplitData, cfg: GeneratorDataConfig, chunk: int
@@ -120,7 +118,8 @@ class GeneratorData(SplitCounts):
     """The generator's prepared splits, vocabulary and example counts.
 
     Attributes:
-      splits: the prepared train / validation split (``tfapp.data.input.splits``).
+      prepared: the prepared train / validation / test splits
+        (``tfapp.data.input.splits``).
       vocabulary: the word vocabulary (specials first).
       counts: split -> examples (windows or pairs) in each shard file.
       target_lengths: split -> its examples per target length (index: real target
@@ -129,7 +128,7 @@ class GeneratorData(SplitCounts):
       info: facts for the run header and model card.
     """
 
-    splits: PreparedSplits
+    prepared: PreparedSplits
     vocabulary: list[str]
     counts: dict[str, list[int]]
     target_lengths: dict[str, list[int]] = field(default_factory=dict)
@@ -234,11 +233,6 @@ def target_length_sample(data: GeneratorData, split: SplitData, rows: int = 1 <<
     return np.random.default_rng(0).permutation(every)[:rows]
 
 
-def _model_inputs(batch: dict[str, tf.Tensor]) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
-    return {"encoder_ids": batch["encoder_ids"], "decoder_ids": batch["decoder_ids"]}, \
-        batch["labels"]
-
-
 def generator_examples(data: GeneratorData, split: SplitData, cfg: GeneratorDataConfig
                        ) -> reader.Examples:
     """How ``split``'s lines are read, cleaned and cut into windows
@@ -248,15 +242,15 @@ def generator_examples(data: GeneratorData, split: SplitData, cfg: GeneratorData
     c, t = cfg.context_words, cfg.target_words
     spec = {"encoder_ids": tf.TensorSpec([None, c], tf.int32),
             "decoder_ids": tf.TensorSpec([None, t], tf.int32),
-            "labels": tf.TensorSpec([None, t], tf.int32), "id": tf.TensorSpec([None], tf.int64)}
+            "labels": tf.TensorSpec([None, t], tf.int32)}
     ids = reader.token_storage(len(data.vocabulary))
     return reader.Examples(
         task="generator", split=split, source=data.source(split),
         read=lambda rows: _cleaned_lines(split, cfg, rows),
-        encode=_windows(vocabulary_table(data.vocabulary), cfg), model_inputs=_model_inputs,
-        spec=spec, storage={"encoder_ids": ids, "decoder_ids": ids, "labels": ids,
-                            "id": tf.int64},
+        encode=_windows(vocabulary_table(data.vocabulary), cfg), labels="labels",
+        features=("encoder_ids", "decoder_ids"), spec=spec,
+        storage={"encoder_ids": ids, "decoder_ids": ids, "labels": ids},
         key=(cfg.example_shape, cfg.drop_regex, cfg.strip_punctuation, c, t, data.vocabulary),
         describe={"context_words": c, "target_words": t},
-        lengths=Lengths(lambda: target_length_sample(data, data.splits.train), t,
+        lengths=Lengths(lambda: target_length_sample(data, data.train), t,
                         label_lengths, DECODER_KEYS, "target_words"))

@@ -12,9 +12,7 @@ from tfapp.data.input import reader
 from tfapp.data.input.parse import cached_counts, split_rows
 from tfapp.data.input.splits import SplitData, prepared_splits, resolve_demo
 from tfapp.data.rows.spec import RowSpec
-from tfapp.data.text.bert_preprocess import FEATURE_KEYS
 from tfapp.data.text.packing import PACK_TEXTS, pack_texts
-from tfapp.demo import DEMO_DIR
 from tfapp.errors import ConfigError
 
 import tensorflow as tf
@@ -24,8 +22,7 @@ __all__ = ["corpus", "demo_files", "mlm_examples"]
 
 def demo_files(data_cfg: MlmDataConfig) -> tuple[str, str, str]:
     """(train, "", "") file specs, ``demo`` mapped to the shipped unlabelled reviews."""
-    return resolve_demo(data_cfg, lambda split: str(DEMO_DIR / "reviews_unlabelled.txt"),
-                        fill=False)
+    return resolve_demo(data_cfg, "reviews_unlabelled.txt", fill=False)
 
 
 def corpus(data_cfg: MlmDataConfig, rows: RowSpec, seed: int) -> SplitData:
@@ -70,5 +67,4 @@ def mlm_examples(split: SplitData, preprocess: Any, seq_length: int, *,
 
         read, source = texts, split.source()
     return reader.Examples(task="mlm", split=split, source=source, read=read, encode=encode,
-                           model_inputs=lambda batch: {k: batch[k] for k in FEATURE_KEYS},
                            what="packed sequence" if pack else "text")

@@ -5,7 +5,7 @@ cut into windows of word pieces (``tfapp.data.text.windows``), tags on first pie
 the tag vocabulary and leaves out (or refuses) the sentences holding a tag outside it.
 The sentences are cut into windows in tf.data, batch by batch; a window is one example of
 the stream, whose counts per file come from one pass that tokenises the words, cached by
-what decides them (``build_ner_data``). ``eval_windows`` and ``gold_tags`` give a split's
+what decides them (``count_windows``). ``eval_windows`` and ``gold_tags`` give a split's
 windows and tags in order, with what re-joins a tagger's predictions to the words of each
 sentence.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 from tfapp.config import NerDataConfig
 from tfapp.data.input import reader, stream
-from tfapp.data.input.lengths import Lengths
+from tfapp.data.input.lengths import Lengths, first_lengths
 from tfapp.data.input.parse import cached_counts, split_rows
 from tfapp.data.input.splits import (
     PreparedSplits,
@@ -36,20 +36,19 @@ from tfapp.data.rows.spec import RowSpec
 from tfapp.data.text.bert_preprocess import FEATURE_KEYS
 from tfapp.data.text.tags import OUTSIDE, split_tag, tag_names
 from tfapp.data.text.windows import cut_windows, windows_per_sentence, word_pieces
-from tfapp.demo import DEMO_DIR
 from tfapp.errors import DataError
 
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["NerData", "NerSplits", "build_ner_data", "cut_sentences", "demo_files",
+__all__ = ["NerData", "count_windows", "cut_sentences", "demo_files",
            "eval_windows", "gold_tags", "load_ner_splits", "ner_examples"]
 
 
 @dataclass
-class NerSplits:
-    """The prepared splits of a tagged dataset and its tag vocabulary (IOB2, from the
-    training data).
+class NerData(SplitCounts):
+    """A tagged dataset's prepared splits, its tag vocabulary (IOB2, from the training
+    data) and how many windows each shard file gives.
 
     Attributes:
       prepared: the prepared train / validation / test splits (``tfapp.data.input.splits``).
@@ -57,6 +56,8 @@ class NerSplits:
       report: sentences dropped with on_bad_rows=skip.
       unknown: split -> tags of its data that are not in ``tag_names`` (its sentences
         with one are left out); ``first_unknown``: split -> the first such sentence.
+      counts: split -> windows of it in each shard file (``count_windows``).
+      sentences: split -> its sentences whose tags are known (``count_windows``).
     """
 
     prepared: PreparedSplits
@@ -64,6 +65,8 @@ class NerSplits:
     report: BadRowReport = field(default_factory=BadRowReport)
     unknown: dict[str, list[str]] = field(default_factory=dict)
     first_unknown: dict[str, BadRow] = field(default_factory=dict)
+    counts: dict[str, list[int]] = field(default_factory=dict)
+    sentences: dict[str, int] = field(default_factory=dict)
 
     @property
     def entity_types(self) -> list[str]:
@@ -72,11 +75,11 @@ class NerSplits:
 
 def demo_files(data_cfg: NerDataConfig) -> tuple[str, str, str]:
     """(train, validation, test) file specs, ``demo`` mapped to the shipped CoNLL files."""
-    return resolve_demo(data_cfg, lambda split: str(DEMO_DIR / f"ner_{split}.conll"))
+    return resolve_demo(data_cfg, "ner_{split}.conll")
 
 
 def load_ner_splits(data_cfg: NerDataConfig, seed: int, tag_vocab_path: Path | str | None = None,
-                    *, keep_vocab: bool = True) -> NerSplits:
+                    *, keep_vocab: bool = True) -> NerData:
     """Prepare (or reuse) the train/validation/test sentences and settle the tags.
 
     ``train_files: demo`` reads the shipped demo (and its validation and test files when
@@ -84,7 +87,8 @@ def load_ner_splits(data_cfg: NerDataConfig, seed: int, tag_vocab_path: Path | s
     ``keep_vocab`` (a resumed run), else built from the training tags and written there.
     A sentence holding a tag outside it is a bad row (under fail: one line naming its
     file and line; under skip: left out). Without validation (test) files a seeded
-    fraction of train is held out, as for the classifier.
+    fraction of train is held out, as for the classifier. The windows are counted by
+    ``count_windows``.
     """
     train_spec, val_spec, test_spec = demo_files(data_cfg)
     prepared = prepared_splits(train_spec, val_spec, test_spec,
@@ -106,11 +110,11 @@ def load_ner_splits(data_cfg: NerDataConfig, seed: int, tag_vocab_path: Path | s
             if source.entities:
                 log_entity_counts(source.path, source.entities, data_cfg.tag_scheme)
     prepared.check_held_out(data_cfg, "sentences")
-    out = NerSplits(prepared, names, prepared.report)
+    out = NerData(prepared, names, prepared.report)
     known = KnownNames(tuple(names), known_from, tags=True)
     for split in prepared.splits():
         unknown, bad = split.unknown_names(known, data_cfg.on_bad_rows)
-        if unknown:  # its sentences are counted with the windows (build_ner_data)
+        if unknown:  # its sentences are counted with the windows (count_windows)
             out.unknown[split.name], out.first_unknown[split.name] = unknown, bad
     return out
 
@@ -159,33 +163,10 @@ def cut_sentences(module: Any, seq_length: int, *, eval_fields: bool = False
     return tf.function(cut)
 
 
-@dataclass
-class NerData(SplitCounts):
-    """The tagger's splits and how many windows each shard file gives.
-
-    Attributes:
-      splits: the prepared splits and tag vocabulary (``load_ner_splits``).
-      counts: split -> windows of it in each shard file.
-      sentences: split -> its sentences (whose tags are known).
-    """
-
-    splits: NerSplits
-    counts: dict[str, list[int]] = field(default_factory=dict)
-    sentences: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def tag_names(self) -> list[str]:
-        return self.splits.tag_names
-
-    def split(self, name: str) -> SplitData | None:
-        return getattr(self.splits.prepared, name)
-
-
-def build_ner_data(splits: NerSplits, preprocess_fn: Any, seq_length: int) -> NerData:
+def count_windows(data: NerData, preprocess_fn: Any, seq_length: int) -> NerData:
     """Count the windows of every shard file of every split (one pass that tokenises the
     words, cached by the prepared data, the tags, the preprocessing and ``seq_length``);
     sentences dropped for unknown tags are counted in the bad-row report."""
-    data = NerData(splits)
     tokenize = preprocess_fn.module.tokenize
 
     def measure(batch: dict[str, tf.Tensor]) -> tf.Tensor:
@@ -196,23 +177,19 @@ def build_ner_data(splits: NerSplits, preprocess_fn: Any, seq_length: int) -> Ne
         return tf.stack([tf.reduce_sum(windows_per_sentence(totals, seq_length)),
                          tf.size(batch["id"], out_type=tf.int64)])
 
-    for split in splits.prepared.splits():
-        counts = cached_counts("ner", split, (splits.tag_names, str(preprocess_fn.fingerprint),
+    for split in data.prepared.splits():
+        counts = cached_counts("ner", split, (data.tag_names, str(preprocess_fn.fingerprint),
                                               seq_length),
-                               _sentences(split, splits.tag_names, 1024), measure)
+                               _sentences(split, data.tag_names, 1024), measure)
         data.counts[split.name] = counts[:, 0].tolist()
         data.sentences[split.name] = int(counts[:, 1].sum())
-        if split.name in splits.unknown:
-            splits.report.add(split.name, splits.first_unknown[split.name],
-                              split.rows - data.sentences[split.name])
+        if split.name in data.unknown:
+            data.report.add(split.name, data.first_unknown[split.name],
+                            split.rows - data.sentences[split.name])
     if not data.sentences.get("train"):
-        raise DataError(f"data.train_files: no usable sentences ({splits.report.count} bad "
-                        f"row(s) skipped: {splits.report.summary()})")
+        raise DataError(f"data.train_files: no usable sentences ({data.report.count} bad "
+                        f"row(s) skipped: {data.report.summary()})")
     return data
-
-
-def _model_inputs(batch: dict[str, tf.Tensor]) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
-    return {k: batch[k] for k in FEATURE_KEYS}, batch["labels"]
 
 
 def ner_examples(data: NerData, split: SplitData, preprocess_fn: Any, seq_length: int
@@ -222,16 +199,12 @@ def ner_examples(data: NerData, split: SplitData, preprocess_fn: Any, seq_length
     place their boundaries by the training windows' lengths, and cut features and labels
     alike."""
     spec = {k: tf.TensorSpec([None, seq_length], tf.int32) for k in (*FEATURE_KEYS, "labels")}
-    spec["id"] = tf.TensorSpec([None], tf.int64)
     return reader.Examples(
         task="ner", split=split, source=data.source(split),
         read=lambda rows: _sentences(split, data.tag_names, rows),
-        encode=cut_sentences(preprocess_fn.module, seq_length), model_inputs=_model_inputs,
-        spec=spec,
-        storage={"input_word_ids": reader.token_storage(getattr(preprocess_fn, "vocab_size",
-                                                                None)),
-                 "input_mask": tf.uint8, "input_type_ids": tf.uint8, "labels": tf.int16,
-                 "id": tf.int64},
+        encode=cut_sentences(preprocess_fn.module, seq_length), labels="labels", spec=spec,
+        storage={"input_word_ids": reader.token_storage(preprocess_fn.vocab_size),
+                 "input_mask": tf.uint8, "input_type_ids": tf.uint8, "labels": tf.int16},
         key=(data.tag_names, str(preprocess_fn.fingerprint), seq_length),
         describe={"seq_length": seq_length}, what="window",
         lengths=Lengths(lambda: window_lengths(data, preprocess_fn, seq_length), seq_length))
@@ -250,14 +223,9 @@ def eval_windows(data: NerData, split: SplitData, preprocess_fn: Any, seq_length
 
 def window_lengths(data: NerData, preprocess_fn: Any, seq_length: int, rows: int = 4096
                    ) -> np.ndarray:
-    """Token lengths of the first ``rows`` training windows (in file order, the same on
-    every worker): what ``lengths.boundaries`` places the buckets by."""
-    out: list[np.ndarray] = []
-    for batch in eval_windows(data, data.split("train"), preprocess_fn, seq_length, 512):
-        out.append(batch["input_mask"].numpy().sum(axis=1))
-        if sum(len(o) for o in out) >= rows:
-            break
-    return np.concatenate(out)[:rows] if out else np.zeros([0], np.int64)
+    """Token lengths of the first ``rows`` training windows (``first_lengths``)."""
+    return first_lengths(eval_windows(data, data.train, preprocess_fn, seq_length, 512),
+                         lambda batch: batch["input_mask"].numpy().sum(axis=1), rows)
 
 
 def gold_tags(data: NerData, split: SplitData) -> list[list[str]]:

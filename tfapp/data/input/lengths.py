@@ -1,7 +1,7 @@
 """Length-aware batches: each batch padded to the smallest of a few bucket lengths that
 holds its longest example, instead of to ``data.seq_length``.
 
-How a pipeline's batches are made (``group``):
+How a pipeline's batches are made (``Grouping``):
 
 1. The stream's examples are taken a *window* at a time: ``WINDOW_BATCHES`` batches' worth
    (rounded up to whole units), as Hugging Face's ``LengthGroupedSampler`` takes
@@ -30,14 +30,15 @@ the step at most once per shape.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["LengthPlan", "Grouping", "Lengths", "boundaries", "group", "WINDOW_BATCHES",
-           "grouping_for", "multiple_for", "padding_efficiency", "mask_lengths",
+__all__ = ["LengthPlan", "Grouping", "Lengths", "boundaries", "WINDOW_BATCHES",
+           "first_lengths", "grouping_for", "multiple_for", "padding_efficiency", "mask_lengths",
            "trim_to_longest"]
 
 #: batches sorted together (Hugging Face's LengthGroupedSampler uses megabatches of 50)
@@ -97,6 +98,18 @@ def mask_lengths(batch: dict[str, tf.Tensor]) -> tf.Tensor:
     return tf.reduce_sum(tf.cast(batch["input_mask"], tf.int32), axis=1)
 
 
+def first_lengths(batches: Iterable[Any], lengths: Callable[[Any], np.ndarray], rows: int
+                  ) -> np.ndarray:
+    """``lengths(batch)`` of the first ``rows`` examples of ``batches`` (in file order, the
+    same on every worker): what ``boundaries`` places the buckets by."""
+    out: list[np.ndarray] = []
+    for batch in batches:
+        out.append(np.asarray(lengths(batch)))
+        if sum(len(o) for o in out) >= rows:
+            break
+    return np.concatenate(out)[:rows] if out else np.zeros([0], np.int64)
+
+
 def trim_to_longest(features: dict[str, tf.Tensor], seq_length: int, multiple: int = 8
                     ) -> dict[str, tf.Tensor]:
     """BERT ``features`` ``[n, seq_length]`` cut to the batch's longest example rounded up to
@@ -120,59 +133,6 @@ def _trim(batch: dict[str, tf.Tensor], length: tf.Tensor, seq_length: int,
             return tf.ensure_shape(out, [t.shape[0], None] + t.shape[2:].as_list())
         return t
     return {k: cut(k, v) for k, v in batch.items()}
-
-
-def group(dataset: tf.data.Dataset, plan: LengthPlan, *, training: bool, seed: int,
-          first_window: int = 0, length_fn: Callable[[dict], tf.Tensor] = mask_lengths,
-          keys: tuple[str, ...] | None = None) -> tf.data.Dataset:
-    """Batches grouped by length, from ``dataset``: windows of ``plan.window_examples``
-    examples padded to ``plan.seq_length`` (training: whole windows of an endless stream,
-    window numbers counted from ``first_window``; evaluation: the last window may be
-    short). ``length_fn`` gives each example's real length; ``keys`` are the tensors cut
-    to the bucket's length (None: every ``[n, seq_length, ...]`` one).
-    """
-    per_batch, unit = plan.batch, plan.unit
-    seq = plan.seq_length
-    edges = tf.constant(plan.boundaries, tf.int32)
-    windows = dataset.enumerate(start=first_window) if training else \
-        dataset.map(lambda w: (tf.constant(0, tf.int64), w))
-
-    def cut(number: tf.Tensor, window: dict[str, tf.Tensor]) -> tf.data.Dataset:
-        lengths = length_fn(window)
-        n = tf.shape(lengths)[0]
-        # Sorted by bucket, in a random order within each bucket: a batch pads to its
-        # bucket's length anyway, and examples of one bucket but different lengths (and
-        # different content) then share batches, as they would without buckets.
-        slot = tf.minimum(tf.searchsorted(edges, lengths, side="left"),
-                          len(plan.boundaries) - 1)
-        noise = tf.random.stateless_uniform(
-            [n], seed=tf.stack([tf.cast(seed, tf.int64), number + (1 << 40)]))
-        order = tf.argsort(tf.cast(slot, tf.float32) + noise, direction="DESCENDING",
-                           stable=True)
-        batches = (n + per_batch - 1) // per_batch
-        units = (batches + unit - 1) // unit
-        # Each unit's largest bucket is its first example's (the window is sorted).
-        bucket = tf.gather(edges, tf.gather(slot, tf.gather(
-            order, tf.range(units) * unit * per_batch)))
-        unit_order = tf.range(units)
-        if training:
-            unit_order = tf.random.experimental.stateless_shuffle(
-                unit_order, seed=tf.stack([tf.cast(seed, tf.int64), number]))
-        batch_ids = tf.reshape(unit_order[:, None] * unit + tf.range(unit)[None, :], [-1])
-        batch_ids = tf.boolean_mask(batch_ids, batch_ids < batches)
-
-        def take(i):
-            j = tf.gather(batch_ids, tf.cast(i, tf.int32))
-            rows = tf.gather(order, tf.range(j * per_batch, tf.minimum((j + 1) * per_batch, n)))
-            picked = {k: tf.gather(v, rows) for k, v in window.items()}
-            if training:  # whole batches: a static batch size, as drop_remainder gives
-                picked = {k: tf.ensure_shape(v, [per_batch] + v.shape[1:].as_list())
-                          for k, v in picked.items()}
-            return _trim(picked, bucket[j // unit], seq, keys)
-
-        return tf.data.Dataset.range(tf.cast(tf.size(batch_ids), tf.int64)).map(take)
-
-    return windows.flat_map(cut)
 
 
 @dataclass(frozen=True)
@@ -201,8 +161,53 @@ class Grouping:
 
     def __call__(self, dataset: tf.data.Dataset, plan: LengthPlan, *, training: bool,
                  first_window: int = 0) -> tf.data.Dataset:
-        return group(dataset, plan, training=training, seed=self.seed,
-                     first_window=first_window, length_fn=self.length_fn, keys=self.keys)
+        """Batches grouped by length, from ``dataset``: windows of ``plan.window_examples``
+        examples padded to ``plan.seq_length`` (training: whole windows of an endless
+        stream, window numbers counted from ``first_window``; evaluation: the last window
+        may be short)."""
+        per_batch, unit = plan.batch, plan.unit
+        seq = plan.seq_length
+        edges = tf.constant(plan.boundaries, tf.int32)
+        windows = dataset.enumerate(start=first_window) if training else \
+            dataset.map(lambda w: (tf.constant(0, tf.int64), w))
+
+        def cut(number: tf.Tensor, window: dict[str, tf.Tensor]) -> tf.data.Dataset:
+            lengths = self.length_fn(window)
+            n = tf.shape(lengths)[0]
+            # Sorted by bucket, in a random order within each bucket: a batch pads to its
+            # bucket's length anyway, and examples of one bucket but different lengths (and
+            # different content) then share batches, as they would without buckets.
+            slot = tf.minimum(tf.searchsorted(edges, lengths, side="left"),
+                              len(plan.boundaries) - 1)
+            noise = tf.random.stateless_uniform(
+                [n], seed=tf.stack([tf.cast(self.seed, tf.int64), number + (1 << 40)]))
+            order = tf.argsort(tf.cast(slot, tf.float32) + noise, direction="DESCENDING",
+                               stable=True)
+            batches = (n + per_batch - 1) // per_batch
+            units = (batches + unit - 1) // unit
+            # Each unit's largest bucket is its first example's (the window is sorted).
+            bucket = tf.gather(edges, tf.gather(slot, tf.gather(
+                order, tf.range(units) * unit * per_batch)))
+            unit_order = tf.range(units)
+            if training:
+                unit_order = tf.random.experimental.stateless_shuffle(
+                    unit_order, seed=tf.stack([tf.cast(self.seed, tf.int64), number]))
+            batch_ids = tf.reshape(unit_order[:, None] * unit + tf.range(unit)[None, :], [-1])
+            batch_ids = tf.boolean_mask(batch_ids, batch_ids < batches)
+
+            def take(i):
+                j = tf.gather(batch_ids, tf.cast(i, tf.int32))
+                rows = tf.gather(order, tf.range(j * per_batch,
+                                                 tf.minimum((j + 1) * per_batch, n)))
+                picked = {k: tf.gather(v, rows) for k, v in window.items()}
+                if training:  # whole batches: a static batch size, as drop_remainder gives
+                    picked = {k: tf.ensure_shape(v, [per_batch] + v.shape[1:].as_list())
+                              for k, v in picked.items()}
+                return _trim(picked, bucket[j // unit], seq, self.keys)
+
+            return tf.data.Dataset.range(tf.cast(tf.size(batch_ids), tf.int64)).map(take)
+
+        return windows.flat_map(cut)
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Part", "Source", "Start", "StepPlan", "partition", "plan_steps", "start_at",
-           "steps_per_pass"]
+__all__ = ["Part", "Source", "Start", "StepPlan", "partition", "plan_steps"]
 
 log = logging.getLogger("tfapp.data")
 _warned: set[str] = set()
@@ -67,12 +66,6 @@ class Start:
     consumed: int = 0
 
 
-def start_at(batches: int, steps: int, examples_per_step: int) -> Start:
-    """Where a pipeline resumes after ``batches`` global batches (``steps`` per pass,
-    ``examples_per_step`` of them from this pipeline per step)."""
-    return Start(batches // steps, batches % steps * examples_per_step) if steps else Start()
-
-
 @dataclass(frozen=True)
 class StepPlan:
     """A training input's step arithmetic, the one copy every task uses (``plan_steps``).
@@ -110,11 +103,14 @@ class StepPlan:
 def plan_steps(source: Source, *, global_batch: int, pipelines: int, seed: int,
                resumed_batches: int = 0) -> StepPlan:
     """The ``StepPlan`` of training on ``source``: whole steps of the smallest pipeline's
-    part per pass, resumed after ``resumed_batches`` global batches."""
+    part per pass (every pipeline takes part in every step), resumed after
+    ``resumed_batches`` global batches."""
     per_step = global_batch // pipelines
-    steps = steps_per_pass(source, pipelines, per_step, seed)
-    return StepPlan(global_batch, pipelines, steps, start_at(resumed_batches, steps, per_step),
-                    seed)
+    steps = min(partition(source, i, pipelines, seed).size for i in range(pipelines)) \
+        // per_step
+    start = Start(resumed_batches // steps, resumed_batches % steps * per_step) if steps \
+        else Start()
+    return StepPlan(global_batch, pipelines, steps, start, seed)
 
 
 def partition(source: Source, index: int, count: int, seed: int) -> Part:
@@ -132,10 +128,3 @@ def partition(source: Source, index: int, count: int, seed: int) -> Part:
                     "every file and keeps every %d-th example (prepare more shards to shard "
                     "by file)", source.name, n, count, count)
     return Part(tuple(range(n)), (index, count), len(range(index, source.size, count)))
-
-
-def steps_per_pass(source: Source, pipelines: int, examples_per_step: int, seed: int) -> int:
-    """Training steps in one pass: whole steps of the smallest pipeline's part (every
-    pipeline takes part in every step)."""
-    return min(partition(source, i, pipelines, seed).size for i in range(pipelines)) \
-        // examples_per_step

@@ -31,6 +31,7 @@ from tfapp.data.input.lengths import Lengths, grouping_for
 from tfapp.data.input.plan import Source, StepPlan, partition, plan_steps
 from tfapp.data.input.splits import SplitData
 from tfapp.data.input.store import CHUNK, Store, store_root
+from tfapp.data.text.bert_preprocess import FEATURE_KEYS
 
 import tensorflow as tf
 
@@ -55,10 +56,13 @@ class Examples:
       read: ``read(rows)`` -> ``examples(file, index)``: one file's raw examples of this
         split, in chunks of about ``rows`` rows.
       encode: a chunk of raw examples -> fixed-length features, labels and ``id``.
-      model_inputs: a batch of encoded examples -> ``(features, labels)``.
-      spec: the encoded chunk's ``tf.TensorSpec`` per key (``[None, ...]``); needed where
-        the task's data config can store (data.snapshot / data.cache).
-      storage: the dtype each key is stored as (narrower than the spec's where it fits).
+      labels: the key of the labels the model trains on (None: it has none, the batch
+        is its features).
+      features: the keys of the model's inputs.
+      spec: the encoded chunk's ``tf.TensorSpec`` per key besides ``id`` (``[None,
+        ...]``); needed where the task's data config can store (data.snapshot /
+        data.cache).
+      storage: the dtype a key is stored as, where narrower than the spec's.
       key: everything besides the prepared split that decides the encoded examples (the
         tokeniser's fingerprint, lengths, label names...): a store is reused only when
         it is the same.
@@ -72,13 +76,19 @@ class Examples:
     source: Source
     read: Callable[[int], stream.ExamplesFn]
     encode: Callable[[dict[str, tf.Tensor]], dict[str, tf.Tensor]]
-    model_inputs: Callable[[dict[str, tf.Tensor]], Any]
+    labels: str | None = None
+    features: tuple[str, ...] = FEATURE_KEYS
     spec: dict[str, tf.TensorSpec] = field(default_factory=dict)
     storage: dict[str, tf.DType] = field(default_factory=dict)
     key: tuple = ()
     describe: dict[str, Any] = field(default_factory=dict)
     what: str = "example"
     lengths: Lengths | None = None
+
+    def model_inputs(self, batch: dict[str, tf.Tensor]) -> Any:
+        """A batch of encoded examples -> ``(features, labels)`` (or the features)."""
+        features = {k: batch[k] for k in self.features}
+        return (features, batch[self.labels]) if self.labels else features
 
 
 def token_storage(vocab_size: int | None) -> tf.DType:
@@ -92,9 +102,10 @@ def _store(examples: Examples, data_cfg: Any, *, write: bool) -> Store:
     key = hashlib.sha256(repr((
         examples.task, 2, manifest.root, manifest.to_json(), split.selector, examples.key,
         CHUNK)).encode()).hexdigest()[:16]
-    return Store(f"{store_root(data_cfg).rstrip('/')}/{split.name}-{key}", examples.spec,
-                 split.chunks(CHUNK), storage=examples.storage, write=write,
-                 describe={"task": examples.task, "split": split.name,
+    spec = {**examples.spec, "id": tf.TensorSpec([None], tf.int64)}
+    return Store(f"{store_root(data_cfg).rstrip('/')}/{split.name}-{key}", spec,
+                 split.chunks(CHUNK), storage={k: examples.storage.get(k) for k in spec},
+                 write=write, describe={"task": examples.task, "split": split.name,
                            "prepared": manifest.root, **examples.describe})
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,32 +33,27 @@ from tfapp.data.prepare.manifest import (
 from tfapp.data.rows.bad_rows import BadRow, BadRowPolicy, BadRowReport
 from tfapp.data.rows.names import KnownNames
 from tfapp.data.rows.spec import RowSpec
+from tfapp.demo import DEMO_DIR
 from tfapp.errors import DataError
 
-__all__ = ["SplitCounts", "SplitData", "PreparedSplits", "prepared_splits", "prepared_cache",
-           "resolve_demo"]
+__all__ = ["SplitCounts", "SplitData", "PreparedSplits", "prepared_splits", "resolve_demo"]
 
 log = logging.getLogger("tfapp.data")
 SPLITS = ("train", "validation", "test")
 
 
-def resolve_demo(data_cfg: Any, demo: Callable[[str], str], *, fill: bool = True
-                 ) -> tuple[str, str, str]:
-    """(train, validation, test) data specs of ``data_cfg``, ``demo`` mapped to the files
-    shipped inside the package (``demo(split)``). With ``fill``, ``train_files: demo`` also
-    fills empty validation and test specs with the demo's own, so the default run
-    evaluates on held-out data."""
+def resolve_demo(data_cfg: Any, demo: str, *, fill: bool = True) -> tuple[str, str, str]:
+    """(train, validation, test) data specs of ``data_cfg``, ``demo`` mapped to the file
+    shipped inside the package that ``demo`` names (``{split}``: the split's). With
+    ``fill``, ``train_files: demo`` also fills empty validation and test specs with the
+    demo's own, so the default run evaluates on held-out data."""
     specs = [getattr(data_cfg, f"{split}_files") for split in SPLITS]
     if fill and specs[0].strip() == "demo":
         specs = [spec or "demo" for spec in specs]
-    train, validation, test = (demo(split) if spec.strip() == "demo" else spec
+    train, validation, test = (str(DEMO_DIR / demo.format(split=split))
+                               if spec.strip() == "demo" else spec
                                for split, spec in zip(SPLITS, specs, strict=True))
     return train, validation, test
-
-
-def prepared_cache() -> str:
-    """Where runs prepare raw files: ``$TFAPP_CACHE_DIR/prepared``."""
-    return str(usable_cache_dir() / "prepared")
 
 
 @dataclass
@@ -127,11 +121,24 @@ class SplitData:
 
 
 class SplitCounts:
-    """A task's examples of each split per shard file (``counts``: split name -> them), where
-    a row is not one example (windows, packed sequences, rows left out), as the stream
-    reads them (``source``)."""
+    """A task's prepared splits (``prepared``) and its examples of each split per shard
+    file (``counts``: split name -> them), where a row is not one example (windows,
+    packed sequences, rows left out), as the stream reads them (``source``)."""
 
+    prepared: PreparedSplits
     counts: dict[str, list[int]]
+
+    @property
+    def train(self) -> SplitData:
+        return self.prepared.train
+
+    @property
+    def validation(self) -> SplitData | None:
+        return self.prepared.validation
+
+    @property
+    def test(self) -> SplitData | None:
+        return self.prepared.test
 
     def size(self, split: SplitData | None) -> int:
         return sum(self.counts[split.name]) if split is not None else 0
@@ -188,7 +195,9 @@ def _manifest(spec: str, row: RowSpec, data_cfg, split: str, what: str
         files = [spec]
     else:
         files = resolve_files(spec, what)
-    done = prepared(files, row, cache=prepared_cache(), mode=data_cfg.on_bad_rows, split=split)
+    # Runs prepare raw files in $TFAPP_CACHE_DIR/prepared.
+    done = prepared(files, row, cache=str(usable_cache_dir() / "prepared"),
+                    mode=data_cfg.on_bad_rows, split=split)
     return done.manifest, done
 
 

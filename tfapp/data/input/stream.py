@@ -311,21 +311,18 @@ def batches(source: Source, examples: ExamplesFn, data_cfg: Any, *, plan: StepPl
         local_batch = input_context.get_per_replica_batch_size(plan.global_batch)
         replicas = input_context.num_replicas_in_sync // pipelines
     length_plan = grouping.plan(local_batch, replicas) if grouping is not None else None
-    if data_cfg.service.address:
-        dataset = service_stream(source, examples, seed=seed, block=data_cfg.shuffle_buffer,
-                                 training=training, deterministic=data_cfg.deterministic)
+    if data_cfg.service.address or not training:
+        if data_cfg.service.address:
+            dataset = service_stream(source, examples, seed=seed, block=data_cfg.shuffle_buffer,
+                                     training=training, deterministic=data_cfg.deterministic)
+        else:
+            dataset = eval_stream(source, partition(source, index, pipelines, seed), examples)
         if length_plan is not None:
             return grouping(dataset.rebatch(length_plan.window_examples,
                                             drop_remainder=training),
                             length_plan, training=training)
         return dataset.rebatch(local_batch, drop_remainder=training)
     part = partition(source, index, pipelines, seed)
-    if not training:
-        dataset = eval_stream(source, part, examples)
-        if length_plan is not None:
-            return grouping(dataset.rebatch(length_plan.window_examples), length_plan,
-                            training=False)
-        return dataset.rebatch(local_batch)
     steps, per_step = plan.steps, plan.per_step
     if steps < 1:
         raise DataError(

@@ -76,13 +76,13 @@ class GeneratorTask(Task):
                                               keep_vocab=self.ctx.resuming)
         words.save_vocabulary(data.vocabulary, self.layout.vocab)
         inputs = training_inputs(
-            lambda split: generator.generator_examples(data, split, d), data.splits.train,
-            data.splits.validation, d, runtime=self.runtime, seed=seed,
+            lambda split: generator.generator_examples(data, split, d), data.train,
+            data.validation, d, runtime=self.runtime, seed=seed,
             resumed_batches=self.ctx.resumed_batches(),
             steps_per_execution=self.cfg.trainer.steps_per_execution)
         return GeneratorInputs(
             **inputs.fields(), vocabulary=data.vocabulary, sample_prompts=data.sample_prompts,
-            test=data.splits.test if data.size(data.splits.test) else None)
+            test=data.test if data.size(data.test) else None)
 
     def build_model(self, inputs: GeneratorInputs) -> seq2seq.Seq2Seq:
         # The fused LSTM recompiles every step under XLA; unfused cells do not.

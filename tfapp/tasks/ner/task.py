@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from tfapp.atomic import write_text
 from tfapp.data.examples.ner import (
     NerData,
-    build_ner_data,
+    count_windows,
     demo_files,
     eval_windows,
     gold_tags,
@@ -50,7 +50,8 @@ class NerInputs(BertInputs):
     preprocessing and Hub handles: ``BertInputs``).
 
     Attributes:
-      data: the splits, tag names and windows per shard file (``build_ner_data``).
+      data: the splits, tag names and windows per shard file (``load_ner_splits``,
+        ``count_windows``).
       gold: split name -> its sentences' tags (what the entity scores compare against).
       windows: split name -> its windows in order (``eval_windows``), built once and
         kept after the first evaluation (``KeptWindows``).
@@ -183,21 +184,22 @@ class NerTask(Task):
         seed = self.cfg.runtime.seed
         bert = bert_setup(self.cfg)
         preprocess = bert.preprocess
-        splits = load_ner_splits(d, seed, self.layout.labels, keep_vocab=self.ctx.resuming)
-        data = build_ner_data(splits, preprocess, d.seq_length)
-        if splits.report.count:
-            log.warning("data: %s", splits.report.summary())
+        data = count_windows(load_ner_splits(d, seed, self.layout.labels,
+                                             keep_vocab=self.ctx.resuming),
+                             preprocess, d.seq_length)
+        if data.report.count:
+            log.warning("data: %s", data.report.summary())
         log.info("data: %d train / %d validation / %d test sentences, %d tags",
                  data.sentences.get("train", 0), data.sentences.get("validation", 0),
-                 data.sentences.get("test", 0), len(splits.tag_names))
+                 data.sentences.get("test", 0), len(data.tag_names))
         inputs = training_inputs(
             lambda split: ner_examples(data, split, preprocess, d.seq_length),
-            data.split("train"), data.split("validation"), d, runtime=self.runtime, seed=seed,
+            data.train, data.validation, d, runtime=self.runtime, seed=seed,
             resumed_batches=self.ctx.resumed_batches(),
             steps_per_execution=self.cfg.trainer.steps_per_execution)
-        gold = {name: gold_tags(data, data.split(name)) for name in ("validation", "test")
-                if data.size(data.split(name))}
-        windows = {name: KeptWindows(eval_windows(data, data.split(name), preprocess,
+        gold = {name: gold_tags(data, getattr(data, name)) for name in ("validation", "test")
+                if data.size(getattr(data, name))}
+        windows = {name: KeptWindows(eval_windows(data, getattr(data, name), preprocess,
                                                   d.seq_length, inputs.plan.global_batch))
                    for name in gold}
         return NerInputs(**inputs.fields(), data=data, gold=gold, windows=windows,
@@ -247,7 +249,7 @@ class NerTask(Task):
                                  tag_names=inputs.data.tag_names)
             metadata = {
                 "task": "ner", "tag_names": inputs.data.tag_names,
-                "entity_types": inputs.data.splits.entity_types, "seq_length": d.seq_length,
+                "entity_types": inputs.data.entity_types, "seq_length": d.seq_length,
                 "hub_handle": self.cfg.model.hub_handle,
                 "preprocessor": inputs.preprocessor_handle}
             card = self._card(inputs, scores, details=FORMAT.describe(metadata))
@@ -258,7 +260,7 @@ class NerTask(Task):
 
     def _card(self, inputs: NerInputs, scores: dict, *,
               details: dict[str, str]) -> ModelCard:
-        s, d, m = inputs.data.splits, self.cfg.data, self.cfg.model
+        s, d, m = inputs.data, self.cfg.data, self.cfg.model
         demo = d.train_files.strip() == "demo"
         examples = {k: v for k, v in inputs.data.sentences.items() if v}
         files = {"train": "the NER demo shipped with tfapp" if demo else f"`{d.train_files}`",
