@@ -294,3 +294,68 @@ def test_bench_lengths_runs_its_tfapp_rows_at_toy_size(tmp_path):
     assert [r["name"] for r in table["rows"]] == ["tfapp fixed padding", "tfapp length buckets"]
     for row in table["rows"]:
         assert row["median"] > 0 and 0 < row["padding_efficiency"] <= 1, row
+
+
+def test_bench_stream_runs_at_toy_size(tmp_path):
+    """Two shard files of 300 rows, in order and merged with a 64-row shuffle block: a row
+    per (files, block), each with a rate (the rows are tfapp's training stream)."""
+    import json
+
+    _main("bench_stream", "--files", "1,2", "--rows", "300", "--blocks", "64", "--rounds",
+          "1", "--batch", "16", "--json", str(tmp_path / "stream.json"))
+    rows = json.loads((tmp_path / "stream.json").read_text())
+    assert [r["row"] for r in rows] == [
+        "1 file(s), in order (block 0)", "1 file(s), merged in runs of 1, block 64",
+        "2 file(s), in order (block 0)", "2 file(s), merged in runs of 1, block 64"]
+    for row in rows:
+        assert 0 < row["min"] <= row["median"] <= row["max"], row
+
+
+def test_probe_polarity_runs_on_the_builtin_module(capsys):
+    """The probe's numbers on embeddings that hold the polarity (two clusters: within
+    near 1, across near 0, every word placed), then its table row for builtin:tiny."""
+    probe = load_script("probe_polarity")
+    vocab = {w: i for i, w in enumerate(dict.fromkeys(probe.POSITIVE + probe.NEGATIVE))}
+    positive, negative = probe.polarity_words(vocab)
+    assert "great" in positive and "terrible" in negative and "spot on" not in positive
+    emb = np.random.default_rng(0).normal(scale=0.05, size=(len(vocab), 8))
+    emb[[vocab[w] for w in positive], 0] += 1
+    emb[[vocab[w] for w in negative], 1] += 1
+    within, across, accuracy, n = probe.polarity_probe(emb, vocab)
+    assert within > 0.9 and abs(across) < 0.1 and accuracy == 1.0, (within, across, accuracy)
+    assert n == len(positive) + len(negative)
+    assert probe.main(["builtin:tiny"]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if "builtin:tiny" in line]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert len(cells) == 6 and int(cells[1]) > 20 and 0 <= float(cells[5]) <= 1, row
+
+
+def _script_entries(path: Path = REPO / ".ci" / "scripts.txt") -> dict[str, str]:
+    entries = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, what = line.partition(": ")
+            entries[name] = what.strip()
+    return entries
+
+
+def test_every_script_is_run_by_a_test_or_says_why_not():
+    """.ci/scripts.txt names each file in scripts/ once: with the test that runs it (a test
+    function that names the script, or a test file that does) or with "not run:" and why."""
+    import ast
+
+    entries = _script_entries()
+    assert sorted(entries) == sorted(p.name for p in SCRIPTS.iterdir() if p.is_file())
+    for name, what in entries.items():
+        stem = Path(name).stem
+        if what.startswith("not run:"):
+            assert len(what.removeprefix("not run:").split()) >= 5, (name, "give the reason")
+            continue
+        file, _, test = what.partition("::")
+        source = (REPO / file).read_text(encoding="utf-8")
+        if test:
+            (node,) = [n for n in ast.parse(source).body
+                       if isinstance(n, ast.FunctionDef) and n.name == test] or [None]
+            assert node is not None, (name, f"no {test} in {file}")
+            source = ast.get_source_segment(source, node)
+        assert stem in source, (name, f"{what} does not name {stem}")
