@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import json
 import os
 import random
 import sys
@@ -77,6 +78,13 @@ def make_corpus(n: int, seed: int, sentences: tuple[int, int] = (2, 4)
         texts.append(" ".join(t for t, _ in parts))
         labels.append(int(parts[-1][1]))
     return texts, np.array(labels, np.int32)
+
+
+def corpus_file(work: Path, name: str, examples: int, seed: int) -> Path:
+    """Where the orchestrator leaves a corpus for its workers: the generator costs more
+    CPU than a tfapp row's epochs (4.5 s for 8,192 long texts), so it runs once, not once
+    per process."""
+    return work / f"texts-{name}-{examples}-{seed}.json"
 
 
 # ------------------------------------------------------------- (a) per-item Python loop
@@ -320,7 +328,9 @@ ROWS = {  # row name -> (worker, which interpreter, DataLoader workers: None = -
 
 
 def run_worker(a: argparse.Namespace) -> None:
-    texts, labels = make_corpus(a.examples, a.seed, CORPORA[a.corpus])
+    corpus = json.loads(corpus_file(Path(a.work_dir), a.corpus, a.examples, a.seed)
+                        .read_text(encoding="utf-8"))
+    texts, labels = corpus["texts"], np.array(corpus["labels"], np.int32)
     if a.worker == "fast":
         bc.serve(lambda: worker_fast(a, texts, labels))
     elif a.worker == "python":
@@ -360,7 +370,11 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(a.work_dir or tempfile.mkdtemp(prefix="tfapp-bench-input-"))
     work.mkdir(parents=True, exist_ok=True)
     names = list(CORPORA) if a.corpus == "both" else [a.corpus]
-    first = make_corpus(min(a.examples, 5000), a.seed, CORPORA[names[0]])[0]
+    corpora = {name: make_corpus(a.examples, a.seed, CORPORA[name]) for name in names}
+    for name, (texts, labels) in corpora.items():
+        write_text(corpus_file(work, name, a.examples, a.seed),
+                   json.dumps({"texts": texts, "labels": labels.tolist()}))
+    first = corpora[names[0]][0][:5000]  # make_corpus(5000) is make_corpus(n)'s first 5000
     write_text(work / "vocab.txt", "\n".join(build_wordpiece_vocab(first, a.vocab_size)) + "\n")
     print(f"{a.examples} examples per corpus, seq_length {a.seq_length}, batch {a.batch_size}, "
           f"{os.cpu_count()} cores; {a.warmup} warm-up + {a.rounds} timed epochs per row, "
@@ -379,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
             own = [] if loader_workers is None else ["--loader-workers", str(loader_workers)]
             rows.append(bc.Row(row, [python, __file__, "--worker", worker, *common, *own],
                                env))
-        texts = make_corpus(a.examples, a.seed, CORPORA[name])[0]
+        texts = corpora[name][0]
         words = sum(len(t.split()) for t in texts) / len(texts)
         print(f"\n[{name}] {words:.0f} words per example on average", flush=True)
         bc.alternate(rows, rounds=a.rounds, warmup=a.warmup, log_dir=work / f"logs-{name}")
