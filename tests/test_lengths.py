@@ -3,11 +3,7 @@ exact resume through ``stream.batches``, and XLA compiling once per bucket."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import ClassifierDataConfig
@@ -17,6 +13,7 @@ from tfapp.data.input.plan import Source, plan_steps
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import XLA_DUMP_DIR, run_tfapp
 
 SEQ = 32
 COUNTS = (700, 500, 400)
@@ -219,18 +216,17 @@ def test_xla_compiles_the_train_step_at_most_once_per_bucket(tmp_path):
     csv.write_text("text,label\n" + "".join(
         f"{' '.join(rng.choice(words, rng.integers(1, 41)))},{'ab'[i % 2]}\n"
         for i in range(640)))
-    dump = tmp_path / "xla"
-    env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={dump}", "TFAPP_CPU_BFLOAT16": "0"}
-    cmd = [sys.executable, "-m", "tfapp.train", f"output_dir={tmp_path}", "name=x",
-           f"data.train_files={csv}", "data.validation_split=0", "data.seq_length=64",
-           "model.kind=cnn", "model.units=8", "model.embedding_dim=8", "trainer.epochs=1",
-           "trainer.jit_compile=true", "trainer.export=false", "data.length_buckets=4",
-           "tracking.tensorboard=false"]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    # In this process: conftest's XLA_DUMP_DIR holds what XLA compiled since this test's
+    # setup began (XLA reads its flags once per process, and conftest set them).
+    done = run_tfapp("tfapp.train", [
+        f"output_dir={tmp_path}", "name=x", f"data.train_files={csv}",
+        "data.validation_split=0", "data.seq_length=64", "model.kind=cnn", "model.units=8",
+        "model.embedding_dim=8", "trainer.epochs=1", "trainer.jit_compile=true",
+        "trainer.export=false", "data.length_buckets=4", "tracking.tensorboard=false"])
     assert done.returncode == 0, done.stderr[-3000:]
     found = re.search(r"data: (\d+) length buckets", done.stderr + done.stdout)
     assert found, (done.stderr + done.stdout)[-2000:]
     buckets = int(found.group(1))
-    modules = sorted(p.name for p in Path(dump).glob("*.before_optimizations.txt"))
+    modules = sorted(p.name for p in XLA_DUMP_DIR.glob("*.before_optimizations.txt"))
     assert {m.split(".")[1] for m in modules} == {modules[0].split(".")[1]}  # one function
     assert 2 <= len(modules) <= buckets <= 4, (buckets, modules)

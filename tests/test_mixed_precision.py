@@ -232,24 +232,31 @@ def test_xla_auto_follows_the_encoder_built(built_models, device, encoder, expec
     ("mixed_bfloat16", "native BertEncoder", "bfloat16 compute"),
     ("float32", "TF-Hub SavedModel", "float32 compute"),
 ])
-def test_run_header_names_the_encoder_and_the_reason(tmp_path, precision, encoder, why):
-    """A real tiny classifier run (builtin:tiny, 2 steps): its header says which encoder
-    was built and why, and why XLA is off (CPU)."""
+def test_run_header_names_the_encoder_and_the_reason(tmp_path, tmp_path_factory, precision,
+                                                     encoder, why):
+    """A real tiny classifier run (builtin:tiny): its header says which encoder was built
+    and why, and why XLA is off (CPU). float32 is the session's shared classifier run
+    (conftest CLASSIFIER_RUN: precision auto, float32 on every CPU in tests); bfloat16
+    trains a run of its own (2 steps)."""
     import json
 
     from tfapp.config import load_config
     from tfapp.tasks import get_task
     from tfapp.training.driver import train
 
-    from conftest import REPO
+    from conftest import CLASSIFIER_RUN, REPO, shared_run
 
-    cfg = load_config(REPO / "configs/classifier_local.yaml", [
-        f"output_dir={tmp_path}", f"runtime.precision={precision}", "trainer.epochs=1",
-        "trainer.steps_per_epoch=2", "trainer.export=false", "data.seq_length=16"])
-    try:
-        run = train(cfg, task=get_task("classifier")).run_dir
-    finally:
-        tf.keras.mixed_precision.set_global_policy("float32")
+    if precision == "float32":
+        run = shared_run(tmp_path_factory, *CLASSIFIER_RUN)
+        assert json.loads((run / "run_header.json").read_text())["precision"] == "float32"
+    else:
+        cfg = load_config(REPO / "configs/classifier_local.yaml", [
+            f"output_dir={tmp_path}", f"runtime.precision={precision}", "trainer.epochs=1",
+            "trainer.steps_per_epoch=2", "trainer.export=false", "data.seq_length=16"])
+        try:
+            run = train(cfg, task=get_task("classifier")).run_dir
+        finally:
+            tf.keras.mixed_precision.set_global_policy("float32")
     header = json.loads((run / "run_header.json").read_text())
     assert header["encoder"].startswith(encoder) and why in header["encoder"], header
     assert header["jit_compile"] is False and "off on CPU" in header["jit_compile_reason"]
