@@ -1,7 +1,8 @@
 """Resilience for real: preemption (SIGKILL / SIGTERM) and resume, faults, scale-out runs.
 
-Every run here is a real ``python -m tfapp.train`` (or launcher) process; the slow ones
-share processes so that each check costs as little training as possible.
+Every run that is signalled or killed here is a real ``python -m tfapp.train`` (or
+launcher) process; a run that only reads what those left on disk, or that nothing
+interrupts, trains in the test process (no interpreter start-up to pay for).
 """
 
 from __future__ import annotations
