@@ -1,15 +1,17 @@
 """A run stopped mid-epoch resumes at its next unseen batch: across the two runs, every
 example of the interrupted epoch is trained on exactly once.
 
-Each case is two real ``python -m tfapp.train`` processes: the first gets SIGTERM in the
-middle of epoch 1 (a kill point sends it, so the step is not left to a timer) and stops
-after writing a backup; the same command then resumes. ``TFAPP_INPUT_LOG`` makes every
-training pipeline log the ids of the examples in each batch it delivers, numbered from the
-start of the run. The first run's batches up to the backup's step (read from the backup,
-not from the runs' logs) and the second run's batches after it must hold each example of
-the epoch once: the second run starts on the batch after the backup's, and no example of
-the epoch is repeated or skipped. Without exact resume the second run reads the epoch
-from its start again, and the check fails.
+Each case is a real ``python -m tfapp.train`` process that gets SIGTERM in the middle of
+epoch 1 (a kill point sends it, so the step is not left to a timer) and stops after writing
+a backup; the same command then resumes: in this process for one replica (it reads only
+what the stopped process left on disk), in a fresh one for two (logical CPU devices are
+set once per process). ``TFAPP_INPUT_LOG`` makes every training pipeline log the ids of
+the examples in each batch it delivers, numbered from the start of the run. The first
+run's batches up to the backup's step (read from the backup, not from the runs' logs) and
+the second run's batches after it must hold each example of the epoch once: the second
+run starts on the batch after the backup's, and no example of the epoch is repeated or
+skipped. Without exact resume the second run reads the epoch from its start again, and
+the check fails.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, subprocess_env
+from conftest import REPO, run_tfapp, subprocess_env
 
 ROWS = 320  # training rows (generator: lines / 5); batches of 16 per replica
 
@@ -100,8 +102,11 @@ def test_a_run_stopped_mid_epoch_trains_each_example_of_it_once(tmp_path, task, 
     epoch, step = saved_backup_position(run / "backup")
     per_epoch = json.loads((run / "input_state.json").read_text())["fit_steps_per_epoch"]
     assert epoch == 0 and 2 <= step < per_epoch - 2  # stopped inside epoch 1
-    second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=400,
-                            env=subprocess_env(TFAPP_INPUT_LOG=str(logs[1])))
+    if replicas == 1:
+        second = run_tfapp("tfapp.train", command[3:], env={"TFAPP_INPUT_LOG": str(logs[1])})
+    else:
+        second = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
+                                timeout=400, env=subprocess_env(TFAPP_INPUT_LOG=str(logs[1])))
     assert second.returncode == 0, second.stderr[-3000:]
     before, after = _batches(logs[0]), _batches(logs[1])
     # Pipeline batches: one per replica per step (one input pipeline on this host).

@@ -1,7 +1,8 @@
 """Resilience for real: preemption (SIGKILL / SIGTERM) and resume, faults, scale-out runs.
 
-Every run here is a real ``python -m tfapp.train`` (or launcher) process; the slow ones
-share processes so that each check costs as little training as possible.
+Every run that is signalled or killed here is a real ``python -m tfapp.train`` (or
+launcher) process; a run that only reads what those left on disk, or that nothing
+interrupts, trains in the test process (no interpreter start-up to pay for).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from tfapp.run_status import read_status
 from tfapp.tasks import get_task
 
 import pytest
-from conftest import REPO, subprocess_env
+from conftest import REPO, run_tfapp, shared_run, subprocess_env
 
 # The CNN baseline classifier: every op in it is deterministic under
 # runtime.deterministic=true (the builtin Hub BERT's dropout is an unseeded random op).
@@ -63,11 +64,13 @@ def _history(run: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_sigkill_then_sigterm_then_resume_matches_an_uninterrupted_run(tmp_path):
+def test_sigkill_then_sigterm_then_resume_matches_an_uninterrupted_run(tmp_path,
+                                                                       tmp_path_factory):
     """Kill -9 after the first backup, rerun; SIGTERM that rerun, rerun again: the run
     resumes each time at the saved epoch and step and ends where an uninterrupted run
-    with the same seed ends."""
-    whole = _train(tmp_path / "whole")  # runs alongside the interrupted one
+    with the same seed ends. The two signalled runs are processes of their own; the last
+    rerun (it reads only what they left on disk) and the uninterrupted run train in this
+    one."""
     run = tmp_path / "cut" / "classifier_local"
     backup = run / "backup" / "chief" / "checkpoint"
 
@@ -97,8 +100,8 @@ def test_sigkill_then_sigterm_then_resume_matches_an_uninterrupted_run(tmp_path)
     assert _status(run)["state"] == "interrupted"
     assert backup.exists()
 
-    third = _train(tmp_path / "cut")
-    out = third.communicate(timeout=300)[0]
+    third = run_tfapp("tfapp.train", [*DETERMINISTIC, f"output_dir={tmp_path / 'cut'}"])
+    out = third.stdout + third.stderr
     assert third.returncode == 0, out[-3000:]
     epoch3, step3, opt_step3, lr3 = RESUME_RE.search(out).groups()
     # SIGTERM saved mid-epoch: the rerun starts at that very step, with the optimizer's
@@ -108,8 +111,7 @@ def test_sigkill_then_sigterm_then_resume_matches_an_uninterrupted_run(tmp_path)
     assert _status(run)["state"] == "finished" and not (run / "backup").exists()
     assert (run / "export" / "saved_model.pb").exists()
 
-    assert whole.wait(300) == 0, whole.stdout.read()[-3000:]
-    ref = _history(tmp_path / "whole" / "classifier_local")
+    ref = _history(shared_run(tmp_path_factory, *DETERMINISTIC[1:]))
     got = _history(run)
     assert [r["epoch"] for r in ref] == ["0", "1", "2"] and got[-1]["epoch"] == "2"
     # The resumed run replays the input stream from its start (tf.data iterators are not in

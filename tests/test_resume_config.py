@@ -28,7 +28,7 @@ from tfapp.tuning.tuner import best_epoch_metrics
 
 import keras_tuner as kt
 import pytest
-from conftest import REPO, run_python, subprocess_env
+from conftest import REPO, run_python, run_tfapp, subprocess_env
 
 # 64 of the demo's validation and test reviews, not 300 of each, and no export: every
 # process validates each epoch and scores both splits at its end, and nothing here reads
@@ -120,8 +120,8 @@ def test_ctrl_c_saves_a_backup_and_names_the_command_that_resumes(tmp_path):
     assert command == ["python", "-m", "tfapp.train", *args]  # no --start-over
     assert json.loads(run.status.read_text())["state"] == "interrupted"
 
-    again = subprocess.run([sys.executable, *command[1:]], cwd=REPO, env=subprocess_env(),
-                           capture_output=True, text=True, timeout=300)
+    # (in this process: the Ctrl-C was the other's; the resume reads what it left on disk)
+    again = run_tfapp(command[2], command[3:])
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming from the backup in {run.backup} at epoch {epoch} step {step}" in \
         again.stderr, again.stderr[-3000:]
