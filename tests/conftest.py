@@ -384,6 +384,19 @@ def pytest_runtest_call(item):
     return result
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    # A run trained in this process with runtime.deterministic=true leaves TensorFlow's
+    # process-wide op determinism on: the next tests in this worker would run under it (an
+    # unseeded random op raises there while no global seed is set). Turn it off after the
+    # test that turned it on.
+    result = yield
+    compat = sys.modules.get("tfapp.compat")
+    if compat is not None and compat.op_determinism_enabled():
+        compat.disable_op_determinism()
+    return result
+
+
 def pytest_unconfigure(config):
     import shutil
 
