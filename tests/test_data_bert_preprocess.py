@@ -195,6 +195,28 @@ def test_make_bert_preprocess_fn_in_tf_data(vocab_file, pre, tmp_path):
     np.testing.assert_array_equal(first["input_type_ids"][0], types)
 
 
+def test_a_hub_preprocessor_is_loaded_once_per_content(pre, tmp_path):
+    """Runs of one process (tune trials) share the loaded module; the same folder saved
+    again with another vocab of the same size is loaded again and fingerprinted apart:
+    its ids differ."""
+    import shutil
+
+    folder = str(tmp_path / "pre")
+    tf.saved_model.save(pre, folder)
+    a = make_bert_preprocess_fn(hub_preprocessor=folder, seq_length=10)
+    b = make_bert_preprocess_fn(hub_preprocessor=folder, seq_length=10)
+    assert b.module is a.module and b.fingerprint == a.fingerprint
+    swapped = VOCAB[:9] + [VOCAB[10], VOCAB[9]] + VOCAB[11:]  # "movie" <-> "the"
+    shutil.rmtree(folder)
+    tf.saved_model.save(BertPreprocessor(write_vocab(swapped, tmp_path / "v2" / "vocab.txt"),
+                                         seq_length=12), folder)
+    c = make_bert_preprocess_fn(hub_preprocessor=folder, seq_length=10)
+    assert c.module is not a.module and c.fingerprint != a.fingerprint
+    text = tf.constant(["the movie"])
+    assert a(text)["input_word_ids"].numpy()[0, :4].tolist() == [2, 9, 10, 3]
+    assert c(text)["input_word_ids"].numpy()[0, :4].tolist() == [2, 10, 9, 3]
+
+
 def test_fast_packer_gives_the_same_ids_as_the_hub_interface(pre, vocab_file):
     fast = FastBertPacker(vocab_file)
     strings = tf.constant(SENTENCES + ["Ünïcödé, tabs\tand  spaces!?", "x" * 150 + " the"])
