@@ -1,5 +1,6 @@
 """WordPiece vocab builder and BertPreprocessor: exact ids against a plain-Python reference."""
 
+import shutil
 import unicodedata
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
@@ -110,6 +111,14 @@ def pre(vocab_file):
     return BertPreprocessor(vocab_file, lower_case=True, seq_length=12)
 
 
+@pytest.fixture(scope="module")
+def saved_pre(pre, tmp_path_factory):
+    """``pre`` saved once for the module's tests (a save traces every function again)."""
+    folder = tmp_path_factory.mktemp("saved") / "preprocessor"
+    tf.saved_model.save(pre, str(folder))
+    return folder
+
+
 def test_tokenize_matches_reference(pre):
     got = pre.tokenize(tf.constant(SENTENCES))
     assert isinstance(got, tf.RaggedTensor) and got.dtype == tf.int32
@@ -153,11 +162,9 @@ def test_pairs_get_type_ids_and_round_robin_trim(pre, seq_length):
         np.testing.assert_array_equal(out["input_type_ids"][3], [0, 0, 0, 0, 0, 1, 1, 1, 1])
 
 
-def test_saved_and_hub_loaded_preprocessor_is_identical(pre, tmp_path):
-    export = tmp_path / "preprocessor"
-    tf.saved_model.save(pre, str(export))
-    assert (export / "assets" / "vocab.txt").read_text().split("\n")[:3] == VOCAB[:3]
-    loaded = hub.load(str(export))
+def test_saved_and_hub_loaded_preprocessor_is_identical(pre, saved_pre):
+    assert (saved_pre / "assets" / "vocab.txt").read_text().split("\n")[:3] == VOCAB[:3]
+    loaded = hub.load(str(saved_pre))
     strings = tf.constant(SENTENCES)
     for key, value in pre(strings).items():
         np.testing.assert_array_equal(loaded(strings)[key], value)
@@ -175,10 +182,9 @@ def test_saved_and_hub_loaded_preprocessor_is_identical(pre, tmp_path):
     assert loaded.tokenize.get_special_tokens_dict()["vocab_size"].numpy() == len(VOCAB)
 
 
-def test_make_bert_preprocess_fn_in_tf_data(vocab_file, pre, tmp_path):
-    tf.saved_model.save(pre, str(tmp_path / "pre"))
+def test_make_bert_preprocess_fn_in_tf_data(vocab_file, saved_pre):
     by_vocab = make_bert_preprocess_fn(vocab_file=vocab_file, seq_length=10)
-    by_hub = make_bert_preprocess_fn(hub_preprocessor=str(tmp_path / "pre"), seq_length=10)
+    by_hub = make_bert_preprocess_fn(hub_preprocessor=str(saved_pre), seq_length=10)
     ds = tf.data.Dataset.from_tensor_slices((SENTENCES, SENTENCES[::-1])).batch(4)
     outs = []
     for fn in (by_vocab, by_hub):
@@ -193,6 +199,26 @@ def test_make_bert_preprocess_fn_in_tf_data(vocab_file, pre, tmp_path):
                              flat(ref_tokenize(SENTENCES[-1], VOCAB)), 10)
     np.testing.assert_array_equal(first["input_word_ids"][0], ids)
     np.testing.assert_array_equal(first["input_type_ids"][0], types)
+
+
+def test_a_hub_preprocessor_is_loaded_once_per_content(saved_pre, tmp_path):
+    """Runs of one process (tune trials) share the loaded module; the same folder saved
+    again with another vocab of the same size is loaded again and fingerprinted apart:
+    its ids differ."""
+    folder = str(tmp_path / "pre")
+    shutil.copytree(saved_pre, folder)
+    a = make_bert_preprocess_fn(hub_preprocessor=folder, seq_length=10)
+    b = make_bert_preprocess_fn(hub_preprocessor=folder, seq_length=10)
+    assert b.module is a.module and b.fingerprint == a.fingerprint
+    swapped = VOCAB[:9] + [VOCAB[10], VOCAB[9]] + VOCAB[11:]  # "movie" <-> "the"
+    shutil.rmtree(folder)
+    tf.saved_model.save(BertPreprocessor(write_vocab(swapped, tmp_path / "v2" / "vocab.txt"),
+                                         seq_length=12), folder)
+    c = make_bert_preprocess_fn(hub_preprocessor=folder, seq_length=10)
+    assert c.module is not a.module and c.fingerprint != a.fingerprint
+    text = tf.constant(["the movie"])
+    assert a(text)["input_word_ids"].numpy()[0, :4].tolist() == [2, 9, 10, 3]
+    assert c(text)["input_word_ids"].numpy()[0, :4].tolist() == [2, 10, 9, 3]
 
 
 def test_fast_packer_gives_the_same_ids_as_the_hub_interface(pre, vocab_file):

@@ -358,3 +358,27 @@ def test_held_out_splits_are_prepared_into_shards_of_their_own(pre, tmp_path):
     assert sorted(int(i) for j, file in enumerate(filtered.files())
                   for chunk in rows(tf.constant(file), tf.constant(j, tf.int64))
                   .as_numpy_iterator() for i in chunk["id"]) == seen["validation"]
+
+
+def test_length_samples_are_tokenised_once_per_split_and_tokeniser(pre, vocab_file, tmp_path):
+    """The lengths the buckets are placed by are worked out once for the same prepared
+    split, labels, tokeniser and seq_length (cached: a tune trial or a rerun reads them),
+    and again when one of them changes."""
+    from tfapp.data.examples.classification import classification_examples, token_lengths
+
+    splits, cfg = splits_of(tmp_path / "d", n=40)
+    want = token_lengths(splits, pre)
+    # "wI wI+1" is [CLS] wI wI+1 [SEP]: 4 tokens, every row of the split.
+    assert want.tolist() == [4] * 40
+    first = CountingPreprocess(pre)
+    sample = classification_examples(splits, splits.train, first, SEQ).lengths.sample
+    np.testing.assert_array_equal(sample(), want)
+    assert first.calls == 40
+    again = CountingPreprocess(pre)
+    np.testing.assert_array_equal(
+        classification_examples(splits, splits.train, again, SEQ).lengths.sample(), want)
+    assert again.calls == 0
+    # seq_length 3 leaves room for one word piece: other lengths, counted again.
+    short = CountingPreprocess(make_bert_preprocess_fn(vocab_file=vocab_file, seq_length=3))
+    got = classification_examples(splits, splits.train, short, 3).lengths.sample()
+    assert got.tolist() == [3] * 40 and short.calls == 40

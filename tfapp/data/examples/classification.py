@@ -22,7 +22,7 @@ from pathlib import Path
 from tfapp.config import ClassifierDataConfig
 from tfapp.data.input import reader, stream
 from tfapp.data.input.lengths import Lengths, first_lengths, mask_lengths
-from tfapp.data.input.parse import cached_counts, split_rows
+from tfapp.data.input.parse import cached_counts, cached_lengths, split_rows
 from tfapp.data.input.splits import (
     PreparedSplits,
     SplitCounts,
@@ -214,15 +214,17 @@ def classification_examples(splits: ClassificationSplits, split: SplitData,
     spec["label"] = (tf.TensorSpec([None, splits.num_classes], tf.float32)
                      if splits.multi_label else tf.TensorSpec([None], tf.int32))
     label = tf.uint8 if splits.multi_label or splits.num_classes <= 256 else tf.int32
+    key = (splits.label_names, splits.multi_label, str(preprocess_fn.fingerprint), seq_length)
     return reader.Examples(
         task="classifier", split=split, source=splits.source(split),
         read=lambda rows: _examples_fn(split, splits, chunk=rows),
         encode=_tokenize(preprocess_fn, seq_length), labels="label", spec=spec,
         storage={"input_word_ids": reader.token_storage(preprocess_fn.vocab_size),
                  "input_mask": tf.uint8, "input_type_ids": tf.uint8, "label": label},
-        key=(splits.label_names, splits.multi_label, str(preprocess_fn.fingerprint), seq_length),
-        describe={"seq_length": seq_length, "labels": splits.label_names},
-        lengths=Lengths(lambda: token_lengths(splits, preprocess_fn), seq_length))
+        key=key, describe={"seq_length": seq_length, "labels": splits.label_names},
+        lengths=Lengths(lambda: cached_lengths("classifier", splits.train, key, lambda:
+                                               token_lengths(splits, preprocess_fn)),
+                        seq_length))
 
 
 def token_lengths(splits: ClassificationSplits, preprocess_fn: Callable[..., dict],

@@ -21,7 +21,7 @@ from typing import Any
 from tfapp.config import NerDataConfig
 from tfapp.data.input import reader, stream
 from tfapp.data.input.lengths import Lengths, first_lengths
-from tfapp.data.input.parse import cached_counts, split_rows
+from tfapp.data.input.parse import cached_counts, cached_lengths, split_rows
 from tfapp.data.input.splits import (
     PreparedSplits,
     SplitCounts,
@@ -199,15 +199,17 @@ def ner_examples(data: NerData, split: SplitData, preprocess_fn: Any, seq_length
     place their boundaries by the training windows' lengths, and cut features and labels
     alike."""
     spec = {k: tf.TensorSpec([None, seq_length], tf.int32) for k in (*FEATURE_KEYS, "labels")}
+    key = (data.tag_names, str(preprocess_fn.fingerprint), seq_length)
     return reader.Examples(
         task="ner", split=split, source=data.source(split),
         read=lambda rows: _sentences(split, data.tag_names, rows),
         encode=cut_sentences(preprocess_fn.module, seq_length), labels="labels", spec=spec,
         storage={"input_word_ids": reader.token_storage(preprocess_fn.vocab_size),
                  "input_mask": tf.uint8, "input_type_ids": tf.uint8, "labels": tf.int16},
-        key=(data.tag_names, str(preprocess_fn.fingerprint), seq_length),
-        describe={"seq_length": seq_length}, what="window",
-        lengths=Lengths(lambda: window_lengths(data, preprocess_fn, seq_length), seq_length))
+        key=key, describe={"seq_length": seq_length}, what="window",
+        lengths=Lengths(lambda: cached_lengths("ner", data.train, key, lambda:
+                                               window_lengths(data, preprocess_fn, seq_length)),
+                        seq_length))
 
 
 def eval_windows(data: NerData, split: SplitData, preprocess_fn: Any, seq_length: int,

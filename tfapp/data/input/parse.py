@@ -1,7 +1,7 @@
 """A split's prepared rows as tf.data reads them, once for every task: parsed from its
 shard files a chunk at a time, only the rows of the split (the held-out filter:
-``SplitSelector``'s buckets), and the per-file counts a task works out from them in one
-pass, cached.
+``SplitSelector``'s buckets), and what a task works out from them once and caches: the
+per-file counts (one pass) and a sample of example lengths (length buckets).
 
 A prepared record holds the row's features (``RowSpec.features``), its ``id`` and its
 ``bucket``; a task names the features it reads and, with ``select``, makes its chunk of
@@ -25,7 +25,7 @@ from tfapp.data.prepare.manifest import BUCKETS
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["cached_counts", "split_rows"]
+__all__ = ["cached_counts", "cached_lengths", "split_rows"]
 
 Chunk = dict[str, tf.Tensor]
 
@@ -69,7 +69,7 @@ def cached_counts(name: str, split: SplitData, key: Any, examples: ExamplesFn,
     (``[files, k]``, ``examples`` reading the files): one pass, cached in tfapp's cache
     folder by what decides it (the prepared data, the split's rows, and ``key``: the
     tokeniser, the labels, the lengths ...) so a later run of the same data reads it."""
-    path = _path(name, split, key)
+    path = _path("counts", name, split, key)
     cached = read_state(path, f"{name} counts") if path.is_file() else None
     if cached is None:
         counts = []
@@ -83,7 +83,22 @@ def cached_counts(name: str, split: SplitData, key: Any, examples: ExamplesFn,
     return np.asarray(cached["counts"], np.int64).reshape(len(split.files()), -1)
 
 
-def _path(name: str, split: SplitData, key: Any) -> Path:
+def cached_lengths(name: str, split: SplitData, key: Any, sample: Callable[[], np.ndarray]
+                   ) -> np.ndarray:
+    """``sample()`` (the lengths of some of ``split``'s examples, that length buckets are
+    placed by), cached in tfapp's cache folder as ``cached_counts`` is, by what decides
+    it: a later run (a tune trial, a run of the same data) reads it instead of tokenising
+    the examples again. ``key`` must decide the sample as the Examples' key decides the
+    encoded examples."""
+    path = _path("lengths", name, split, key)
+    cached = read_state(path, f"{name} lengths") if path.is_file() else None
+    if cached is None:
+        cached = {"lengths": np.asarray(sample(), np.int64).tolist()}
+        write_text(path, json.dumps(cached) + "\n")
+    return np.asarray(cached["lengths"], np.int64)
+
+
+def _path(folder: str, name: str, split: SplitData, key: Any) -> Path:
     digest = hashlib.sha256(repr((name, split.manifest.root, split.manifest.to_json(),
                                   split.selector, key)).encode()).hexdigest()[:16]
-    return usable_cache_dir() / "counts" / f"{name}-{split.name}-{digest}.json"
+    return usable_cache_dir() / folder / f"{name}-{split.name}-{digest}.json"

@@ -22,6 +22,7 @@ or a vocab file into the batched ``fn(text[, text_pair]) -> features`` that tf.d
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Callable
@@ -230,7 +231,14 @@ class FastBertPacker(tf.Module):
         return pack_segments(list(segments), seq_length, **self._ids)
 
 
-def _load_hub_preprocessor(handle: str) -> Any:
+@functools.lru_cache(maxsize=8)
+def _load_hub_preprocessor(handle: str, digest: str) -> Any:
+    """``hub.load(handle)``, checked to be a BERT preprocessor; once per process for each
+    handle and content (``digest``: ``_preprocessor_digest``, so a handle whose files
+    changed is loaded again). A preprocessor holds no state that training changes (its
+    vocab table is read-only): every run of a process (each tune trial, a test's several
+    runs) shares the one loaded module."""
+    del digest  # a cache key only
     import tensorflow_hub as hub
 
     try:
@@ -259,8 +267,9 @@ def make_bert_preprocess_fn(*, hub_preprocessor: str = "", vocab_file: str = "",
     the same ids as ``BertPreprocessor``). Map it after ``batch`` for vectorised
     tokenisation.
     """
+    digest = _preprocessor_digest(hub_preprocessor) if hub_preprocessor else ""
     if hub_preprocessor:
-        module = _load_hub_preprocessor(hub_preprocessor)
+        module = _load_hub_preprocessor(hub_preprocessor, digest)
     elif vocab_file:
         module = FastBertPacker(vocab_file, lower_case=lower_case)
     else:
@@ -280,8 +289,7 @@ def make_bert_preprocess_fn(*, hub_preprocessor: str = "", vocab_file: str = "",
     preprocess.vocab_size = len(vocab_tokens(module)) or None
     # What decides the output ids: snapshots and caches of the preprocessed data are keyed
     # by it, so a changed vocab, casing, length or preprocessor never reuses stale ids.
-    source = (_file_digest(os.path.join(hub_preprocessor, "saved_model.pb"), hub_preprocessor)
-              if hub_preprocessor else _file_digest(vocab_file, vocab_file))
+    source = digest or _file_digest(vocab_file, vocab_file)
     preprocess.fingerprint = (f"bert:{'hub' if hub_preprocessor else 'vocab'}:{source}:"
                               f"lower={bool(lower_case)}:seq={seq_length}")
     return preprocess
@@ -299,6 +307,13 @@ def vocab_tokens(module: Any) -> list[str]:
         return []
     with tf.io.gfile.GFile(path) as fh:
         return [line.rstrip("\n") for line in fh]
+
+
+def _preprocessor_digest(handle: str) -> str:
+    """What names a preprocessor SavedModel's content: its saved_model.pb's digest (every
+    save writes a new one), or ``handle`` itself when it is not a folder (a tfhub.dev URL
+    names a fixed version)."""
+    return _file_digest(os.path.join(handle, "saved_model.pb"), handle)
 
 
 def _file_digest(path: str, fallback: str) -> str:
