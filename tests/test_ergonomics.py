@@ -14,7 +14,7 @@ from tfapp.training.plan import plan_training
 
 import numpy as np
 import pytest
-from conftest import run_tfapp, two_replica_results
+from conftest import run_python, run_tfapp
 
 N_TRAIN, N_VAL, BATCH = 64, 16, 4
 
@@ -29,23 +29,19 @@ def _write_csv(path: Path, rows: list[dict]) -> Path:
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
-    return write_data(tmp_path_factory.mktemp("data"))
-
-
-def write_data(d: Path) -> Path:
-    """train.csv and val.csv in d: the first N_TRAIN + N_VAL demo reviews."""
     with (DEMO_DIR / "reviews_train.csv").open() as fh:
         rows = list(csv.DictReader(fh))[:N_TRAIN + N_VAL]
     # Each review ends with words that give its label away, so the loss falls clearly
     # within the few steps of an LR range test (on the plain reviews it stays near chance).
     for row in rows:
         row["text"] += " great great" if row["label"] == "positive" else " awful awful"
+    d = tmp_path_factory.mktemp("data")
     _write_csv(d / "train.csv", rows[:N_TRAIN])
     _write_csv(d / "val.csv", rows[N_TRAIN:])
     return d
 
 
-def train_args(data_dir: Path, out: Path, *extra: str) -> list[str]:
+def _overrides(data_dir: Path, out: Path, *extra: str) -> list[str]:
     return [f"output_dir={out}", f"data.train_files={data_dir / 'train.csv'}",
             f"data.validation_files={data_dir / 'val.csv'}", f"data.batch_size={BATCH}",
             "data.seq_length=16", "data.shuffle_buffer=64", "model.kind=cnn",
@@ -159,7 +155,7 @@ def step_run(data_dir, tmp_path_factory):
     from tfapp.training.driver import train
 
     out = tmp_path_factory.mktemp("runs")
-    cfg = load_config(None, train_args(
+    cfg = load_config(None, _overrides(
         data_dir, out, "name=steps", "trainer.max_steps=6", "trainer.eval_every_steps=3",
         "trainer.log_every_steps=2", "trainer.gradient_accumulation_steps=2",
         "trainer.steps_per_execution=4", "optimizer.learning_rate=auto",
@@ -306,21 +302,22 @@ def test_learning_rate_auto_runs_the_finder_first(step_run):
 
 
 @pytest.mark.slow
-def test_run_header_two_replicas(tmp_path_factory):
-    """python -m tfapp.train with runtime.cpu_devices=2, in tests/workers/two_replicas.py
-    (logical devices exist only if set before TensorFlow initialises)."""
-    run = two_replica_results(tmp_path_factory)["train_command"]
-    assert run["returncode"] == 0, run["stderr"][-3000:]
-    header = run["header"]
+def test_run_header_two_replicas(data_dir, tmp_path):
+    args = ["-m", "tfapp.train", *_overrides(
+        data_dir, tmp_path, "name=two", "runtime.strategy=mirrored", "runtime.cpu_devices=2",
+        "trainer.epochs=2", "tracking.tensorboard=false")]
+    proc = run_python(args, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    header = json.loads((tmp_path / "two" / "run_header.json").read_text())
     assert (header["num_replicas"], header["global_batch"]) == (2, 2 * BATCH)
     assert header["total_steps"] == 2 * (N_TRAIN // (2 * BATCH))  # 2 epochs x 8 batches
-    assert "run header" in run["stderr"] and "global batch:         8" in run["stderr"]
+    assert "run header" in proc.stderr and "global batch:         8" in proc.stderr
 
 
 @pytest.mark.slow
 def test_lr_find_cli_leaves_the_run_directory_alone(data_dir, tmp_path):
     png = tmp_path / "sweep.png"
-    args = [*train_args(data_dir, tmp_path / "runs", "optimizer.lr_find_steps=10"),
+    args = [*_overrides(data_dir, tmp_path / "runs", "optimizer.lr_find_steps=10"),
             "--output", str(png)]
     proc = run_tfapp("tfapp.lr_find", args)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -331,7 +328,7 @@ def test_lr_find_cli_leaves_the_run_directory_alone(data_dir, tmp_path):
 
     # Without --output: the plot goes into the run directory, the suggested command keeps
     # the user's overrides, and train still takes that directory as a new run.
-    overrides = train_args(data_dir, tmp_path / "runs", "name=sweep",
+    overrides = _overrides(data_dir, tmp_path / "runs", "name=sweep",
                            "optimizer.lr_find_steps=10", "optimizer.learning_rate=0.5",
                            "model.units=12")
     proc = run_tfapp("tfapp.lr_find", overrides, cwd=tmp_path)
@@ -382,7 +379,7 @@ def test_tfapp_callbacks_trigger_no_keras_slow_callback_warning(data_dir, tmp_pa
     keep = Keep()
     logging.getLogger("tensorflow").addHandler(keep)
     try:
-        cfg = load_config(None, train_args(data_dir, tmp_path, "name=quiet",
+        cfg = load_config(None, _overrides(data_dir, tmp_path, "name=quiet",
                                            "trainer.epochs=1", "tracking.tensorboard=true"))
         train(cfg, task=get_task(cfg.task))
     finally:

@@ -3,7 +3,7 @@ logical devices must exist before TensorFlow initialises): ``python two_replicas
 writes OUT (JSON), one entry per case; tests/conftest.py ``two_replica_results`` runs it
 once per test session and the tests (test_class_weight, test_metrics,
 test_one_validation_pass, test_training, test_data_pipeline,
-test_models_classifier, test_ergonomics) assert on their entries."""
+test_models_classifier) assert on their entries."""
 
 from __future__ import annotations
 
@@ -148,23 +148,6 @@ def bert_fine_tuning(folder: Path) -> dict:
             "devices": sorted(v.device for v in var.values)}
 
 
-def train_command(folder: Path) -> dict:
-    """``python -m tfapp.train`` of test_ergonomics' tiny CNN with
-    runtime.strategy=mirrored and runtime.cpu_devices=2 (the devices this process split
-    already): its exit code, what it printed on stderr, and its run header."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/
-    from conftest import run_tfapp
-    from test_ergonomics import train_args, write_data
-
-    folder.mkdir()
-    proc = run_tfapp("tfapp.train", train_args(
-        write_data(folder), folder, "name=two", "runtime.strategy=mirrored",
-        "runtime.cpu_devices=2", "trainer.epochs=2", "tracking.tensorboard=false"))
-    header = folder / "two" / "run_header.json"
-    return {"returncode": proc.returncode, "stderr": proc.stderr,
-            "header": json.loads(header.read_text()) if header.is_file() else None}
-
-
 def streaming_metrics(multi_label: bool, classes: int) -> dict:
     """evaluate() over the replicas (an uneven last batch): its scores, the labels and the
     model's own predictions."""
@@ -246,7 +229,6 @@ if __name__ == "__main__":
                    "accumulation": accumulation(),
                    "per_replica_batches": per_replica_batches(Path(logs) / "data"),
                    "bert_fine_tuning": bert_fine_tuning(Path(logs)),
-                   "train_command": train_command(Path(logs) / "train"),
                    "streaming_metrics": {f"{multi}-{n}": streaming_metrics(multi, n)
                                          for multi, n in ((False, 3), (True, 3))},
                    "validation_pass": validation_pass(logs)}
