@@ -129,15 +129,11 @@ def test_accelerator_check_dry_run_writes_json_and_markdown(tmp_path):
     and input parts take minutes on CI's shared cores; the table test above covers their
     rows)."""
     import json
-    import subprocess
 
     # --budget-s far above the parts' needs: a busy machine must not turn a slow part into
     # a failed row (the budgets only stop a hang here; the table test covers their rows).
-    proc = subprocess.run([sys.executable, str(SCRIPTS / "check_accelerator.py"), "--dry-run",
-                           "--out", str(tmp_path), "--parts", "doctor,train",
-                           "--budget-s", "2000"],
-                          capture_output=True, text=True, timeout=1200)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    _main("check_accelerator", "--dry-run", "--out", str(tmp_path), "--parts", "doctor,train",
+          "--budget-s", "2000")
     results = json.loads((tmp_path / "accelerator.json").read_text())
     assert results["device"]["kind"] == "CPU" and results["device"]["name"]
     assert "plan" in results["parts"]["doctor"]["report"]
@@ -196,18 +192,6 @@ GENERATOR_RUN = ("configs/generator.yaml", "trainer.epochs=1", "trainer.steps_pe
                  "model.units=16", "model.embedding_dim=8", "data.vocab_size=200",
                  "data.validation_split=0.02", "trainer.export=false",
                  "tracking.tensorboard=false")
-
-
-def _script(name: str, *args: str, timeout: int = 600):
-    import subprocess
-
-    from conftest import subprocess_env
-
-    proc = subprocess.run([sys.executable, str(SCRIPTS / f"{name}.py"), *args],
-                          capture_output=True, text=True, timeout=timeout,
-                          env=subprocess_env())
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return proc
 
 
 def _main(name: str, *args: str) -> None:
@@ -285,7 +269,7 @@ def test_bench_lengths_runs_its_tfapp_rows_at_toy_size(tmp_path):
                     .split() for w in [line.strip(".,\"'")] if w.isalpha()})
     (work / "vocab.txt").write_text("\n".join(
         ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words[:2000]]) + "\n")
-    _script("bench_lengths", "--shapes", "toy", "--precisions", "float32", "--rows",
+    _main("bench_lengths", "--shapes", "toy", "--precisions", "float32", "--rows",
             "tfapp-fixed,tfapp-buckets", "--steps", "2", "--batch", "4", "--rounds", "1",
             "--warmup", "0", "--threads", "1", "--rows-of-text", "1024", "--work-dir",
             str(work), "--json", str(tmp_path / "lengths.json"))

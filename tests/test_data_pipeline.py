@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import textwrap
 
 import tfapp  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfapp.config import ClassifierDataConfig
@@ -17,7 +16,7 @@ from tfapp.errors import DataError
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import classification_batches, run_python
+from conftest import classification_batches, two_replica_results
 
 N = 50
 SEQ = 8
@@ -241,43 +240,14 @@ def test_load_and_feed_the_demo_end_to_end(vocab_file, tmp_path):
 
 
 @pytest.mark.slow
-def test_mirrored_replicas_each_get_a_per_replica_batch(vocab_file, tmp_path):
-    """Two logical CPUs under MirroredStrategy (a subprocess: devices are fixed at start)."""
-    data = write_examples(tmp_path / "d", n=40)
-    script = tmp_path / "mirrored.py"
-    script.write_text(textwrap.dedent(f"""
-        import dataclasses
-        import tfapp
-        import tensorflow as tf
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-        from tfapp.config import ClassifierDataConfig
-        from tfapp.data.text.bert_preprocess import make_bert_preprocess_fn
-        from tfapp.data.examples.classification import (classification_examples,
-                                                        load_classification_splits)
-        from tfapp.data.input.reader import read_batches
-        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-        pre = make_bert_preprocess_fn(vocab_file={vocab_file!r}, seq_length=8)
-        cfg = dataclasses.replace(ClassifierDataConfig(), seq_length=8, train_files={data!r},
-                                  validation_split=0.0)
-        splits = load_classification_splits(cfg, 0)
-        dist = strategy.distribute_datasets_from_function(lambda ctx: read_batches(
-            classification_examples(splits, splits.train, pre, cfg.seq_length), cfg,
-            batch_size=8, training=True, seed=0, input_context=ctx))
-        seen = []
-        for step, (x, y) in enumerate(dist):
-            if step == 5:  # one pass: 40 examples, 8 per step
-                break
-            for part in strategy.experimental_local_results(x["input_word_ids"]):
-                assert part.shape == (4, 8), part.shape
-                seen += [int(v) - 5 for v in part[:, 1]]
-        assert sorted(seen) == list(range(40)), seen
-        print("OK", len(seen))
-    """))
-    result = run_python([str(script)], timeout=240)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "OK 40" in result.stdout
+def test_mirrored_replicas_each_get_a_per_replica_batch(tmp_path_factory):
+    """Two logical CPUs under MirroredStrategy (tests/workers/two_replicas.py: devices are
+    fixed at start): every step gives each replica its 4 of the global batch of 8, and one
+    pass holds each of the 40 examples once."""
+    steps = two_replica_results(tmp_path_factory)["per_replica_batches"]["steps"]
+    assert [step["shapes"] for step in steps] == [[[4, SEQ], [4, SEQ]]] * 5
+    seen = [i for step in steps for part in step["first_words"] for i in part]
+    assert sorted(seen) == list(range(40)), seen
 
 
 def write_sorted(folder, n: int, per_class_files: bool) -> str:

@@ -27,8 +27,9 @@ Terrible battery life; the phone died twice.
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """One build through the CLI, in a subprocess, as a user runs it: half the corpus a
-    gzipped text file, half the ``review`` column of a CSV (``--text-column``)."""
+    """One build through the CLI's entry point (in this process: the reload without tfapp
+    below is the test of a fresh one): half the corpus a gzipped text file, half the
+    ``review`` column of a CSV (``--text-column``)."""
     root = tmp_path_factory.mktemp("build")
     lines = CORPUS.splitlines()
     (root / "corpus.txt").write_text(CORPUS, encoding="utf-8")  # for later tests
@@ -36,11 +37,11 @@ def built(tmp_path_factory):
     with (root / "b.csv").open("w", newline="", encoding="utf-8") as fh:
         csv.writer(fh).writerows([("label", "review"), *(("x", t) for t in lines[2:])])
     out = root / "hub"
-    proc = run_python(["-m", "tfapp.hub", "build-bert", "--corpus", str(root / "a.txt.gz"),
-                       str(root / "b.csv"), "--text-column", "review", "--out", str(out),
-                       "--layers", "2", "--hidden", "32", "--heads", "2",
-                       "--intermediate", "64", "--max-positions", "64", "--vocab-size", "100",
-                       "--no-lower-case", "--seed", "3", "--seq-length", "16"], timeout=240)
+    proc = run_tfapp("tfapp.hub.__main__", [
+        "build-bert", "--corpus", str(root / "a.txt.gz"), str(root / "b.csv"), "--text-column",
+        "review", "--out", str(out), "--layers", "2", "--hidden", "32", "--heads", "2",
+        "--intermediate", "64", "--max-positions", "64", "--vocab-size", "100",
+        "--no-lower-case", "--seed", "3", "--seq-length", "16"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, proc.stdout
 
@@ -101,8 +102,8 @@ def test_cli_user_errors_exit_2_with_one_line(tmp_path):
 
 def test_existing_output_is_refused(built):
     out, _ = built
-    proc = run_python(["-m", "tfapp.hub", "build-bert", "--corpus", str(out / "vocab.txt"),
-                       "--out", str(out)], timeout=120)
+    proc = run_tfapp("tfapp.hub.__main__", ["build-bert", "--corpus", str(out / "vocab.txt"),
+                                            "--out", str(out)])
     assert proc.returncode == 2 and "already exists" in proc.stderr
 
 

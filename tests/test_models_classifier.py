@@ -3,9 +3,6 @@ MirroredStrategy over 2 logical CPUs), CNN/RNN baselines, masked pooling."""
 
 from __future__ import annotations
 
-import json
-import textwrap
-
 import tfapp  # noqa: F401
 from tfapp.config import ClassifierModelConfig, ConfigError
 from tfapp.hub.export import export_encoder, float32_policy
@@ -15,19 +12,24 @@ from tfapp.models.classifier import MaskedMeanMaxPooling, build_classifier, outp
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import REPO, run_python, subprocess_env
+from conftest import two_replica_results
 
 VOCAB, SEQ = 40, 12
 
 
 @pytest.fixture(scope="module")
 def encoder_dir(tmp_path_factory):
+    return export_tiny_encoder(tmp_path_factory.mktemp("hub") / "encoder")
+
+
+def export_tiny_encoder(path) -> str:
+    """A 2-layer BERT encoder (hidden 32, dropout 0.1) exported as a Hub module at path."""
     cfg = BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=2,
                      intermediate_size=64, max_position_embeddings=SEQ, dropout=0.1,
                      attention_dropout=0.1)
     with float32_policy():
         encoder = BertEncoder(cfg, seed=3)
-    return str(export_encoder(encoder, tmp_path_factory.mktemp("hub") / "encoder"))
+    return str(export_encoder(encoder, path))
 
 
 @pytest.fixture(autouse=True)
@@ -185,44 +187,11 @@ def test_native_encoder_can_replace_the_hub_layer():
 
 
 @pytest.mark.slow
-def test_fine_tunes_under_mirrored_strategy_with_steps_per_execution(encoder_dir, tmp_path):
-    """Two replicas (logical CPUs) and steps_per_execution=4, in a fresh process: the
-    logical devices must exist before TensorFlow initialises. No XLA: XLA's CPU backend
-    binds to one device (DESIGN.md)."""
-    script = textwrap.dedent(f"""
-        import json
-        import tfapp
-        from tfapp.config import ClassifierModelConfig, RuntimeConfig
-        from tfapp.runtime import setup
-        rt = setup(RuntimeConfig(strategy="mirrored", cpu_devices=2, seed=1))
-        import numpy as np
-        import tensorflow as tf
-        from tfapp.models.classifier import build_classifier
-        from test_models_classifier import learnable_data
-
-        x, y = learnable_data(64)
-        ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(
-            rt.global_batch_size(8), drop_remainder=True)
-        with rt.strategy.scope():
-            model = build_classifier(ClassifierModelConfig(kind="bert", dropout=0.1), num_classes=2,
-                                     multi_label=False, seq_length={SEQ},
-                                     hub_handle={encoder_dir!r})
-            before = [w.numpy().copy() for w in model.get_layer("bert_encoder").weights]
-            model.compile(tf.keras.optimizers.Adam(3e-3), "binary_crossentropy",
-                          steps_per_execution=4, jit_compile=False)
-        h = model.fit(ds, epochs=4, steps_per_epoch=8, verbose=0)
-        after = [w.numpy() for w in model.get_layer("bert_encoder").weights]
-        var = model.get_layer("bert_encoder").weights[0]
-        print(json.dumps({{"replicas": rt.num_replicas, "loss": h.history["loss"],
-            "changed": sum(not np.array_equal(a, b) for a, b in zip(before, after)),
-            "n": len(before), "mirrored": type(var).__name__,
-            "devices": sorted(v.device for v in var.values)}}))
-    """)
-    # tests/ on the path: the child reuses learnable_data from this module.
-    proc = run_python(["-c", script], timeout=300,
-                      env=subprocess_env(PYTHONPATH=f"{REPO}:{REPO / 'tests'}"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+def test_fine_tunes_under_mirrored_strategy_with_steps_per_execution(tmp_path_factory):
+    """Two replicas (logical CPUs) and steps_per_execution=4, in tests/workers/
+    two_replicas.py: the logical devices must exist before TensorFlow initialises. No XLA:
+    XLA's CPU backend binds to one device (DESIGN.md)."""
+    result = two_replica_results(tmp_path_factory)["bert_fine_tuning"]
     assert result["replicas"] == 2
     assert result["mirrored"] == "MirroredVariable"
     assert len(result["devices"]) == 2

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 
-from tfapp.config import ConfigError
+from tfapp.config import ConfigError, load_config
 from tfapp.runtime import (
     choose_precision,
     choose_strategy,
     cpu_flags,
     is_chief,
     precision_choice,
+    setup,
 )
 from tfapp.tpu_vm import tpu_hint
 
@@ -116,11 +117,9 @@ def test_mirrored_over_logical_cpus(devices):
 
 
 def test_auto_on_this_machine_is_the_default_cpu_strategy():
-    proc = run_python(["tests/workers/runtime_probe.py"])
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert (out["kind"], out["replicas"]) == ("cpu", 1)
-    assert "no TPU or GPU" in out["reason"]
+    rt = setup(load_config(None, []).runtime)  # auto: nothing to split, so in this process
+    assert (rt.kind, rt.num_replicas) == ("cpu", 1)
+    assert "no TPU or GPU" in rt.reason
 
 
 @pytest.mark.slow

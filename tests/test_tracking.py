@@ -14,7 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import run_python, subprocess_env
+from conftest import run_python, run_tfapp, subprocess_env
 
 FAKE_KEY = "0123456789abcdef-not-a-real-wandb-key"
 
@@ -24,14 +24,14 @@ def classifier_run(tmp_path_factory) -> Path:
     """One tiny classifier run (2 epochs x 8 steps) tracked to W&B offline, with an API key
     in the environment that must not leak anywhere."""
     out = tmp_path_factory.mktemp("runs")
-    env = subprocess_env(WANDB_API_KEY=FAKE_KEY)
-    env.pop("WANDB_MODE", None)  # conftest disables W&B; here the config decides
+    # conftest disables W&B (WANDB_MODE); here the config decides.
+    env = {"WANDB_API_KEY": FAKE_KEY, "WANDB_MODE": None}
     started = time.perf_counter()
-    proc = run_python(["-m", "tfapp.train", "--config", "configs/classifier_local.yaml",
-                       f"output_dir={out}", "name=tracked", "tracking.wandb.enabled=true",
-                       "tracking.wandb.mode=offline", "tracking.wandb.tags=[smoke,ci]",
-                       "trainer.profile_steps=2,6"],
-                      env=env, timeout=600)
+    proc = run_tfapp("tfapp.train", ["--config", "configs/classifier_local.yaml",
+                                     f"output_dir={out}", "name=tracked",
+                                     "tracking.wandb.enabled=true", "tracking.wandb.mode=offline",
+                                     "tracking.wandb.tags=[smoke,ci]", "trainer.profile_steps=2,6"],
+                     env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = out / "tracked"
     (run / "train_stdout.txt").write_text(proc.stdout + proc.stderr)
@@ -63,7 +63,7 @@ def test_tensorboard_scalars_graph_hparams_and_confusion_matrix(classifier_run):
     assert "learning_rate" in train_tags or "epoch_learning_rate" in train_tags
     assert all(v > 0 for v in _scalars(train, "epoch_examples_per_second"))
     # The 7 timed steps of an epoch (8 minus the first call) took less than the whole
-    # process did (a step time in the wrong unit, or summed over steps, would not).
+    # train command did (a step time in the wrong unit, or summed over steps, would not).
     wall = float((classifier_run / "wall_seconds.txt").read_text())
     assert all(0 < 7 * ms / 1000.0 < wall for ms in _scalars(train, "epoch_step_time_ms"))
     assert len(_scalars(validation, "epoch_loss")) == 2
@@ -373,10 +373,8 @@ def test_share_report_is_self_contained_and_renders(classifier_run, tmp_path):
     other = tmp_path / "copy_of_run"
     shutil.copytree(classifier_run, other)
     out = tmp_path / "report.html"
-    env = subprocess_env()
-    env.pop("WANDB_API_KEY", None)
-    proc = run_python(["-m", "tfapp.share", str(classifier_run), str(other), "--out", str(out)],
-                      env=env, timeout=300)
+    proc = run_tfapp("tfapp.share", [str(classifier_run), str(other), "--out", str(out)],
+                     env={"WANDB_API_KEY": None})
     assert proc.returncode == 0, proc.stderr[-2000:]
     (offline,) = classifier_run.glob("wandb/offline-run-*")
     assert f"upload with: wandb sync {offline}" in proc.stdout  # no key: the exact command

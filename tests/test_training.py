@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 from tfapp.config import ConfigError, OptimizerConfig
 from tfapp.training.accumulation import AccumulatingModel, wrap_for_accumulation
@@ -14,7 +12,7 @@ from tfapp.training.optimizers import NO_DECAY, FusedAdamW, build_optimizer, bui
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import run_two_workers, subprocess_env
+from conftest import run_two_workers, two_replica_results
 
 
 def test_linear_warmup_then_decay():
@@ -132,54 +130,6 @@ def test_accumulating_two_batches_equals_one_double_batch():
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6)
 
 
-_MIRRORED_ACCUMULATION = """
-import numpy as np
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from tfapp import compat
-from tfapp.training.accumulation import AccumulatingModel
-
-rng = np.random.default_rng(0)
-x = rng.normal(size=(64, 4)).astype("float32")
-y = rng.normal(size=(64, 1)).astype("float32")
-mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-with mirrored.scope():
-    assert not compat.replica_context_can_synchronise()  # the merge_call path is taken
-
-
-def trained(acc, batch, strategy):
-    with strategy.scope():
-        tf.keras.utils.set_random_seed(1)
-        inp = tf.keras.Input((4,))
-        out = tf.keras.layers.Dense(1)(tf.keras.layers.Dense(8, activation="tanh")(inp))
-        model = tf.keras.Model(inp, out)
-        start = [w.numpy() for w in model.trainable_weights]
-        if acc > 1:
-            model = AccumulatingModel.wrap(model, acc)
-        model.compile(optimizer=tf.keras.optimizers.Adam(0.05), loss="mse",
-                      steps_per_execution=2)
-    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(batch), epochs=1, verbose=0)
-    return model, start
-
-
-# 8 batches of 8 (4 per replica) accumulated 4 at a time == 2 steps of 32, on 2 replicas
-# and on one device.
-accumulated, start = trained(4, 8, mirrored)
-plain, _ = trained(1, 32, mirrored)
-one, _ = trained(1, 32, tf.distribute.get_strategy())
-np.savez(OUT, *[w.numpy() for m in (accumulated, plain, one) for w in m.trainable_weights],
-         start=np.concatenate([w.ravel() for w in start]),
-         updates=[m.optimizer.iterations.numpy() for m in (accumulated, plain, one)])
-"""
-
-
-def _three_weight_sets(npz) -> list[list[np.ndarray]]:
-    arrays = [npz[f"arr_{i}"] for i in range(len([k for k in npz.files if k.startswith("arr_")]))]
-    n = len(arrays) // 3
-    return [arrays[i * n:(i + 1) * n] for i in range(3)]
-
-
 def test_accumulation_refuses_a_model_with_its_own_train_step():
     class OwnStep(tf.keras.Model):
         def train_step(self, data):
@@ -193,20 +143,18 @@ def test_accumulation_refuses_a_model_with_its_own_train_step():
 
 
 @pytest.mark.slow
-def test_accumulation_on_two_replicas_equals_one_step_of_the_larger_global_batch(tmp_path):
-    """MirroredStrategy over 2 logical CPUs (a subprocess: devices are fixed at start):
-    4 accumulated batches of global batch 8 give the update of one batch of 32, with Adam
-    (whose moments would drift if a batch that does not apply touched them)."""
-    script = tmp_path / "mirrored.py"
-    script.write_text(f"OUT = {str(tmp_path / 'w.npz')!r}\n" + _MIRRORED_ACCUMULATION)
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                         env=subprocess_env(), timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    out = np.load(tmp_path / "w.npz")
-    assert out["updates"].tolist() == [2, 2, 2]
-    accumulated, plain, one = _three_weight_sets(out)
+def test_accumulation_on_two_replicas_equals_one_step_of_the_larger_global_batch(
+        tmp_path_factory):
+    """MirroredStrategy over 2 logical CPUs (tests/workers/two_replicas.py: devices are
+    fixed at start): 4 accumulated batches of global batch 8 give the update of one batch
+    of 32, with Adam (whose moments would drift if a batch that does not apply touched
+    them)."""
+    out = two_replica_results(tmp_path_factory)["accumulation"]
+    assert out["merge_call"]  # the replicas synchronise through merge_call here
+    assert out["updates"] == [2, 2, 2]
+    accumulated, plain, one = ([np.array(w) for w in ws] for ws in out["weights"])
     moved = np.concatenate([w.ravel() for w in accumulated])
-    assert np.abs(moved - out["start"]).max() > 0.05  # it trained
+    assert np.abs(moved - np.array(out["start"])).max() > 0.05  # it trained
     for a, b, c in zip(accumulated, plain, one, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-6)
         np.testing.assert_allclose(a, c, atol=1e-6)

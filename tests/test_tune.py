@@ -69,9 +69,9 @@ def test_bad_space_is_one_clear_error(space, fragment):
 
 
 def test_cli_errors_are_one_line_exit_2(tmp_path):
-    bad = run_python(["-m", "tfapp.tune", *TINY[:2], f"output_dir={tmp_path}",
-                      "tune.space={model.unitz: {type: int, min: 8, max: 32}}"], timeout=120)
-    empty = run_python(["-m", "tfapp.tune", *TINY[:2], f"output_dir={tmp_path}"], timeout=120)
+    bad = run_tfapp("tfapp.tune", [*TINY[:2], f"output_dir={tmp_path}",
+                                   "tune.space={model.unitz: {type: int, min: 8, max: 32}}"])
+    empty = run_tfapp("tfapp.tune", [*TINY[:2], f"output_dir={tmp_path}"])
     for proc, fragment in ((bad, "did you mean 'model.units'"), (empty, "tune.space is empty")):
         assert proc.returncode == 2, proc.stderr[-2000:]
         lines = proc.stderr.strip().splitlines()
@@ -541,9 +541,8 @@ def _errors(log: Path) -> list[str]:
 
 def test_a_chief_refuses_to_serve_beyond_loopback_without_a_token(tmp_path):
     port = free_ports(1)[0]
-    proc = run_python(["-m", "tfapp.tune", *TINY, f"output_dir={tmp_path}", "--chief",
-                       "--oracle", f"0.0.0.0:{port}"], timeout=60,
-                      env=subprocess_env(TFAPP_ORACLE_TOKEN=""))
+    proc = run_tfapp("tfapp.tune", [*TINY, f"output_dir={tmp_path}", "--chief", "--oracle",
+                                    f"0.0.0.0:{port}"], env={"TFAPP_ORACLE_TOKEN": ""})
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines() == [
         f"tfapp: error: the chief would serve the oracle on 0.0.0.0:{port}, which other "
