@@ -255,7 +255,10 @@ def two_replica_results(tmp_path_factory) -> dict:
     import json
 
     def run_worker(out: Path) -> Path:
-        proc = run_python(["tests/workers/two_replicas.py", str(out / "results.json")])
+        # Every two-replica case of the session in one process (about 55 CPU-s): room for
+        # a loaded machine before the limit reads as a hang.
+        proc = run_python(["tests/workers/two_replicas.py", str(out / "results.json")],
+                          timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return out / "results.json"
 
