@@ -69,18 +69,17 @@ def cached_counts(name: str, split: SplitData, key: Any, examples: ExamplesFn,
     (``[files, k]``, ``examples`` reading the files): one pass, cached in tfapp's cache
     folder by what decides it (the prepared data, the split's rows, and ``key``: the
     tokeniser, the labels, the lengths ...) so a later run of the same data reads it."""
-    path = _path("counts", name, split, key)
-    cached = read_state(path, f"{name} counts") if path.is_file() else None
-    if cached is None:
+    def count() -> list:
         counts = []
         for j, file in enumerate(split.files()):
             chunks = examples(tf.constant(file), tf.constant(j, tf.int64)).map(
                 measure, num_parallel_calls=tf.data.AUTOTUNE)
             counts.append(sum((np.asarray(c, np.int64) for c in chunks.as_numpy_iterator()),
                               np.int64(0)).tolist())
-        cached = {"counts": counts}
-        write_text(path, json.dumps(cached) + "\n")
-    return np.asarray(cached["counts"], np.int64).reshape(len(split.files()), -1)
+        return counts
+
+    counts = _cached("counts", name, split, key, count)
+    return np.asarray(counts, np.int64).reshape(len(split.files()), -1)
 
 
 def cached_lengths(name: str, split: SplitData, key: Any, sample: Callable[[], np.ndarray]
@@ -90,12 +89,20 @@ def cached_lengths(name: str, split: SplitData, key: Any, sample: Callable[[], n
     it: a later run (a tune trial, a run of the same data) reads it instead of tokenising
     the examples again. ``key`` must decide the sample as the Examples' key decides the
     encoded examples."""
-    path = _path("lengths", name, split, key)
-    cached = read_state(path, f"{name} lengths") if path.is_file() else None
+    lengths = _cached("lengths", name, split, key,
+                      lambda: np.asarray(sample(), np.int64).tolist())
+    return np.asarray(lengths, np.int64)
+
+
+def _cached(kind: str, name: str, split: SplitData, key: Any,
+            compute: Callable[[], list]) -> list:
+    """``compute()``, or what a run of the same data and ``key`` stored for ``kind``."""
+    path = _path(kind, name, split, key)
+    cached = read_state(path, f"{name} {kind}") if path.is_file() else None
     if cached is None:
-        cached = {"lengths": np.asarray(sample(), np.int64).tolist()}
+        cached = {kind: compute()}
         write_text(path, json.dumps(cached) + "\n")
-    return np.asarray(cached["lengths"], np.int64)
+    return cached[kind]
 
 
 def _path(folder: str, name: str, split: SplitData, key: Any) -> Path:
