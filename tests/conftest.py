@@ -274,6 +274,15 @@ def two_replica_results(tmp_path_factory) -> dict:
 CLASSIFIER_RUN = ("configs/classifier_local.yaml", "trainer.epochs=1", "trainer.steps_per_epoch=4",
                   "optimizer.learning_rate=3e-3", "tracking.tensorboard=false")
 
+# The deterministic CNN classifier run that test_best_model and test_resilience read (every
+# op in it is deterministic under runtime.deterministic=true; the tiny Hub BERT's dropout is
+# an unseeded random op). Its monitor, the highest validation loss, makes an early epoch the
+# best one (the loss falls as it trains), so its export is not the last epoch's.
+CNN_RUN = ("configs/classifier_local.yaml", "model.kind=cnn", "runtime.deterministic=true",
+           "runtime.seed=7", "trainer.epochs=3", "trainer.steps_per_epoch=30",
+           "optimizer.learning_rate=3e-3", "trainer.monitor=val_loss",
+           "trainer.monitor_mode=max")
+
 # The NER run that test_ner and test_export_hf read: 90 steps of the tiny BERT on the demo.
 NER_RUN = ("configs/ner_local.yaml", "trainer.epochs=3", "trainer.steps_per_epoch=30",
            "optimizer.learning_rate=3e-3")
